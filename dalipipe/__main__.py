@@ -1,0 +1,5 @@
+import sys
+
+from dalipipe.cli import main
+
+sys.exit(main())

@@ -1,0 +1,242 @@
+"""`make_dali_dataset`: the DALI image pipeline as a `tf.data.Dataset` for Keras."""
+
+import warnings
+
+import tensorflow as tf
+from nvidia.dali.plugin import tf as dali_tf
+
+from dalipipe import pipeline as pipeline_lib
+
+
+def make_dali_dataset(
+    source,
+    *,
+    labels="inferred",
+    label_mode="int",
+    class_names=None,
+    path_column="path",
+    root=None,
+    image_size=(256, 256),
+    batch_size=32,
+    shuffle=True,
+    seed=None,
+    validation_split=None,
+    subset=None,
+    interpolation="bilinear",
+    crop_to_aspect_ratio=False,
+    augment=False,
+    normalization="imagenet",
+    dtype="float32",
+    data_format="channels_last",
+    drop_remainder=False,
+    device="auto",
+    num_threads=None,
+    prefetch_queue_depth=2,
+):
+    """Generates a `tf.data.Dataset` of images loaded by an NVIDIA DALI pipeline.
+
+    DALI reads the files on its CPU threads, decodes them (nvJPEG and the hardware
+    JPEG decoder on a GPU), crops or resizes, flips and normalizes, and prefetches
+    `prefetch_queue_depth` batches ahead. Keras's `fit`, `evaluate` and `predict`
+    take the dataset directly: each pass over it is one exact epoch, every sample
+    once, in a new order when `shuffle=True`, and the last batch is a true partial
+    batch (unless `drop_remainder=True`).
+
+    A directory source looks like this (the `image_dataset_from_directory` layout):
+
+    ```
+    main_directory/
+    ...class_a/
+    ......a_image_1.jpg
+    ......a_image_2.jpg
+    ...class_b/
+    ......b_image_1.jpg
+    ```
+
+    Args:
+        source: a directory with one subfolder per class; a `pandas.DataFrame` or the
+            path of a CSV file with a column of file paths (`path_column`) and label
+            columns; or a list of file paths.
+        labels: which labels to use. For a directory: `"inferred"` (the subfolder
+            names, sorted), None, or a list of labels in the sorted order of the file
+            paths. For a table: the name of the label column, or None. For a list of
+            paths: a list of labels of the same length, or None. String labels map to
+            the sorted class names. None yields images only (for `predict`).
+        label_mode: `"int"` (int32, shape `(batch,)`), `"categorical"` (float32
+            one-hot, `(batch, num_classes)`), `"binary"` (float32 0 or 1,
+            `(batch, 1)`, exactly two classes) or None (images only). Defaults to
+            `"int"`.
+        class_names: class names and their order: for a directory the subfolders to
+            use; for string labels the mapping to integers. Defaults to the sorted
+            labels.
+        path_column: the column of a table holding file paths. Defaults to `"path"`.
+        root: folder that relative paths in a table or list resolve against.
+            Defaults to the CSV file's folder, else the current directory.
+        image_size: `(height, width)` of the output images. Defaults to `(256, 256)`.
+        batch_size: samples per batch. Defaults to 32.
+        shuffle: whether to visit the samples in a new random order every epoch.
+            Defaults to True.
+        seed: seed for shuffling, augmentation and the validation split. Needed
+            with `validation_split` unless `subset="both"`.
+        validation_split: fraction of the samples (between 0 and 1) held out for
+            validation. The split is drawn with `seed`, independently of `shuffle`.
+        subset: `"training"`, `"validation"` or `"both"` (returns a pair). Only with
+            `validation_split`.
+        interpolation: resize filter: `"bilinear"`, `"nearest"`, `"bicubic"`,
+            `"lanczos3"` or `"gaussian"`. DALI antialiases when it shrinks. Defaults
+            to `"bilinear"`.
+        crop_to_aspect_ratio: if True, resize so that the image covers
+            `image_size` and crop the center, keeping the aspect ratio; if False,
+            stretch to `image_size`. Defaults to False.
+        augment: if True, a random-resized crop (area 8-100%, aspect ratio 3/4-4/3,
+            decoding only the crop's region) then a random horizontal flip, freshly
+            drawn every epoch. With `subset="both"` only the training dataset is
+            augmented. Defaults to False.
+        normalization: `"imagenet"` (subtract ImageNet mean, divide by std),
+            `"unit"` (`[0, 1]`), `"symmetric"` (`[-1, 1]`) or None (pixel values
+            0-255). Defaults to `"imagenet"`.
+        dtype: `"float32"`, `"float16"` or `"uint8"` (needs `normalization=None`).
+            Defaults to `"float32"`.
+        data_format: `"channels_last"` (`(batch, height, width, 3)`) or
+            `"channels_first"` (`(batch, 3, height, width)`). Defaults to
+            `"channels_last"`.
+        drop_remainder: drop the last partial batch of each epoch. Defaults to False.
+        device: `"auto"` (the GPU when both TensorFlow and DALI see one, else the
+            CPU), `"gpu"` or `"cpu"` (DALI's CPU operators, no CUDA needed).
+            Defaults to `"auto"`.
+        num_threads: DALI CPU threads. Defaults to the number of usable cores.
+        prefetch_queue_depth: batches DALI prepares ahead. Defaults to 2.
+
+    Returns:
+        A `tf.data.Dataset` yielding `(images, labels)` batches, or `images` alone
+        when there are no labels; a pair of them for `subset="both"`. The images have
+        the shape given by `data_format` and the type `dtype`. It has the attributes
+        `class_names` (None without labels) and `file_paths` (in `shuffle=False`
+        order), and `cardinality()` is the number of batches per epoch. On a GPU it
+        is placed on `/gpu:0` and its tensors live there.
+
+    Raises:
+        ValueError: for an invalid argument, an empty source, an unknown column,
+            mismatched lengths or missing files.
+        RuntimeError: for `device="gpu"` on a machine without a usable GPU.
+    """
+    if device in ("auto", "gpu"):
+        device = _resolve_gpu(device)
+    result = pipeline_lib.make_dali_pipeline(
+        source, labels=labels, label_mode=label_mode, class_names=class_names,
+        path_column=path_column, root=root, image_size=image_size, batch_size=batch_size,
+        shuffle=shuffle, seed=seed, validation_split=validation_split, subset=subset,
+        interpolation=interpolation, crop_to_aspect_ratio=crop_to_aspect_ratio,
+        augment=augment, normalization=normalization, dtype=dtype,
+        data_format=data_format, drop_remainder=drop_remainder, device=device,
+        num_threads=num_threads, prefetch_queue_depth=prefetch_queue_depth,
+    )
+    if isinstance(result, tuple):
+        return tuple(to_dataset(p) for p in result)
+    return to_dataset(result)
+
+
+def to_dataset(image_pipeline):
+    """Wraps an `ImagePipeline` in DALI's TensorFlow dataset (see `make_dali_dataset`)."""
+    device = "/gpu:0" if image_pipeline.device == "gpu" else "/cpu:0"
+    inputs = input_datasets(image_pipeline)
+    if image_pipeline.device == "gpu":
+        inputs = {k: v.apply(tf.data.experimental.copy_to_device(device)) for k, v in inputs.items()}
+    dtypes = tuple(tf.as_dtype(d) for d in image_pipeline.output_dtypes)
+    shapes = tuple(tf.TensorShape(s) for s in image_pipeline.output_shapes)
+    with tf.device(device):
+        dataset = _DALIKerasDataset(
+            num_batches=image_pipeline.num_batches,
+            pipeline=image_pipeline.build(),
+            input_datasets={
+                name: dali_tf.experimental.Input(inputs[name], batch=True)
+                for name in image_pipeline.input_names
+            },
+            output_dtypes=dtypes if len(dtypes) > 1 else dtypes[0],
+            output_shapes=shapes if len(shapes) > 1 else shapes[0],
+            batch_size=image_pipeline.batch_size,
+            num_threads=image_pipeline.num_threads,
+            device_id=image_pipeline.device_id,
+            prefetch_queue_depth=image_pipeline.options["prefetch_queue_depth"],
+        )
+    dataset.class_names = image_pipeline.class_names
+    dataset.file_paths = list(image_pipeline.file_paths)
+    return dataset
+
+
+def input_datasets(image_pipeline):
+    """The `tf.data` inputs of the graph by name, on the CPU, one batch per element.
+
+    `"samples"`: the packed rows, shuffled every iteration when `shuffle=True`;
+    `"random"`: `NUM_RANDOM` uniform float32 numbers per sample, redrawn every
+    iteration. Both are deterministic for the pipeline's seed and end after one epoch.
+    """
+    options = image_pipeline.options
+    seed, batch_size = image_pipeline.seed, image_pipeline.batch_size
+    drop = options["drop_remainder"]
+    with tf.device("/cpu:0"):
+        table = tf.constant(image_pipeline.samples())
+        n = int(table.shape[0])
+        order = tf.data.Dataset.range(n)
+        if options["shuffle"]:
+            order = order.shuffle(n, seed=seed, reshuffle_each_iteration=True)
+        samples = order.batch(batch_size, drop_remainder=drop).map(
+            lambda i: tf.gather(table, i)
+        )
+        random = (
+            tf.data.Dataset.random(seed=seed + 1, rerandomize_each_iteration=True)
+            .take(n)
+            .map(lambda s: tf.random.stateless_uniform(
+                [pipeline_lib.NUM_RANDOM], seed=tf.stack([s, tf.constant(0, tf.int64)])
+            ))
+            .batch(batch_size, drop_remainder=drop)
+        )
+    return {"samples": samples, "random": random}
+
+
+class _DALIKerasDataset(dali_tf.experimental.DALIDatasetWithInputs):
+    """DALI's dataset, whose `cardinality()` is the number of batches per epoch.
+
+    DALI reports an infinite cardinality; Keras reads `cardinality()` to end each
+    epoch and to make a new iterator (a new order) for the next. The dataset really
+    ends when its inputs do, after that many batches.
+    """
+
+    def __init__(self, num_batches, **kwargs):
+        super().__init__(**kwargs)
+        self._num_batches = num_batches
+
+    def cardinality(self):
+        return tf.constant(self._num_batches, tf.int64)
+
+
+def _resolve_gpu(device):
+    """`"gpu"` or `"cpu"` for `device` in ("auto", "gpu"); enables memory growth."""
+    tf_gpus = tf.config.list_physical_devices("GPU")
+    dali_gpus = pipeline_lib.dali_gpu_count()
+    if tf_gpus and dali_gpus:
+        _enable_memory_growth(tf_gpus)
+        return "gpu"
+    if device == "gpu":
+        raise RuntimeError(
+            "`device='gpu'` needs a GPU that both TensorFlow and DALI can use. "
+            f"TensorFlow sees {len(tf_gpus)}, DALI sees {dali_gpus}. Use device='cpu' "
+            "or device='auto'."
+        )
+    return "cpu"
+
+
+def _enable_memory_growth(gpus):
+    """Stops TensorFlow from taking all GPU memory, so DALI can allocate its own."""
+    for gpu in gpus:
+        try:
+            tf.config.experimental.set_memory_growth(gpu, True)
+        except RuntimeError:
+            if not tf.config.experimental.get_memory_growth(gpu):
+                warnings.warn(
+                    "TensorFlow initialized the GPU before dalipipe could enable memory "
+                    "growth, so it may hold all GPU memory and leave none to DALI. Call "
+                    "tf.config.experimental.set_memory_growth(gpu, True) first, or set "
+                    "TF_FORCE_GPU_ALLOW_GROWTH=true.",
+                    stacklevel=3,
+                )

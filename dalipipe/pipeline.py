@@ -1,0 +1,478 @@
+"""The DALI graph: read, decode, crop or resize, flip and normalize, on CPU or GPU.
+
+Importable without TensorFlow: `make_dali_pipeline` builds the very graph that
+`make_dali_dataset` hands to Keras, and `ImagePipeline.epoch` runs it natively with
+NumPy outputs, so the graph can be checked on a machine that has DALI and no
+TensorFlow.
+
+The graph has two named inputs, fed one batch at a time:
+- `"samples"`: uint8 rows, a little-endian int32 label then the file path padded
+  with NUL bytes (`sources.encode_samples`). One row per sample keeps each label with
+  its image whatever the order.
+- `"random"`: float32 rows of `NUM_RANDOM` uniform numbers in [0, 1) per sample that
+  drive the random-resized crop and the flip. Drawing them outside DALI gives fresh
+  augmentation every epoch (DALI restarts its own generators with each new iterator)
+  and the same crops on CPU and GPU for the same inputs.
+"""
+
+import math
+import os
+
+import numpy as np
+
+from dalipipe import sources
+
+IMAGENET_DEFAULT_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
+IMAGENET_DEFAULT_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
+NORMALIZATIONS = {
+    "imagenet": (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD),
+    "unit": ((0.0, 0.0, 0.0), (255.0, 255.0, 255.0)),
+    "symmetric": ((127.5, 127.5, 127.5), (127.5, 127.5, 127.5)),
+    None: ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)),
+}
+INTERPOLATIONS = ("bilinear", "nearest", "bicubic", "lanczos3", "gaussian")
+LABEL_MODES = ("int", "categorical", "binary", None)
+DTYPES = ("float32", "float16", "uint8")
+DATA_FORMATS = ("channels_last", "channels_first")
+DEVICES = ("auto", "gpu", "cpu")
+SUBSETS = ("training", "validation", "both")
+# Random-resized crop, as in Inception and torchvision: area fraction and aspect ratio.
+RANDOM_AREA = (0.08, 1.0)
+RANDOM_ASPECT_RATIO = (3 / 4, 4 / 3)
+# Uniform numbers per sample: area, log aspect ratio, x, y, flip.
+NUM_RANDOM = 5
+
+
+def dali_gpu_count():
+    """Number of CUDA devices DALI can use (0 on a machine without a driver)."""
+    from nvidia.dali import backend
+
+    try:
+        return backend.GetCUDADeviceCount()
+    except RuntimeError:
+        return 0
+
+
+def make_dali_pipeline(
+    source,
+    *,
+    labels="inferred",
+    label_mode="int",
+    class_names=None,
+    path_column="path",
+    root=None,
+    image_size=(256, 256),
+    batch_size=32,
+    shuffle=True,
+    seed=None,
+    validation_split=None,
+    subset=None,
+    interpolation="bilinear",
+    crop_to_aspect_ratio=False,
+    augment=False,
+    normalization="imagenet",
+    dtype="float32",
+    data_format="channels_last",
+    drop_remainder=False,
+    device="auto",
+    num_threads=None,
+    prefetch_queue_depth=2,
+):
+    """Indexes `source` and builds the DALI image pipeline for it, without TensorFlow.
+
+    Takes the arguments of `dalipipe.make_dali_dataset` (see there). `device="auto"`
+    means the GPU when DALI sees one.
+
+    Returns:
+        An `ImagePipeline`, or a pair (training, validation) of them when
+        `subset="both"`; then `augment` applies to the training one only.
+    """
+    options = _validate(
+        labels=labels, label_mode=label_mode, class_names=class_names,
+        image_size=image_size, batch_size=batch_size, shuffle=shuffle, seed=seed,
+        validation_split=validation_split, subset=subset, interpolation=interpolation,
+        crop_to_aspect_ratio=crop_to_aspect_ratio, augment=augment,
+        normalization=normalization, dtype=dtype, data_format=data_format,
+        drop_remainder=drop_remainder, device=device, num_threads=num_threads,
+        prefetch_queue_depth=prefetch_queue_depth,
+    )
+    if options["device"] == "auto":
+        options["device"] = "gpu" if dali_gpu_count() > 0 else "cpu"
+    elif options["device"] == "gpu" and dali_gpu_count() == 0:
+        raise RuntimeError(
+            "`device='gpu'` needs a CUDA GPU that DALI can use, and DALI found none. "
+            "Use device='cpu' or device='auto'."
+        )
+    index = sources.index_source(
+        source, labels=labels, class_names=class_names, path_column=path_column, root=root
+    )
+    if index.labels is None:
+        options["label_mode"] = None
+    elif options["label_mode"] == "binary" and len(index.class_names) != 2:
+        raise ValueError(
+            f"`label_mode='binary'` needs exactly 2 classes. Found {len(index.class_names)}: "
+            f"{index.class_names}"
+        )
+    parts = sources.split_index(
+        index, validation_split=validation_split, subset=subset, seed=options["seed"]
+    )
+    if subset != "both":
+        return ImagePipeline(parts[0], **options)
+    # Validation data is not augmented.
+    return ImagePipeline(parts[0], **options), ImagePipeline(parts[1], **{**options, "augment": False})
+
+
+class ImagePipeline:
+    """One split of a source with the DALI graph that loads it.
+
+    Outputs per batch, `n <= batch_size` samples (`n < batch_size` only for the last
+    batch of an epoch, unless `drop_remainder=True`):
+    - images: `(n, height, width, 3)` for `"channels_last"`, `(n, 3, height, width)`
+      for `"channels_first"`, of `dtype`;
+    - labels (unless `label_mode` is None): int32 `(n,)` for `"int"`, float32
+      `(n, num_classes)` for `"categorical"`, float32 `(n, 1)` for `"binary"`.
+
+    Attributes:
+        file_paths: the split's files, in `shuffle=False` order.
+        labels: int32 labels aligned with `file_paths`, or None.
+        class_names: the class names, or None.
+        num_batches: batches per epoch.
+        device: `"cpu"` or `"gpu"`.
+        output_dtypes, output_shapes: NumPy dtype names and shapes (batch dimension
+            None) of the outputs.
+    """
+
+    def __init__(self, index, **options):
+        self.file_paths = index.file_paths
+        self.labels = index.labels
+        self.class_names = index.class_names
+        self.options = options
+        self.batch_size = options["batch_size"]
+        self.seed = options["seed"]
+        self.device = options["device"]
+        self.label_mode = options["label_mode"]
+        self.num_threads = options["num_threads"]
+        self.device_id = 0 if self.device == "gpu" else None
+        # DALI prunes an input the graph does not use: "random" only drives augmentation.
+        self.input_names = ("samples", "random") if options["augment"] else ("samples",)
+        n, b = len(self.file_paths), self.batch_size
+        self.num_batches = n // b if options["drop_remainder"] else -(-n // b)
+        if self.num_batches == 0:
+            raise ValueError(
+                f"`drop_remainder=True` with `batch_size={b}` leaves no batch of the "
+                f"{n} samples of this split. Use a smaller `batch_size`."
+            )
+        height, width = options["image_size"]
+        image_shape = (
+            (None, height, width, 3)
+            if options["data_format"] == "channels_last"
+            else (None, 3, height, width)
+        )
+        self.output_dtypes = (options["dtype"],)
+        self.output_shapes = (image_shape,)
+        if self.label_mode is not None:
+            label_shape = {
+                "int": (None,),
+                "categorical": (None, len(self.class_names)),
+                "binary": (None, 1),
+            }[self.label_mode]
+            self.output_dtypes += ("int32" if self.label_mode == "int" else "float32",)
+            self.output_shapes += (label_shape,)
+        self._native = None
+
+    def __len__(self):
+        return self.num_batches
+
+    def samples(self):
+        """The packed `"samples"` input rows, in `file_paths` order (see the module doc)."""
+        return sources.encode_samples(self.file_paths, self.labels)
+
+    def build(self, feed=None):
+        """Builds a new DALI pipeline object for this graph (not yet started).
+
+        Args:
+            feed: None for named placeholder inputs (`"samples"`, `"random"`), which
+                DALI's TensorFlow plugin fills from `tf.data`; or a callable
+                `feed(name)` that returns a zero-argument callable giving the next
+                batch of that input and raising StopIteration at the end of an epoch.
+        """
+        from nvidia.dali import pipeline_def
+
+        opts = self.options
+
+        @pipeline_def(
+            batch_size=self.batch_size,
+            num_threads=self.num_threads,
+            device_id=self.device_id,
+            seed=self.seed,
+            prefetch_queue_depth=opts["prefetch_queue_depth"],
+        )
+        def graph():
+            return _graph(
+                feed=feed,
+                device=self.device,
+                label_mode=self.label_mode,
+                num_classes=len(self.class_names) if self.class_names else 0,
+                **{k: opts[k] for k in (
+                    "image_size", "interpolation", "crop_to_aspect_ratio", "augment",
+                    "normalization", "dtype", "data_format",
+                )},
+            )
+
+        return graph()
+
+    def epoch_inputs(self, epoch=0):
+        """The `"samples"` and `"random"` rows of one native epoch, as NumPy arrays.
+
+        The order and the random numbers depend on `seed` and `epoch` only.
+        """
+        n = len(self.file_paths)
+        rows = self.samples()
+        if self.options["shuffle"]:
+            rows = rows[np.random.default_rng([self.seed, epoch, 0]).permutation(n)]
+        random = np.random.default_rng([self.seed, epoch, 1]).random((n, NUM_RANDOM), np.float32)
+        if self.options["drop_remainder"]:
+            keep = self.num_batches * self.batch_size
+            rows, random = rows[:keep], random[:keep]
+        return rows, random
+
+    def epoch(self, epoch=0):
+        """Runs one epoch natively and yields each batch as a tuple of NumPy arrays.
+
+        GPU outputs are copied to the host. Uses `epoch_inputs(epoch)`.
+        """
+        if self._native is None:
+            self._feeder = _Feeder()
+            self._native = self.build(feed=self._feeder.source)
+            self._native.build()
+        rows, random = self.epoch_inputs(epoch)
+        self._feeder.start(rows, random, self.batch_size)
+        self._native.reset()
+        while True:
+            try:
+                outputs = self._native.run()
+            except StopIteration:
+                return
+            yield tuple(_to_numpy(out) for out in outputs)
+
+
+class _Feeder:
+    """Native epochs for `ImagePipeline.epoch`: batches of both inputs, in step."""
+
+    def __init__(self):
+        self.batches = {"samples": [], "random": []}
+        self.position = {"samples": 0, "random": 0}
+
+    def start(self, rows, random, batch_size):
+        starts = range(0, len(rows), batch_size)
+        self.batches = {
+            "samples": [rows[i: i + batch_size] for i in starts],
+            "random": [random[i: i + batch_size] for i in starts],
+        }
+        self.position = {"samples": 0, "random": 0}
+
+    def source(self, name):
+        def next_batch():
+            i = self.position[name]
+            if i >= len(self.batches[name]):
+                raise StopIteration
+            self.position[name] = i + 1
+            return self.batches[name][i]
+
+        return next_batch
+
+
+def _to_numpy(tensor_list):
+    if hasattr(tensor_list, "as_cpu"):
+        tensor_list = tensor_list.as_cpu()
+    return np.array(tensor_list.as_tensor())
+
+
+def _graph(*, feed, device, label_mode, num_classes, image_size, interpolation,
+           crop_to_aspect_ratio, augment, normalization, dtype, data_format):
+    """Defines the graph inside a `pipeline_def` function; returns its outputs."""
+    from nvidia.dali import fn, types
+
+    def external(name, dali_type):
+        if feed is None:
+            return fn.external_source(name=name, dtype=dali_type, ndim=1, batch=True)
+        return fn.external_source(source=feed(name), dtype=dali_type, ndim=1, batch=True)
+
+    samples = external("samples", types.UINT8)
+    random = external("random", types.FLOAT)
+    label = fn.reinterpret(samples[0:4], dtype=types.INT32, shape=[])
+    encoded = fn.io.file.read(samples[4:])
+    decoder_device = "mixed" if device == "gpu" else "cpu"
+    interp = {
+        "bilinear": types.INTERP_LINEAR,
+        "nearest": types.INTERP_NN,
+        "bicubic": types.INTERP_CUBIC,
+        "lanczos3": types.INTERP_LANCZOS3,
+        "gaussian": types.INTERP_GAUSSIAN,
+    }[interpolation]
+    height, width = image_size
+    crop = None
+    if augment:
+        anchor, shape = _random_resized_crop_window(encoded, random)
+        images = fn.decoders.image_slice(
+            encoded, anchor, shape, device=decoder_device, output_type=types.RGB,
+            normalized_anchor=False, normalized_shape=False, axis_names="WH",
+        )
+        images = fn.resize(images, size=(height, width), interp_type=interp)
+        mirror = fn.cast(random[4] < 0.5, dtype=types.INT32)
+    else:
+        images = fn.decoders.image(encoded, device=decoder_device, output_type=types.RGB)
+        mode = "not_smaller" if crop_to_aspect_ratio else "stretch"
+        images = fn.resize(images, size=(height, width), mode=mode, interp_type=interp)
+        crop = (height, width) if crop_to_aspect_ratio else None
+        mirror = 0
+    mean, std = NORMALIZATIONS[normalization]
+    images = fn.crop_mirror_normalize(
+        images,
+        crop=crop,
+        mirror=mirror,
+        mean=list(mean),
+        std=list(std),
+        dtype={"float32": types.FLOAT, "float16": types.FLOAT16, "uint8": types.UINT8}[dtype],
+        output_layout="HWC" if data_format == "channels_last" else "CHW",
+    )
+    if label_mode is None:
+        return (images,)
+    if label_mode == "categorical":
+        label = fn.one_hot(label, num_classes=num_classes, dtype=types.FLOAT)
+    elif label_mode == "binary":
+        label = fn.reshape(fn.cast(label, dtype=types.FLOAT), shape=[1])
+    if device == "gpu":
+        label = label.gpu()
+    return images, label
+
+
+def _random_resized_crop_window(encoded, random):
+    """Anchor and shape (x, y and width, height in pixels) of a random-resized crop.
+
+    Area fraction uniform in `RANDOM_AREA`, aspect ratio log-uniform in
+    `RANDOM_ASPECT_RATIO`, position uniform, all from the `"random"` input; a window
+    larger than the image is clipped to it.
+    """
+    import nvidia.dali.math as dmath
+    from nvidia.dali import fn, types
+
+    shape = fn.peek_image_shape(encoded, dtype=types.FLOAT)
+    image_h, image_w = shape[0], shape[1]
+    area = image_h * image_w * (RANDOM_AREA[0] + random[0] * (RANDOM_AREA[1] - RANDOM_AREA[0]))
+    log_lo, log_hi = math.log(RANDOM_ASPECT_RATIO[0]), math.log(RANDOM_ASPECT_RATIO[1])
+    ratio = dmath.exp(log_lo + random[1] * (log_hi - log_lo))
+    crop_w = dmath.max(dmath.min(dmath.sqrt(area * ratio), image_w), 1.0)
+    crop_h = dmath.max(dmath.min(dmath.sqrt(area / ratio), image_h), 1.0)
+    x = random[2] * (image_w - crop_w)
+    y = random[3] * (image_h - crop_h)
+    return fn.stack(x, y), fn.stack(crop_w, crop_h)
+
+
+def _one_of(name, value, allowed):
+    if value not in allowed:
+        raise ValueError(f"`{name}` must be one of {allowed}. Received: {name}={value!r}")
+
+
+def _positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+
+
+def _validate(*, labels, label_mode, class_names, image_size, batch_size, shuffle, seed,
+              validation_split, subset, interpolation, crop_to_aspect_ratio, augment,
+              normalization, dtype, data_format, drop_remainder, device, num_threads,
+              prefetch_queue_depth):
+    """Checks every option; returns the resolved options for `ImagePipeline`."""
+    _one_of("label_mode", label_mode, LABEL_MODES)
+    _one_of("interpolation", interpolation, INTERPOLATIONS)
+    _one_of("normalization", normalization, tuple(NORMALIZATIONS))
+    _one_of("dtype", dtype, DTYPES)
+    _one_of("data_format", data_format, DATA_FORMATS)
+    _one_of("device", device, DEVICES)
+    if (
+        not isinstance(image_size, (tuple, list))
+        or len(image_size) != 2
+        or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0
+               for v in image_size)
+    ):
+        raise ValueError(
+            "`image_size` must be a tuple of two positive integers (height, width). "
+            f"Received: image_size={image_size!r}"
+        )
+    _positive_int("batch_size", batch_size)
+    _positive_int("prefetch_queue_depth", prefetch_queue_depth)
+    if num_threads is not None:
+        _positive_int("num_threads", num_threads)
+    for name, value in (("shuffle", shuffle), ("augment", augment),
+                        ("crop_to_aspect_ratio", crop_to_aspect_ratio),
+                        ("drop_remainder", drop_remainder)):
+        if not isinstance(value, bool):
+            raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
+                             or seed < 0):
+        raise ValueError(f"`seed` must be a non-negative integer or None. Received: seed={seed!r}")
+    if dtype == "uint8" and normalization is not None:
+        raise ValueError(
+            "`dtype='uint8'` holds unnormalized pixels: it needs `normalization=None`. "
+            f"Received: dtype={dtype!r}, normalization={normalization!r}"
+        )
+    if augment and crop_to_aspect_ratio:
+        raise ValueError(
+            "`augment=True` crops at random and `crop_to_aspect_ratio=True` crops the "
+            "center: choose one. Received: augment=True, crop_to_aspect_ratio=True"
+        )
+    if label_mode is None and labels is not None and not (
+        isinstance(labels, str) and labels == "inferred"
+    ):
+        raise ValueError(
+            "`label_mode=None` yields images only, so `labels` must be None or 'inferred'. "
+            f"Received: labels={labels!r}, label_mode=None"
+        )
+    if class_names is not None and (
+        isinstance(class_names, str) or not all(isinstance(c, str) for c in class_names)
+    ):
+        raise ValueError(
+            f"`class_names` must be a list of strings. Received: class_names={class_names!r}"
+        )
+    if validation_split is not None:
+        if isinstance(validation_split, bool) or not isinstance(validation_split, (float, int)) \
+                or not 0 < validation_split < 1:
+            raise ValueError(
+                "`validation_split` must be between 0 and 1 (exclusive). "
+                f"Received: validation_split={validation_split!r}"
+            )
+        _one_of("subset", subset, SUBSETS)
+        if seed is None and subset != "both":
+            raise ValueError(
+                "`validation_split` with `subset='training'` or 'validation' needs a "
+                "`seed`, so that the two subsets, made by two calls, do not overlap. "
+                f"Received: validation_split={validation_split}, subset={subset!r}, seed=None"
+            )
+    elif subset is not None:
+        raise ValueError(
+            "`subset` is only valid together with `validation_split`. "
+            f"Received: subset={subset!r}, validation_split=None"
+        )
+    if seed is None:
+        seed = int(np.random.SeedSequence().generate_state(1)[0] & 0x7FFFFFFF)
+    if num_threads is None:
+        num_threads = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                          else (os.cpu_count() or 1))
+    return dict(
+        label_mode=None if labels is None else label_mode,
+        image_size=(int(image_size[0]), int(image_size[1])),
+        batch_size=int(batch_size),
+        shuffle=shuffle,
+        seed=int(seed),
+        interpolation=interpolation,
+        crop_to_aspect_ratio=crop_to_aspect_ratio,
+        augment=augment,
+        normalization=normalization,
+        dtype=dtype,
+        data_format=data_format,
+        drop_remainder=drop_remainder,
+        device=device,
+        num_threads=int(num_threads),
+        prefetch_queue_depth=int(prefetch_queue_depth),
+    )

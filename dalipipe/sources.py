@@ -1,0 +1,306 @@
+"""Indexing of image sources, label encoding and train/validation splits.
+
+Pure Python and NumPy (pandas only when a table is given): nothing here imports DALI
+or TensorFlow.
+
+A source is turned into an `Index`: absolute file paths, integer labels aligned with
+them (or None) and the class names the integers stand for.
+"""
+
+import os
+import warnings
+from typing import NamedTuple, Optional, Sequence
+
+import numpy as np
+
+# What `fn.decoders.image` decodes, by extension. GIF is not among them.
+ALLOWLIST_FORMATS = (
+    ".bmp", ".jpeg", ".jpg", ".jp2", ".j2k", ".png", ".pbm", ".pgm", ".ppm", ".pnm",
+    ".tif", ".tiff", ".webp",
+)
+_MAX_LISTED = 10
+
+
+class Index(NamedTuple):
+    """The samples of a source or of one split of it.
+
+    Attributes:
+        file_paths: list of absolute paths.
+        labels: int32 array aligned with `file_paths`, or None for an unlabeled source.
+        class_names: list of class names (`labels` index into it), or None.
+    """
+
+    file_paths: list
+    labels: Optional[np.ndarray]
+    class_names: Optional[list]
+
+    def take(self, indices):
+        labels = None if self.labels is None else self.labels[indices]
+        return Index([self.file_paths[i] for i in indices], labels, self.class_names)
+
+    def __len__(self):
+        return len(self.file_paths)
+
+
+def index_source(source, *, labels="inferred", class_names=None, path_column="path", root=None):
+    """Lists the images of `source` with their labels.
+
+    Args:
+        source: a directory with one subfolder per class, a `pandas.DataFrame`, the
+            path of a CSV file, or a list of file paths.
+        labels: for a directory, `"inferred"` (from the subfolders), None, or a list
+            of labels in the sorted order of the file paths. For a table, the name of
+            the label column, or None. For a list of paths, a list of labels of the
+            same length, or None.
+        class_names: explicit class names (and their order). For a directory they
+            select and order the subfolders; for string labels they fix the mapping
+            from label to integer; for integer labels they name the integers.
+        path_column: the column of a table that holds the file paths.
+        root: folder that relative paths of a table or list resolve against.
+            Defaults to the CSV file's folder, else the current directory.
+
+    Returns:
+        An `Index`.
+
+    Raises:
+        ValueError: for an empty source, an unknown column, mismatched lengths, missing
+            files or labels that do not match `class_names`.
+    """
+    if isinstance(source, (str, os.PathLike)) and os.path.isdir(source):
+        return _index_directory(os.fspath(source), labels, class_names)
+    if isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        if not os.path.exists(path):
+            raise ValueError(
+                f"`source` must be a directory, a CSV file, a pandas DataFrame or a list "
+                f"of file paths. No such file or directory: source='{path}'"
+            )
+        if not path.lower().endswith(".csv"):
+            raise ValueError(
+                f"`source` given as a file must be a CSV file (ending in .csv). "
+                f"Received: source='{path}'"
+            )
+        import pandas as pd
+
+        table = pd.read_csv(path)
+        if root is None:
+            root = os.path.dirname(os.path.abspath(path))
+        return _index_table(table, labels, class_names, path_column, root, f"'{path}'")
+    if _is_dataframe(source):
+        return _index_table(source, labels, class_names, path_column, root, "the DataFrame")
+    if isinstance(source, (list, tuple)):
+        return _index_list(list(source), labels, class_names, root)
+    raise TypeError(
+        f"`source` must be a directory, a CSV file, a pandas DataFrame or a list of "
+        f"file paths. Received: source={source!r} of type {type(source).__name__}"
+    )
+
+
+def split_index(index, *, validation_split, subset, seed):
+    """Splits an index into training and validation parts.
+
+    The samples are permuted with `seed` before the split, so the two parts are
+    disjoint and together complete for any later `shuffle` setting; the last
+    `int(validation_split * len(index))` samples of the permutation form the
+    validation part.
+
+    Returns:
+        A list of one `Index` for `subset="training"` or `"validation"`, of two
+        (training, validation) for `subset="both"`, or `[index]` when
+        `validation_split` is None.
+    """
+    if not validation_split:
+        return [index]
+    n = len(index)
+    num_val = int(validation_split * n)
+    order = np.random.default_rng(seed).permutation(n)
+    parts = {"training": order[: n - num_val], "validation": order[n - num_val:]}
+    names = ["training", "validation"] if subset == "both" else [subset]
+    result = []
+    for name in names:
+        if len(parts[name]) == 0:
+            raise ValueError(
+                f"`validation_split={validation_split}` leaves the {name} subset of "
+                f"{n} samples empty. Use more samples or another `validation_split`."
+            )
+        result.append(index.take(np.sort(parts[name])))
+    return result
+
+
+def _is_dataframe(obj):
+    try:
+        import pandas as pd
+    except ImportError:  # pragma: no cover - pandas is a dependency
+        return False
+    return isinstance(obj, pd.DataFrame)
+
+
+def _index_directory(directory, labels, class_names):
+    inferred = isinstance(labels, str) and labels == "inferred"
+    if not inferred and labels is not None and not isinstance(labels, (list, tuple, np.ndarray)):
+        raise ValueError(
+            "For a directory source, `labels` must be 'inferred', None, or a list of "
+            f"labels in the sorted order of the image paths. Received: labels={labels!r}"
+        )
+    if inferred:
+        subdirs = sorted(
+            d for d in os.listdir(directory) if os.path.isdir(os.path.join(directory, d))
+        )
+        if class_names is not None:
+            missing = [c for c in class_names if c not in subdirs]
+            if missing:
+                raise ValueError(
+                    f"`class_names` must name subfolders of {directory!r}. Not found: "
+                    f"{missing}. Available: {subdirs}. Received: class_names={list(class_names)}"
+                )
+            subdirs = list(class_names)
+        file_paths, targets, ignored = [], [], []
+        for i, name in enumerate(subdirs):
+            found, skipped = _list_images(os.path.join(directory, name))
+            file_paths += found
+            targets += [i] * len(found)
+            ignored += skipped
+        # Loose files beside the class folders (a labels.csv, a README) are not
+        # samples; loose images are, and they have no class: say so.
+        ignored += [
+            os.path.join(directory, f)
+            for f in sorted(os.listdir(directory))
+            if os.path.isfile(os.path.join(directory, f)) and _looks_like_image(f)
+        ]
+        _warn_ignored(ignored, directory)
+        _check_not_empty(file_paths, directory)
+        return Index(file_paths, np.asarray(targets, np.int32), list(subdirs))
+    file_paths, ignored = _list_images(directory)
+    _warn_ignored(ignored, directory)
+    _check_not_empty(file_paths, directory)
+    if labels is None:
+        return Index(file_paths, None, None)
+    return Index(file_paths, *_encode_labels(labels, class_names, len(file_paths)))
+
+
+def _list_images(folder):
+    """Image files under `folder` (recursively, sorted), and images DALI cannot decode."""
+    images, others = [], []
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
+        dirnames.sort()
+        for f in sorted(filenames):
+            path = os.path.abspath(os.path.join(dirpath, f))
+            if f.lower().endswith(ALLOWLIST_FORMATS):
+                images.append(path)
+            elif _looks_like_image(f):
+                others.append(path)
+    return images, others
+
+
+def _looks_like_image(name):
+    """Image files, decodable or not; other files (a labels.csv) are not samples."""
+    return name.lower().endswith(ALLOWLIST_FORMATS + (".gif", ".heic", ".avif"))
+
+
+def _warn_ignored(ignored, directory):
+    if ignored:
+        listed = ", ".join(ignored[:_MAX_LISTED]) + (", ..." if len(ignored) > _MAX_LISTED else "")
+        warnings.warn(
+            f"Ignored {len(ignored)} image file(s) in {directory!r}: only files in a "
+            f"class subfolder with an extension DALI decodes {ALLOWLIST_FORMATS} are "
+            f"samples. Ignored: {listed}",
+            stacklevel=4,
+        )
+
+
+def _check_not_empty(file_paths, directory):
+    if not file_paths:
+        raise ValueError(
+            f"No images found in directory {directory!r}. Allowed formats: {ALLOWLIST_FORMATS}"
+        )
+
+
+def _index_table(table, labels, class_names, path_column, root, what):
+    columns = list(table.columns)
+    if path_column not in columns:
+        raise ValueError(
+            f"`path_column` must name a column of {what}. Available columns: {columns}. "
+            f"Received: path_column={path_column!r}"
+        )
+    if labels is not None and (not isinstance(labels, str) or labels not in columns):
+        raise ValueError(
+            f"For a table source, `labels` must name a label column of {what} or be "
+            f"None. Available columns: {columns}. Received: labels={labels!r}"
+        )
+    paths = [str(p) for p in table[path_column].tolist()]
+    label_values = None if labels is None else table[labels].tolist()
+    return _index_list(paths, label_values, class_names, root, what=what, column=labels)
+
+
+def _index_list(paths, labels, class_names, root, what="the list", column=None):
+    if not paths:
+        raise ValueError(f"`source` holds no file paths: {what} is empty.")
+    if labels is not None and isinstance(labels, str):
+        raise ValueError(
+            "For a list of file paths, `labels` must be a list of the same length, or None. "
+            f"Received: labels={labels!r}"
+        )
+    base = os.path.abspath(root if root is not None else os.getcwd())
+    file_paths = [os.path.normpath(os.path.join(base, os.path.expanduser(p))) for p in paths]
+    missing = [p for p in file_paths if not os.path.isfile(p)]
+    if missing:
+        listed = ", ".join(missing[:_MAX_LISTED]) + (", ..." if len(missing) > _MAX_LISTED else "")
+        raise ValueError(f"{len(missing)} file(s) named in {what} do not exist: {listed}")
+    if labels is None:
+        return Index(file_paths, None, None)
+    target, names = _encode_labels(labels, class_names, len(file_paths), column)
+    return Index(file_paths, target, names)
+
+
+def _encode_labels(labels, class_names, num_files, column=None):
+    """Integer labels and class names from a sequence of string or integer labels."""
+    values = list(labels)
+    where = f"column {column!r}" if column else "`labels`"
+    if len(values) != num_files:
+        raise ValueError(
+            f"`labels` must have one label per image: found {num_files} images and "
+            f"{len(values)} labels."
+        )
+    if any(v is None or (isinstance(v, float) and np.isnan(v)) for v in values):
+        rows = [i for i, v in enumerate(values) if v is None or (isinstance(v, float) and np.isnan(v))]
+        raise ValueError(f"Missing labels in {where} at rows {rows[:_MAX_LISTED]}.")
+    if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
+        target = np.asarray(values, np.int64)
+        num_classes = len(class_names) if class_names is not None else int(target.max()) + 1
+        if target.min() < 0 or target.max() >= num_classes:
+            raise ValueError(
+                f"Integer labels in {where} must lie in [0, {num_classes}) "
+                f"({'len(class_names)' if class_names is not None else 'max + 1'}). "
+                f"Received labels from {target.min()} to {target.max()}."
+            )
+        names = list(class_names) if class_names is not None else [str(i) for i in range(num_classes)]
+        return target.astype(np.int32), names
+    strings = [str(v) for v in values]
+    names = list(class_names) if class_names is not None else sorted(set(strings))
+    lookup = {name: i for i, name in enumerate(names)}
+    unknown = sorted(set(strings) - set(lookup))
+    if unknown:
+        raise ValueError(
+            f"Labels in {where} must be among `class_names`. Not found: {unknown[:_MAX_LISTED]}. "
+            f"Received: class_names={names}"
+        )
+    return np.asarray([lookup[s] for s in strings], np.int32), names
+
+
+def encode_samples(file_paths: Sequence[str], labels: Optional[np.ndarray]) -> np.ndarray:
+    """Packs each sample into one uint8 row: a little-endian int32 label, then the path.
+
+    Paths are UTF-8 (or the file system's bytes for undecodable names) padded with NUL
+    bytes. One row per sample keeps a label and its image in one order under any
+    shuffle: DALI iterates each input of a pipeline on its own.
+
+    Returns:
+        uint8 array of shape `(len(file_paths), 4 + longest path in bytes)`.
+    """
+    encoded = [os.fsencode(p) for p in file_paths]
+    rows = np.zeros((len(encoded), 4 + max(len(b) for b in encoded)), np.uint8)
+    label_values = np.zeros(len(encoded), np.int32) if labels is None else np.asarray(labels)
+    rows[:, :4] = label_values.astype("<i4").reshape(-1, 1).view(np.uint8)
+    for row, path in zip(rows, encoded):
+        row[4: 4 + len(path)] = np.frombuffer(path, np.uint8)
+    return rows
