@@ -239,14 +239,29 @@ class ImagePipeline:
     def epoch(self, epoch=0):
         """Runs one epoch natively and yields each batch as a tuple of NumPy arrays.
 
-        GPU outputs are copied to the host. Uses `epoch_inputs(epoch)`.
+        The inputs are `epoch_inputs(epoch)`; GPU outputs are copied to the host.
         """
+        return self.run(*self.epoch_inputs(epoch))
+
+    def run(self, samples, random=None):
+        """Runs the graph natively over the given input rows, a batch at a time.
+
+        Args:
+            samples: uint8 rows as made by `samples()`, in the order to load.
+            random: float32 array `(len(samples), NUM_RANDOM)` of uniform numbers in
+                [0, 1); only used with `augment=True`. Defaults to zeros.
+
+        Yields:
+            A tuple of NumPy arrays per batch (see the class doc).
+        """
+        if random is None:
+            random = np.zeros((len(samples), NUM_RANDOM), np.float32)
         if self._native is None:
             self._feeder = _Feeder()
             self._native = self.build(feed=self._feeder.source)
             self._native.build()
-        rows, random = self.epoch_inputs(epoch)
-        self._feeder.start(rows, random, self.batch_size)
+        self._feeder.start(np.asarray(samples, np.uint8), np.asarray(random, np.float32),
+                           self.batch_size)
         self._native.reset()
         while True:
             try:
