@@ -1,8 +1,10 @@
 """The `dalipipe` command line: `dalipipe sample-data DIR`, `dalipipe demo`."""
 
 import argparse
+import os
 import sys
 import time
+import warnings
 
 
 def main(argv=None):
@@ -47,9 +49,13 @@ def _demo(args):
     make_sample_dataset(args.directory, num_images=args.num_images, num_classes=args.num_classes)
     print(f"sample data: {args.num_images} JPEGs in {args.num_classes} classes under {args.directory}")
 
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter
     import keras
 
     from dalipipe import make_dali_dataset
+
+    # Keras 3 warns on every fit with a tf.data.Dataset; shuffling is the dataset's job.
+    warnings.filterwarnings("ignore", message="`shuffle=True` was passed")
 
     common = dict(
         image_size=(args.image_size, args.image_size), batch_size=args.batch_size,

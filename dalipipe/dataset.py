@@ -60,8 +60,10 @@ def make_dali_dataset(
         labels: which labels to use. For a directory: `"inferred"` (the subfolder
             names, sorted), None, or a list of labels in the sorted order of the file
             paths. For a table: the name of the label column, or None. For a list of
-            paths: a list of labels of the same length, or None. String labels map to
-            the sorted class names. None yields images only (for `predict`).
+            paths: a list of labels of the same length, or None. Integer labels in a
+            list are class indices; string labels, and all labels of a table, are
+            class names, sorted (numerically when they are all integers) unless
+            `class_names` orders them. None yields images only (for `predict`).
         label_mode: `"int"` (int32, shape `(batch,)`), `"categorical"` (float32
             one-hot, `(batch, num_classes)`), `"binary"` (float32 0 or 1,
             `(batch, 1)`, exactly two classes) or None (images only). Defaults to
@@ -159,6 +161,10 @@ def to_dataset(image_pipeline):
             device_id=image_pipeline.device_id,
             prefetch_queue_depth=image_pipeline.options["prefetch_queue_depth"],
         )
+    if image_pipeline.device == "cpu":
+        # A real cardinality for tf.data too (`.map`, `.prefetch` keep it). The op has
+        # no GPU kernel, so on a GPU the Python `cardinality()` alone carries it.
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(image_pipeline.num_batches))
     dataset.class_names = image_pipeline.class_names
     dataset.file_paths = list(image_pipeline.file_paths)
     return dataset

@@ -85,7 +85,8 @@ def make_dali_pipeline(
 
     Returns:
         An `ImagePipeline`, or a pair (training, validation) of them when
-        `subset="both"`; then `augment` applies to the training one only.
+        `subset="both"`; then `augment` and `drop_remainder` apply to the training
+        one only.
     """
     options = _validate(
         labels=labels, label_mode=label_mode, class_names=class_names,
@@ -103,6 +104,9 @@ def make_dali_pipeline(
             "`device='gpu'` needs a CUDA GPU that DALI can use, and DALI found none. "
             "Use device='cpu' or device='auto'."
         )
+    is_directory = isinstance(source, (str, os.PathLike)) and os.path.isdir(source)
+    if label_mode is None and not is_directory and isinstance(labels, str) and labels == "inferred":
+        labels = None  # a table or list has no labels to infer: images only
     index = sources.index_source(
         source, labels=labels, class_names=class_names, path_column=path_column, root=root
     )
@@ -111,15 +115,16 @@ def make_dali_pipeline(
     elif options["label_mode"] == "binary" and len(index.class_names) != 2:
         raise ValueError(
             f"`label_mode='binary'` needs exactly 2 classes. Found {len(index.class_names)}: "
-            f"{index.class_names}"
+            f"{index.class_names[:10]}{' ...' if len(index.class_names) > 10 else ''}"
         )
     parts = sources.split_index(
         index, validation_split=validation_split, subset=subset, seed=options["seed"]
     )
     if subset != "both":
         return ImagePipeline(parts[0], **options)
-    # Validation data is not augmented.
-    return ImagePipeline(parts[0], **options), ImagePipeline(parts[1], **{**options, "augment": False})
+    # Validation data is neither augmented nor trimmed to whole batches.
+    validation = {**options, "augment": False, "drop_remainder": False}
+    return ImagePipeline(parts[0], **options), ImagePipeline(parts[1], **validation)
 
 
 class ImagePipeline:
@@ -444,14 +449,23 @@ def _validate(*, labels, label_mode, class_names, image_size, batch_size, shuffl
             "`label_mode=None` yields images only, so `labels` must be None or 'inferred'. "
             f"Received: labels={labels!r}, label_mode=None"
         )
-    if class_names is not None and (
-        isinstance(class_names, str) or not all(isinstance(c, str) for c in class_names)
-    ):
-        raise ValueError(
-            f"`class_names` must be a list of strings. Received: class_names={class_names!r}"
-        )
+    if class_names is not None:
+        if isinstance(class_names, str) or not all(isinstance(c, str) for c in class_names):
+            raise ValueError(
+                f"`class_names` must be a list of strings. Received: class_names={class_names!r}"
+            )
+        if len(set(class_names)) != len(class_names):
+            raise ValueError(
+                f"`class_names` must not repeat a name. Received: class_names={list(class_names)!r}"
+            )
+        if labels is None:
+            raise ValueError(
+                "`class_names` names the classes of labels, so it needs `labels`. "
+                f"Received: labels=None, class_names={list(class_names)!r}"
+            )
     if validation_split is not None:
-        if isinstance(validation_split, bool) or not isinstance(validation_split, (float, int)) \
+        if isinstance(validation_split, bool) \
+                or not isinstance(validation_split, (float, int, np.floating, np.integer)) \
                 or not 0 < validation_split < 1:
             raise ValueError(
                 "`validation_split` must be between 0 and 1 (exclusive). "

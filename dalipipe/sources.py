@@ -49,7 +49,8 @@ def index_source(source, *, labels="inferred", class_names=None, path_column="pa
         source: a directory with one subfolder per class, a `pandas.DataFrame`, the
             path of a CSV file, or a list of file paths.
         labels: for a directory, `"inferred"` (from the subfolders), None, or a list
-            of labels in the sorted order of the file paths. For a table, the name of
+            of labels in the order of the file paths as `os.walk` lists them with
+            folders and files sorted (the order of `Index.file_paths`). For a table, the name of
             the label column, or None. For a list of paths, a list of labels of the
             same length, or None.
         class_names: explicit class names (and their order). For a directory they
@@ -82,7 +83,8 @@ def index_source(source, *, labels="inferred", class_names=None, path_column="pa
             )
         import pandas as pd
 
-        table = pd.read_csv(path)
+        # As text: "01" stays "01", and a class named "NA" is not a missing value.
+        table = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
         if root is None:
             root = os.path.dirname(os.path.abspath(path))
         return _index_table(table, labels, class_names, path_column, root, f"'{path}'")
@@ -144,7 +146,8 @@ def _index_directory(directory, labels, class_names):
         )
     if inferred:
         subdirs = sorted(
-            d for d in os.listdir(directory) if os.path.isdir(os.path.join(directory, d))
+            d for d in os.listdir(directory)
+            if os.path.isdir(os.path.join(directory, d)) and not d.startswith(".")
         )
         if class_names is not None:
             missing = [c for c in class_names if c not in subdirs]
@@ -180,9 +183,14 @@ def _index_directory(directory, labels, class_names):
 
 def _list_images(folder):
     """Image files under `folder` (recursively, sorted), and images DALI cannot decode."""
-    images, others = [], []
+    images, others, seen = [], [], set()
     for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
-        dirnames.sort()
+        real = os.path.realpath(dirpath)
+        if real in seen:  # a symbolic link back into the tree
+            dirnames.clear()
+            continue
+        seen.add(real)
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for f in sorted(filenames):
             path = os.path.abspath(os.path.join(dirpath, f))
             if f.lower().endswith(ALLOWLIST_FORMATS):
@@ -227,21 +235,36 @@ def _index_table(table, labels, class_names, path_column, root, what):
             f"For a table source, `labels` must name a label column of {what} or be "
             f"None. Available columns: {columns}. Received: labels={labels!r}"
         )
-    paths = [str(p) for p in table[path_column].tolist()]
-    label_values = None if labels is None else table[labels].tolist()
+    empty = [i for i, p in enumerate(table[path_column].tolist()) if not isinstance(p, str) or not p]
+    if empty:
+        raise ValueError(
+            f"Column {path_column!r} of {what} has no path at rows {empty[:_MAX_LISTED]}."
+        )
+    paths = table[path_column].tolist()
+    label_values = None
+    if labels is not None:
+        # A table's labels are categories: 2019 and 2020 are two classes, not 2021.
+        label_values = [v if _is_missing(v) else str(v) for v in table[labels].tolist()]
     return _index_list(paths, label_values, class_names, root, what=what, column=labels)
 
 
 def _index_list(paths, labels, class_names, root, what="the list", column=None):
     if not paths:
         raise ValueError(f"`source` holds no file paths: {what} is empty.")
-    if labels is not None and isinstance(labels, str):
+    if labels is not None and not isinstance(labels, (list, tuple, np.ndarray)):
         raise ValueError(
             "For a list of file paths, `labels` must be a list of the same length, or None. "
             f"Received: labels={labels!r}"
         )
+    bad = [p for p in paths if not isinstance(p, (str, bytes, os.PathLike))]
+    if bad:
+        raise ValueError(
+            f"File paths must be strings. Received in {what}: {bad[:_MAX_LISTED]}"
+        )
     base = os.path.abspath(root if root is not None else os.getcwd())
-    file_paths = [os.path.normpath(os.path.join(base, os.path.expanduser(p))) for p in paths]
+    file_paths = [
+        os.path.normpath(os.path.join(base, os.path.expanduser(os.fsdecode(p)))) for p in paths
+    ]
     missing = [p for p in file_paths if not os.path.isfile(p)]
     if missing:
         listed = ", ".join(missing[:_MAX_LISTED]) + (", ..." if len(missing) > _MAX_LISTED else "")
@@ -261,9 +284,9 @@ def _encode_labels(labels, class_names, num_files, column=None):
             f"`labels` must have one label per image: found {num_files} images and "
             f"{len(values)} labels."
         )
-    if any(v is None or (isinstance(v, float) and np.isnan(v)) for v in values):
-        rows = [i for i, v in enumerate(values) if v is None or (isinstance(v, float) and np.isnan(v))]
-        raise ValueError(f"Missing labels in {where} at rows {rows[:_MAX_LISTED]}.")
+    missing = [i for i, v in enumerate(values) if _is_missing(v)]
+    if missing:
+        raise ValueError(f"Missing labels in {where} at rows {missing[:_MAX_LISTED]}.")
     if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
         target = np.asarray(values, np.int64)
         num_classes = len(class_names) if class_names is not None else int(target.max()) + 1
@@ -276,7 +299,7 @@ def _encode_labels(labels, class_names, num_files, column=None):
         names = list(class_names) if class_names is not None else [str(i) for i in range(num_classes)]
         return target.astype(np.int32), names
     strings = [str(v) for v in values]
-    names = list(class_names) if class_names is not None else sorted(set(strings))
+    names = list(class_names) if class_names is not None else sorted(set(strings), key=_class_order)
     lookup = {name: i for i, name in enumerate(names)}
     unknown = sorted(set(strings) - set(lookup))
     if unknown:
@@ -285,6 +308,16 @@ def _encode_labels(labels, class_names, num_files, column=None):
             f"Received: class_names={names}"
         )
     return np.asarray([lookup[s] for s in strings], np.int32), names
+
+
+def _is_missing(value):
+    return value is None or (isinstance(value, float) and np.isnan(value))
+
+
+def _class_order(name):
+    """Sorts class names, numerically where they are all plain integers ("2" < "10")."""
+    is_int = name.isdigit() and (name == "0" or not name.startswith("0"))
+    return (0, int(name), "") if is_int else (1, 0, name)
 
 
 def encode_samples(file_paths: Sequence[str], labels: Optional[np.ndarray]) -> np.ndarray:

@@ -22,16 +22,19 @@ def epoch_of(dataset):
         [len(b[0]) for b in batches]
 
 
-def test_dataset_equals_the_pipelines_own_output(indexed_dir):
-    """Parity: the plugin's batches equal a native run of the same graph and inputs."""
-    pipe = make_dali_pipeline(indexed_dir, augment=True, seed=11, label_mode="categorical",
+def test_dataset_equals_the_pipelines_own_output(color_dir):
+    """Parity: the plugin's batches equal a native run of the same graph and inputs.
+
+    Noisy JPEGs, so that every crop and flip shows in the pixels.
+    """
+    pipe = make_dali_pipeline(color_dir, augment=True, seed=11, label_mode="categorical",
                               image_size=(12, 10), batch_size=8, device="cpu")
     inputs = input_datasets(pipe)
     samples = np.concatenate([b.numpy() for b in inputs["samples"]])
     random = np.concatenate([b.numpy() for b in inputs["random"]])
     expected = list(pipe.run(samples, random))
     got = list(to_dataset(pipe))
-    assert len(got) == len(expected) == 4
+    assert len(got) == len(expected) == 12  # 90 images, last batch of 2
     for (images, labels), (want_images, want_labels) in zip(got, expected):
         np.testing.assert_array_equal(images.numpy(), want_images)
         np.testing.assert_array_equal(labels.numpy(), want_labels)
@@ -40,6 +43,7 @@ def test_dataset_equals_the_pipelines_own_output(indexed_dir):
 def test_three_shuffled_epochs_cover_every_sample_once(indexed_dir):
     ds = make_dali_dataset(indexed_dir, normalization=None, seed=2, **SMALL)
     assert int(ds.cardinality()) == len(ds) == 4
+    assert int(tf.data.experimental.cardinality(ds.map(lambda x, y: (x, y)))) == 4
     assert ds.class_names == sorted(CLASSES)
     orders = []
     for _ in range(3):
@@ -53,14 +57,18 @@ def test_three_shuffled_epochs_cover_every_sample_once(indexed_dir):
     assert orders[0] != orders[1] and orders[1] != orders[2]
 
 
-def test_same_seed_same_batches(indexed_dir):
-    def first_epoch(seed):
-        return epoch_of(make_dali_dataset(indexed_dir, augment=True, seed=seed, **SMALL))[0]
+def test_same_seed_same_batches(color_dir):
+    def first_epoch(seed, shuffle=True):
+        ds = make_dali_dataset(color_dir, augment=True, seed=seed, shuffle=shuffle, **SMALL)
+        return epoch_of(ds)[0]
 
     a, b, c = first_epoch(4), first_epoch(4), first_epoch(5)
     np.testing.assert_array_equal(a[0], b[0])
     np.testing.assert_array_equal(a[1], b[1])
     assert not np.array_equal(a[1], c[1])
+    # Without shuffling, the seed still sets the crops and flips.
+    unshuffled = first_epoch(4, shuffle=False)[0], first_epoch(5, shuffle=False)[0]
+    assert not np.allclose(*unshuffled)
 
 
 def test_fit_learns_labels_that_match_images(color_dir):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import NUM_INDEXED, index_of, indexed_color, indexed_paths
+from conftest import CLASSES, NUM_INDEXED, index_of, indexed_color, indexed_paths
 from dalipipe import make_dali_pipeline
 from dalipipe.pipeline import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
@@ -81,16 +81,15 @@ def test_binary_labels_and_normalization_ranges(indexed_dir):
 
 
 def test_every_sample_once_per_epoch_fresh_order(indexed_dir):
+    class_names = ["red", "blue", "green"]  # not the sorted order
     pipe = make_dali_pipeline(indexed_dir, image_size=(4, 4), batch_size=8, seed=5,
-                              normalization=None, device="cpu")
+                              normalization=None, class_names=class_names, device="cpu")
     orders = []
     for epoch in range(3):
         images, labels = collect(pipe.epoch(epoch))
         order = [index_of(im) for im in images]
         assert sorted(order) == list(range(NUM_INDEXED))
-        assert [v % 3 for v in order] == [pipe.class_names.index(("blue", "green", "red")[v % 3])
-                                          for v in order]
-        assert labels.tolist() == [pipe.class_names.index(("blue", "green", "red")[v % 3]) for v in order]
+        assert labels.tolist() == [class_names.index(CLASSES[v % 3]) for v in order]
         orders.append(order)
     assert orders[0] != orders[1] != orders[2]
 
@@ -143,3 +142,33 @@ def test_errors_name_the_argument_and_value(indexed_dir, options, message):
     with pytest.raises(ValueError) as info:
         make_dali_pipeline(indexed_dir, **{"device": "cpu", **options})
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(class_names=["red", "red"]), "`class_names` must not repeat a name"),
+        (dict(labels=None, class_names=["red"]), "so it needs `labels`"),
+    ],
+)
+def test_errors_on_class_names(indexed_dir, options, message):
+    with pytest.raises(ValueError, match=message):
+        make_dali_pipeline(indexed_dir, device="cpu", **options)
+
+
+def test_subset_both_augments_and_trims_training_only(indexed_dir):
+    train, val = make_dali_pipeline(indexed_dir, validation_split=np.float32(0.3), subset="both",
+                                    augment=True, drop_remainder=True, batch_size=4,
+                                    image_size=(4, 4), device="cpu")
+    assert train.options["augment"] and train.options["drop_remainder"]
+    assert not val.options["augment"] and not val.options["drop_remainder"]
+    assert sum(len(b[0]) for b in val.epoch()) == len(val.file_paths) == int(0.3 * NUM_INDEXED)
+    assert sum(len(b[0]) for b in train.epoch()) == len(train.file_paths) // 4 * 4
+
+
+def test_label_mode_none_on_a_list_gives_images_only(indexed_dir):
+    paths, _ = indexed_paths(indexed_dir)
+    pipe = make_dali_pipeline(paths, label_mode=None, image_size=(4, 4), batch_size=8,
+                              shuffle=False, device="cpu")
+    assert pipe.class_names is None and pipe.output_dtypes == ("float32",)
+    assert [len(b) for b in pipe.epoch()] == [1, 1, 1, 1]

@@ -158,3 +158,32 @@ def test_error_bad_source(tmp_path):
         sources.index_source(str(tmp_path / "absent"))
     with pytest.raises(TypeError, match="Received: source=42 of type int"):
         sources.index_source(42)
+
+
+def test_csv_labels_are_categories_read_as_text(indexed_dir, tmp_path):
+    paths, _ = indexed_paths(indexed_dir)
+    csv_path = tmp_path / "t.csv"
+    pd.DataFrame({
+        "path": paths,
+        "code": ["01" if i % 2 else "02" for i in range(NUM_INDEXED)],
+        "year": [2019 + i % 2 for i in range(NUM_INDEXED)],
+        "region": ["NA" if i % 2 else "EU" for i in range(NUM_INDEXED)],
+        "grade": [(2, 10, 9)[i % 3] for i in range(NUM_INDEXED)],
+    }).to_csv(csv_path, index=False)
+    assert sources.index_source(str(csv_path), labels="code").class_names == ["01", "02"]
+    years = sources.index_source(str(csv_path), labels="year")
+    assert years.class_names == ["2019", "2020"]
+    assert years.labels.tolist() == [i % 2 for i in range(NUM_INDEXED)]
+    assert sources.index_source(str(csv_path), labels="region").class_names == ["EU", "NA"]
+    assert sources.index_source(str(csv_path), labels="grade").class_names == ["2", "9", "10"]
+
+
+def test_hidden_folders_are_not_classes_and_link_loops_end(tmp_path):
+    for name in ("cat", "dog"):
+        (tmp_path / name).mkdir()
+        Image.new("RGB", (4, 4)).save(tmp_path / name / "x.png")
+    (tmp_path / ".ipynb_checkpoints").mkdir()
+    (tmp_path / "cat" / "loop").symlink_to(tmp_path / "cat")
+    index = sources.index_source(str(tmp_path))
+    assert index.class_names == ["cat", "dog"]
+    assert len(index) == 2
