@@ -3,9 +3,10 @@
 import os
 
 import numpy as np
-import pandas as pd
 import pytest
 from PIL import Image
+
+pd = pytest.importorskip("pandas")
 
 from conftest import CLASSES, NUM_INDEXED, indexed_paths
 from dalipipe import sources
