@@ -58,9 +58,10 @@ def make_dali_dataset(
             path of a CSV file with a column of file paths (`path_column`) and label
             columns; or a list of file paths.
         labels: which labels to use. For a directory: `"inferred"` (the subfolder
-            names, sorted), None, or a list of labels in the sorted order of the file
-            paths. For a table: the name of the label column, or None. For a list of
-            paths: a list of labels of the same length, or None. Integer labels in a
+            names, sorted), None, or a list of labels in `file_paths` order (folders
+            and files walked in sorted order). For a table: the name of the label
+            column, or None. For a list of paths: a list of labels of the same
+            length, or None. Integer labels in a
             list are class indices; string labels, and all labels of a table, are
             class names, sorted (numerically when they are all integers) unless
             `class_names` orders them. None yields images only (for `predict`).

@@ -105,7 +105,7 @@ def make_dali_pipeline(
             "Use device='cpu' or device='auto'."
         )
     is_directory = isinstance(source, (str, os.PathLike)) and os.path.isdir(source)
-    if label_mode is None and not is_directory and isinstance(labels, str) and labels == "inferred":
+    if label_mode is None and not is_directory and sources.is_inferred(labels):
         labels = None  # a table or list has no labels to infer: images only
     index = sources.index_source(
         source, labels=labels, class_names=class_names, path_column=path_column, root=root
@@ -115,7 +115,7 @@ def make_dali_pipeline(
     elif options["label_mode"] == "binary" and len(index.class_names) != 2:
         raise ValueError(
             f"`label_mode='binary'` needs exactly 2 classes. Found {len(index.class_names)}: "
-            f"{index.class_names[:10]}{' ...' if len(index.class_names) > 10 else ''}"
+            f"{sources.listing(index.class_names)}"
         )
     parts = sources.split_index(
         index, validation_split=validation_split, subset=subset, seed=options["seed"]
@@ -442,9 +442,7 @@ def _validate(*, labels, label_mode, class_names, image_size, batch_size, shuffl
             "`augment=True` crops at random and `crop_to_aspect_ratio=True` crops the "
             "center: choose one. Received: augment=True, crop_to_aspect_ratio=True"
         )
-    if label_mode is None and labels is not None and not (
-        isinstance(labels, str) and labels == "inferred"
-    ):
+    if label_mode is None and labels is not None and not sources.is_inferred(labels):
         raise ValueError(
             "`label_mode=None` yields images only, so `labels` must be None or 'inferred'. "
             f"Received: labels={labels!r}, label_mode=None"

@@ -21,6 +21,17 @@ ALLOWLIST_FORMATS = (
 _MAX_LISTED = 10
 
 
+def is_inferred(labels):
+    """Whether `labels` is the default `"inferred"` (labels may also be an array)."""
+    return isinstance(labels, str) and labels == "inferred"
+
+
+def listing(items):
+    """The first `_MAX_LISTED` items, comma-separated, with "..." when there are more."""
+    items = [str(item) for item in items]
+    return ", ".join(items[:_MAX_LISTED]) + (", ..." if len(items) > _MAX_LISTED else "")
+
+
 class Index(NamedTuple):
     """The samples of a source or of one split of it.
 
@@ -50,8 +61,8 @@ def index_source(source, *, labels="inferred", class_names=None, path_column="pa
             path of a CSV file, or a list of file paths.
         labels: for a directory, `"inferred"` (from the subfolders), None, or a list
             of labels in the order of the file paths as `os.walk` lists them with
-            folders and files sorted (the order of `Index.file_paths`). For a table, the name of
-            the label column, or None. For a list of paths, a list of labels of the
+            folders and files sorted (the order of `Index.file_paths`). For a
+            table, the name of the label column, or None. For a list of paths, a list of labels of the
             same length, or None.
         class_names: explicit class names (and their order). For a directory they
             select and order the subfolders; for string labels they fix the mapping
@@ -138,7 +149,7 @@ def _is_dataframe(obj):
 
 
 def _index_directory(directory, labels, class_names):
-    inferred = isinstance(labels, str) and labels == "inferred"
+    inferred = is_inferred(labels)
     if not inferred and labels is not None and not isinstance(labels, (list, tuple, np.ndarray)):
         raise ValueError(
             "For a directory source, `labels` must be 'inferred', None, or a list of "
@@ -207,7 +218,7 @@ def _looks_like_image(name):
 
 def _warn_ignored(ignored, directory):
     if ignored:
-        listed = ", ".join(ignored[:_MAX_LISTED]) + (", ..." if len(ignored) > _MAX_LISTED else "")
+        listed = listing(ignored)
         warnings.warn(
             f"Ignored {len(ignored)} image file(s) in {directory!r}: only files in a "
             f"class subfolder with an extension DALI decodes {ALLOWLIST_FORMATS} are "
@@ -235,7 +246,7 @@ def _index_table(table, labels, class_names, path_column, root, what):
             f"For a table source, `labels` must name a label column of {what} or be "
             f"None. Available columns: {columns}. Received: labels={labels!r}"
         )
-    empty = [i for i, p in enumerate(table[path_column].tolist()) if not isinstance(p, str) or not p]
+    empty = [i for i, p in enumerate(table[path_column].tolist()) if _is_missing(p) or p == ""]
     if empty:
         raise ValueError(
             f"Column {path_column!r} of {what} has no path at rows {empty[:_MAX_LISTED]}."
@@ -267,8 +278,9 @@ def _index_list(paths, labels, class_names, root, what="the list", column=None):
     ]
     missing = [p for p in file_paths if not os.path.isfile(p)]
     if missing:
-        listed = ", ".join(missing[:_MAX_LISTED]) + (", ..." if len(missing) > _MAX_LISTED else "")
-        raise ValueError(f"{len(missing)} file(s) named in {what} do not exist: {listed}")
+        raise ValueError(
+            f"{len(missing)} file(s) named in {what} do not exist: {listing(missing)}"
+        )
     if labels is None:
         return Index(file_paths, None, None)
     target, names = _encode_labels(labels, class_names, len(file_paths), column)
@@ -315,7 +327,8 @@ def _is_missing(value):
 
 
 def _class_order(name):
-    """Sorts class names, numerically where they are all plain integers ("2" < "10")."""
+    """Sort key for class names: plain integers first, numerically ("2" < "10"), then
+    the other names alphabetically."""
     is_int = name.isdigit() and (name == "0" or not name.startswith("0"))
     return (0, int(name), "") if is_int else (1, 0, name)
 
