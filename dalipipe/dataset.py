@@ -24,6 +24,7 @@ def make_dali_dataset(
     subset=None,
     interpolation="bilinear",
     crop_to_aspect_ratio=False,
+    central_fraction=1.0,
     augment=False,
     normalization="imagenet",
     dtype="float32",
@@ -91,6 +92,10 @@ def make_dali_dataset(
         crop_to_aspect_ratio: if True, resize so that the image covers
             `image_size` and crop the center, keeping the aspect ratio; if False,
             stretch to `image_size`. Defaults to False.
+        central_fraction: resize to `image_size / central_fraction`, then keep the
+            central `image_size`. With `crop_to_aspect_ratio=True` and
+            `image_size=(224, 224)`, 0.875 is ImageNet's evaluation transform
+            (shorter side to 256, center crop 224). Defaults to 1.0.
         augment: if True, a random-resized crop (area 8-100%, aspect ratio 3/4-4/3,
             decoding only the crop's region) then a random horizontal flip, freshly
             drawn every epoch. With `subset="both"` only the training dataset is
@@ -130,7 +135,8 @@ def make_dali_dataset(
         path_column=path_column, root=root, image_size=image_size, batch_size=batch_size,
         shuffle=shuffle, seed=seed, validation_split=validation_split, subset=subset,
         interpolation=interpolation, crop_to_aspect_ratio=crop_to_aspect_ratio,
-        augment=augment, normalization=normalization, dtype=dtype,
+        central_fraction=central_fraction, augment=augment, normalization=normalization,
+        dtype=dtype,
         data_format=data_format, drop_remainder=drop_remainder, device=device,
         num_threads=num_threads, prefetch_queue_depth=prefetch_queue_depth,
     )

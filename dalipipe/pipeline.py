@@ -69,6 +69,7 @@ def make_dali_pipeline(
     subset=None,
     interpolation="bilinear",
     crop_to_aspect_ratio=False,
+    central_fraction=1.0,
     augment=False,
     normalization="imagenet",
     dtype="float32",
@@ -92,8 +93,8 @@ def make_dali_pipeline(
         labels=labels, label_mode=label_mode, class_names=class_names,
         image_size=image_size, batch_size=batch_size, shuffle=shuffle, seed=seed,
         validation_split=validation_split, subset=subset, interpolation=interpolation,
-        crop_to_aspect_ratio=crop_to_aspect_ratio, augment=augment,
-        normalization=normalization, dtype=dtype, data_format=data_format,
+        crop_to_aspect_ratio=crop_to_aspect_ratio, central_fraction=central_fraction,
+        augment=augment, normalization=normalization, dtype=dtype, data_format=data_format,
         drop_remainder=drop_remainder, device=device, num_threads=num_threads,
         prefetch_queue_depth=prefetch_queue_depth,
     )
@@ -219,7 +220,8 @@ class ImagePipeline:
                 label_mode=self.label_mode,
                 num_classes=len(self.class_names) if self.class_names else 0,
                 **{k: opts[k] for k in (
-                    "image_size", "interpolation", "crop_to_aspect_ratio", "augment",
+                    "image_size", "interpolation", "crop_to_aspect_ratio",
+                    "central_fraction", "augment",
                     "normalization", "dtype", "data_format",
                 )},
             )
@@ -309,7 +311,8 @@ def _to_numpy(tensor_list):
 
 
 def _graph(*, feed, device, label_mode, num_classes, image_size, interpolation,
-           crop_to_aspect_ratio, augment, normalization, dtype, data_format):
+           crop_to_aspect_ratio, central_fraction, augment, normalization, dtype,
+           data_format):
     """Defines the graph inside a `pipeline_def` function; returns its outputs."""
     from nvidia.dali import fn, types
 
@@ -342,9 +345,12 @@ def _graph(*, feed, device, label_mode, num_classes, image_size, interpolation,
         mirror = fn.cast(random[4] < 0.5, dtype=types.INT32)
     else:
         images = fn.decoders.image(encoded, device=decoder_device, output_type=types.RGB)
+        # Resize to image_size / central_fraction (covering it when cropping to the
+        # aspect ratio), then cut image_size out of the center: 224 of 256 is 0.875.
         mode = "not_smaller" if crop_to_aspect_ratio else "stretch"
-        images = fn.resize(images, size=(height, width), mode=mode, interp_type=interp)
-        crop = (height, width) if crop_to_aspect_ratio else None
+        size = (round(height / central_fraction), round(width / central_fraction))
+        images = fn.resize(images, size=size, mode=mode, interp_type=interp)
+        crop = (height, width) if crop_to_aspect_ratio or central_fraction < 1 else None
         mirror = 0
     mean, std = NORMALIZATIONS[normalization]
     images = fn.crop_mirror_normalize(
@@ -400,7 +406,8 @@ def _positive_int(name, value):
 
 
 def _validate(*, labels, label_mode, class_names, image_size, batch_size, shuffle, seed,
-              validation_split, subset, interpolation, crop_to_aspect_ratio, augment,
+              validation_split, subset, interpolation, crop_to_aspect_ratio,
+              central_fraction, augment,
               normalization, dtype, data_format, drop_remainder, device, num_threads,
               prefetch_queue_depth):
     """Checks every option; returns the resolved options for `ImagePipeline`."""
@@ -436,6 +443,18 @@ def _validate(*, labels, label_mode, class_names, image_size, batch_size, shuffl
         raise ValueError(
             "`dtype='uint8'` holds unnormalized pixels: it needs `normalization=None`. "
             f"Received: dtype={dtype!r}, normalization={normalization!r}"
+        )
+    if isinstance(central_fraction, bool) \
+            or not isinstance(central_fraction, (float, int, np.floating, np.integer)) \
+            or not 0 < central_fraction <= 1:
+        raise ValueError(
+            "`central_fraction` must be in (0, 1]. "
+            f"Received: central_fraction={central_fraction!r}"
+        )
+    if augment and central_fraction != 1:
+        raise ValueError(
+            "`augment=True` crops at random and `central_fraction` crops the center: "
+            f"choose one. Received: augment=True, central_fraction={central_fraction}"
         )
     if augment and crop_to_aspect_ratio:
         raise ValueError(
@@ -494,6 +513,7 @@ def _validate(*, labels, label_mode, class_names, image_size, batch_size, shuffl
         seed=int(seed),
         interpolation=interpolation,
         crop_to_aspect_ratio=crop_to_aspect_ratio,
+        central_fraction=float(central_fraction),
         augment=augment,
         normalization=normalization,
         dtype=dtype,
