@@ -92,9 +92,10 @@ def make_dali_dataset(
         crop_to_aspect_ratio: if True, resize so that the image covers
             `image_size` and crop the center, keeping the aspect ratio; if False,
             stretch to `image_size`. Defaults to False.
-        central_fraction: resize to `image_size / central_fraction`, then keep the
-            central `image_size`. With `crop_to_aspect_ratio=True` and
-            `image_size=(224, 224)`, 0.875 is ImageNet's evaluation transform
+        central_fraction: keep only this central fraction of the image (of the
+            aspect-ratio window with `crop_to_aspect_ratio=True`) and resize it to
+            `image_size`, in one step with no rounding. With
+            `crop_to_aspect_ratio=True`, 0.875 is ImageNet's evaluation transform
             (shorter side to 256, center crop 224). Defaults to 1.0.
         augment: if True, a random-resized crop (area 8-100%, aspect ratio 3/4-4/3,
             decoding only the crop's region) then a random horizontal flip, freshly

@@ -334,7 +334,6 @@ def _graph(*, feed, device, label_mode, num_classes, image_size, interpolation,
         "gaussian": types.INTERP_GAUSSIAN,
     }[interpolation]
     height, width = image_size
-    crop = None
     if augment:
         anchor, shape = _random_resized_crop_window(encoded, random)
         images = fn.decoders.image_slice(
@@ -345,17 +344,14 @@ def _graph(*, feed, device, label_mode, num_classes, image_size, interpolation,
         mirror = fn.cast(random[4] < 0.5, dtype=types.INT32)
     else:
         images = fn.decoders.image(encoded, device=decoder_device, output_type=types.RGB)
-        # Resize to image_size / central_fraction (covering it when cropping to the
-        # aspect ratio), then cut image_size out of the center: 224 of 256 is 0.875.
-        mode = "not_smaller" if crop_to_aspect_ratio else "stretch"
-        size = (round(height / central_fraction), round(width / central_fraction))
-        images = fn.resize(images, size=size, mode=mode, interp_type=interp)
-        crop = (height, width) if crop_to_aspect_ratio or central_fraction < 1 else None
+        roi = {}
+        if crop_to_aspect_ratio or central_fraction < 1:
+            roi = _central_window(encoded, image_size, crop_to_aspect_ratio, central_fraction)
+        images = fn.resize(images, size=(height, width), interp_type=interp, **roi)
         mirror = 0
     mean, std = NORMALIZATIONS[normalization]
     images = fn.crop_mirror_normalize(
         images,
-        crop=crop,
         mirror=mirror,
         mean=list(mean),
         std=list(std),
@@ -371,6 +367,32 @@ def _graph(*, feed, device, label_mode, num_classes, image_size, interpolation,
     if device == "gpu":
         label = label.gpu()
     return images, label
+
+
+def _central_window(encoded, image_size, crop_to_aspect_ratio, central_fraction):
+    """`fn.resize` arguments that resize only the central window, in one step.
+
+    The window has the output's aspect ratio when `crop_to_aspect_ratio` (the largest
+    such window), else the whole image, scaled by `central_fraction` about the center.
+    Exact in continuous coordinates: no size or offset is rounded to whole pixels.
+    """
+    import nvidia.dali.math as dmath
+    from nvidia.dali import fn, types
+
+    shape = fn.peek_image_shape(encoded, dtype=types.FLOAT)
+    image_h, image_w = shape[0], shape[1]
+    window_h, window_w = image_h, image_w
+    if crop_to_aspect_ratio:
+        aspect = image_size[1] / image_size[0]  # width / height of the output
+        window_w = dmath.min(image_w, image_h * aspect)
+        window_h = dmath.min(image_h, image_w / aspect)
+    window_h, window_w = window_h * central_fraction, window_w * central_fraction
+    top, left = (image_h - window_h) / 2, (image_w - window_w) / 2
+    return {
+        "roi_start": fn.stack(top, left),
+        "roi_end": fn.stack(top + window_h, left + window_w),
+        "roi_relative": False,
+    }
 
 
 def _random_resized_crop_window(encoded, random):
