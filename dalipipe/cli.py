@@ -15,8 +15,8 @@ def main(argv=None):
         "sample-data", help="write a labeled JPEG dataset cut from shipped photographs"
     )
     sample.add_argument("directory")
-    sample.add_argument("--num-images", type=int, default=600)
-    sample.add_argument("--num-classes", type=int, default=4)
+    sample.add_argument("--num-images", type=int, default=5000)
+    sample.add_argument("--num-classes", type=int, default=10)
     sample.add_argument("--seed", type=int, default=0)
 
     demo = commands.add_parser(
@@ -30,17 +30,54 @@ def main(argv=None):
     demo.add_argument("--image-size", type=int, default=96)
     demo.add_argument("--device", default="auto", choices=("auto", "gpu", "cpu"))
 
+    bench = commands.add_parser(
+        "bench", help="compare dalipipe with the CPU loaders Keras users run instead"
+    )
+    bench.add_argument("--data", default="data/bench", help="image folder (made if absent)")
+    bench.add_argument("--num-images", type=int, default=5000)
+    bench.add_argument("--out", default="benchmarks/results/latest")
+    bench.add_argument("--loaders", default=None,
+                       help="comma-separated subset of the loaders (default: all)")
+    bench.add_argument("--workload", default="both", choices=("train", "eval", "both"))
+    bench.add_argument("--batch-size", type=int, default=64)
+    bench.add_argument("--runs", type=int, default=3)
+    bench.add_argument("--train-steps", type=int, default=30)
+    bench.add_argument("--threads", type=int, default=None)
+    bench.add_argument("--quick", action="store_true", help="a smoke run on 64 images")
+
     args = parser.parse_args(argv)
+    if args.command == "bench":
+        return _bench(args)
     if args.command == "sample-data":
-        from dalipipe.sample_data import make_sample_dataset
+        from dalipipe.sample_data import dataset_stats, make_sample_dataset
 
         labels_csv = make_sample_dataset(
             args.directory, num_images=args.num_images, num_classes=args.num_classes,
             seed=args.seed,
         )
-        print(f"wrote {args.num_images} images in {args.num_classes} classes; labels: {labels_csv}")
+        stats = dataset_stats(labels_csv)
+        print(
+            f"wrote {args.num_images} images in {args.num_classes} classes; labels: {labels_csv}\n"
+            f"mean size {stats['mean_width']:.0f}x{stats['mean_height']:.0f} px, "
+            f"mean file {stats['mean_bytes'] / 1024:.0f} KB"
+        )
         return 0
     return _demo(args)
+
+
+def _bench(args):
+    from dalipipe.bench import report
+
+    loaders = args.loaders.split(",") if args.loaders else report.DEFAULT_LOADERS
+    workloads = ("train", "eval") if args.workload == "both" else (args.workload,)
+    result = report.run_bench(
+        data=args.data, out=args.out, loaders=loaders, workloads=workloads,
+        batch_size=args.batch_size, num_images=args.num_images, runs=args.runs,
+        train_steps=args.train_steps, threads=args.threads, quick=args.quick,
+    )
+    print(report.markdown(result))
+    print(f"wrote {args.out}/results.json, results.md, chart.png")
+    return 0
 
 
 def _demo(args):

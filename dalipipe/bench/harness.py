@@ -1,0 +1,271 @@
+"""The measuring harness behind `dalipipe bench`.
+
+Every (loader, workload) runs in a fresh Python process, so that CPU time and peak
+memory belong to that loader alone. In it: one warm-up epoch, then `runs` timed
+epochs; images/s is the median. CPU seconds count the process, its threads and its
+child processes (PyDataset's workers). Quality is measured on the eval workload as
+the mean absolute difference, in grey levels, between the loader's first batch and a
+PIL reference (antialiased bilinear, shorter side 256, center crop 224). Training
+input efficiency is images/s of a fixed Keras model fed by the loader for `steps`
+steps, divided by images/s of the same model fed the same batches from memory.
+"""
+
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from dalipipe.bench import loaders as loaders_lib
+
+QUALITY_IMAGES = 32
+
+
+def cpu_seconds():
+    """CPU time of this process, its reaped children and its live descendants."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in _descendants(os.getpid()):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        except (OSError, IndexError, ValueError):
+            pass  # ended meanwhile: RUSAGE_CHILDREN has it once reaped
+    return total
+
+
+def _descendants(pid):
+    children = []
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            children = [int(c) for c in f.read().split()]
+    except OSError:
+        return []
+    result = list(children)
+    for child in children:
+        result += _descendants(child)
+    return result
+
+
+def peak_rss_mb():
+    """Peak resident memory of this process and of its largest reaped child, in MB."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return own, child
+
+
+def pil_reference(paths):
+    """Eval-workload reference batch, 0-255 float32.
+
+    The exact transform, with no rounding of sizes or offsets: the central square of
+    side 224/256 of the shorter side, resized to 224 by PIL's antialiased bilinear
+    filter in one step. Loaders that round the resized size or the crop offset to
+    whole pixels (every one here) differ from it by up to half a pixel.
+    """
+    from PIL import Image
+
+    images = []
+    for path in paths:
+        image = Image.open(path).convert("RGB")
+        width, height = image.size
+        side = min(width, height) * loaders_lib.SIZE / loaders_lib.RESIZE
+        left, top = (width - side) / 2, (height - side) / 2
+        box = (left, top, left + side, top + side)
+        size = (loaders_lib.SIZE, loaders_lib.SIZE)
+        images.append(np.asarray(image.resize(size, Image.BILINEAR, box=box), np.float32))
+    return np.stack(images)
+
+
+def to_numpy(x):
+    return x.numpy() if hasattr(x, "numpy") else np.asarray(x)
+
+
+def measure(task):
+    """Runs one (loader, workload) task in this process; returns its result dict."""
+    files, labels = task["files"], np.asarray(task["labels"], np.int32)
+    kwargs = dict(workload=task["workload"], batch_size=task["batch_size"],
+                  threads=task["threads"], seed=task["seed"])
+    if task["loader"] == "image_dataset_from_directory":
+        kwargs["directory"] = task["directory"]
+    start = time.perf_counter()
+    loader = loaders_lib.LOADERS[task["loader"]](files, labels, **kwargs)
+    setup_s = time.perf_counter() - start
+    result = {"loader": task["loader"], "workload": task["workload"], "setup_s": setup_s}
+
+    first = None
+    count = 0
+    for images, _ in loader.epoch():
+        if first is None:
+            first = to_numpy(images)
+        count += len(images)
+    if count != len(files):
+        raise RuntimeError(f"{task['loader']} gave {count} images for {len(files)} files")
+    cpu_before = cpu_seconds()
+    times = []
+    for _ in range(task["runs"]):
+        start = time.perf_counter()
+        for _batch in loader.epoch():
+            pass
+        times.append(time.perf_counter() - start)
+    cpu = cpu_seconds() - cpu_before
+    result.update(
+        images=len(files),
+        run_s=times,
+        images_per_s=len(files) / statistics.median(times),
+        cpu_s_per_1000=1000 * cpu / (len(files) * task["runs"]),
+    )
+    if task["workload"] == "eval":
+        n = min(QUALITY_IMAGES, len(first))
+        got = first[:n] * np.asarray(loaders_lib._STD) + np.asarray(loaders_lib._MEAN)
+        result["mean_abs_error_vs_pil"] = float(np.abs(got - pil_reference(files[:n])).mean())
+    # Memory of the loader alone, before the training measurement adds a model.
+    result["peak_rss_mb"], result["peak_rss_child_mb"] = peak_rss_mb()
+    if task.get("train_steps"):
+        result.update(training_efficiency(loader, task))
+    return result
+
+
+def training_efficiency(loader, task):
+    """images/s of a fixed model fed by the loader, and fed the same batches in memory."""
+    import keras
+    import tensorflow as tf
+
+    steps, batch_size = task["train_steps"], task["batch_size"]
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([
+        keras.Input((loaders_lib.SIZE, loaders_lib.SIZE, 3)),
+        keras.layers.AveragePooling2D(2),
+        keras.layers.Conv2D(32, 3, strides=2, activation="relu"),
+        keras.layers.Conv2D(64, 3, strides=2, activation="relu"),
+        keras.layers.GlobalAveragePooling2D(),
+        keras.layers.Dense(task["num_classes"], activation="softmax"),
+    ])
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+
+    batches = []
+    for images, labels in loader.epoch():
+        batches.append((to_numpy(images), to_numpy(labels)))
+        if len(batches) == steps:
+            break
+    memory = tf.data.Dataset.from_tensor_slices((
+        np.concatenate([b[0] for b in batches]), np.concatenate([b[1] for b in batches])
+    )).batch(batch_size).cache()
+
+    def generator():
+        while True:
+            yield from loader.epoch()
+
+    fed = loader.dataset if loader.dataset is not None else generator()
+
+    def timed_fit(data):
+        model.fit(data, epochs=1, steps_per_epoch=2, verbose=0)  # warm-up
+        start = time.perf_counter()
+        model.fit(data, epochs=1, steps_per_epoch=steps, verbose=0)
+        return steps * batch_size / (time.perf_counter() - start)
+
+    in_memory = timed_fit(memory.repeat())
+    loader_fed = timed_fit(fed)
+    return {
+        "train_images_per_s_in_memory": in_memory,
+        "train_images_per_s_loader": loader_fed,
+        "input_efficiency": loader_fed / in_memory,
+    }
+
+
+def decode_ceiling(files, batch_size, threads, runs, device="cpu"):
+    """images/s of DALI decoding alone (file reader + decoder) over one epoch."""
+    from nvidia.dali import fn, pipeline_def
+
+    @pipeline_def(batch_size=batch_size, num_threads=threads,
+                  device_id=0 if device == "gpu" else None, prefetch_queue_depth=2)
+    def decode():
+        data, _ = fn.readers.file(files=list(files))
+        return fn.decoders.image(data, device="mixed" if device == "gpu" else "cpu")
+
+    pipe = decode()
+    pipe.build()
+    iterations = -(-len(files) // batch_size)
+    for _ in range(iterations):  # warm-up epoch
+        pipe.run()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        for _ in range(iterations):
+            pipe.run()
+        times.append(time.perf_counter() - start)
+    images = iterations * batch_size
+    return {"loader": f"dali_decode_only_{device}", "workload": "decode", "images": images,
+            "run_s": times, "images_per_s": images / statistics.median(times)}
+
+
+def machine_info():
+    """CPU model, cores, GPU and library versions."""
+    import importlib.metadata as metadata
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    try:
+        gpu = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20, check=True,
+        ).stdout.strip() or "none"
+    except (OSError, subprocess.SubprocessError):
+        gpu = "none"
+    versions = {}
+    for package in ("nvidia-dali-cuda120", "nvidia-dali-tf-plugin-cuda120", "tensorflow",
+                    "keras", "numpy", "pillow"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    return {
+        "cpu": cpu,
+        "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "gpu": gpu,
+        "python": platform.python_version(),
+        "versions": versions,
+    }
+
+
+def run_task_in_subprocess(task, timeout=1800):
+    """Runs `measure(task)` (or the decode ceiling) in a fresh interpreter."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    completed = subprocess.run(
+        [sys.executable, "-m", "dalipipe.bench.harness"], input=json.dumps(task),
+        capture_output=True, text=True, timeout=timeout, env=env,
+    )
+    lines = completed.stdout.strip().splitlines()
+    if completed.returncode != 0 or not lines:
+        tail = (completed.stderr or completed.stdout).strip().splitlines()[-5:]
+        return {"loader": task.get("loader", task["kind"]), "workload": task.get("workload"),
+                "error": " | ".join(tail) or f"exit status {completed.returncode}"}
+    return json.loads(lines[-1])
+
+
+def _main():
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    task = json.loads(sys.stdin.read())
+    if task["kind"] == "decode":
+        result = decode_ceiling(task["files"], task["batch_size"], task["threads"],
+                                task["runs"], task["device"])
+    else:
+        result = measure(task)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    _main()
