@@ -250,16 +250,18 @@ class ImagePipeline:
         """
         return self.run(*self.epoch_inputs(epoch))
 
-    def run(self, samples, random=None):
+    def run(self, samples, random=None, *, copy_to_host=True):
         """Runs the graph natively over the given input rows, a batch at a time.
 
         Args:
             samples: uint8 rows as made by `samples()`, in the order to load.
             random: float32 array `(len(samples), NUM_RANDOM)` of uniform numbers in
                 [0, 1); only used with `augment=True`. Defaults to zeros.
+            copy_to_host: if True, yield NumPy arrays; if False, yield DALI's own
+                outputs (`TensorListGPU` on a GPU), valid until the next batch.
 
         Yields:
-            A tuple of NumPy arrays per batch (see the class doc).
+            A tuple of outputs per batch (see the class doc).
         """
         if random is None:
             random = np.zeros((len(samples), NUM_RANDOM), np.float32)
@@ -275,7 +277,7 @@ class ImagePipeline:
                 outputs = self._native.run()
             except StopIteration:
                 return
-            yield tuple(_to_numpy(out) for out in outputs)
+            yield tuple(_to_numpy(out) for out in outputs) if copy_to_host else tuple(outputs)
 
 
 class _Feeder:

@@ -191,3 +191,14 @@ def test_label_mode_none_on_a_list_gives_images_only(indexed_dir):
                               shuffle=False, device="cpu")
     assert pipe.class_names is None and pipe.output_dtypes == ("float32",)
     assert [len(b) for b in pipe.epoch()] == [1, 1, 1, 1]
+
+
+def test_run_can_leave_outputs_in_dali(indexed_dir):
+    pipe = make_dali_pipeline(indexed_dir, image_size=(4, 4), batch_size=8, shuffle=False,
+                              device="cpu")
+    host = list(pipe.epoch())
+    raw = pipe.run(*pipe.epoch_inputs(), copy_to_host=False)
+    for (images, labels), (want_images, want_labels) in zip(raw, host):
+        assert type(images).__name__ == "TensorListCPU"
+        np.testing.assert_array_equal(np.array(images.as_tensor()), want_images)
+        np.testing.assert_array_equal(np.array(labels.as_tensor()), want_labels)

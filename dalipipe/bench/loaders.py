@@ -73,14 +73,18 @@ def random_resized_crop_box(width, height, rng):
 
 
 def make_python_generator(files, labels, *, workload, batch_size, threads, seed, chunk_size=1000):
-    """A loop that loads a chunk of images with PIL, then yields its batches."""
+    """A loop that loads a chunk of about `chunk_size` images with PIL (a whole number
+    of batches), then yields its batches."""
+    chunk_size = max(1, chunk_size // batch_size) * batch_size
+
     def epoch():
         rng = np.random.default_rng(seed)
         for start in range(0, len(files), chunk_size):
             stop = min(start + chunk_size, len(files))
             chunk = np.stack([pil_load(files[i], workload, rng) for i in range(start, stop)])
+            chunk_labels = labels[start:stop]
             for b in range(0, stop - start, batch_size):
-                yield chunk[b: b + batch_size], labels[start + b: start + b + batch_size]
+                yield chunk[b: b + batch_size], chunk_labels[b: b + batch_size]
 
     return Loader(epoch)
 
