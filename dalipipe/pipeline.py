@@ -68,6 +68,7 @@ def make_dali_pipeline(
     validation_split=None,
     subset=None,
     interpolation="bilinear",
+    antialias=True,
     crop_to_aspect_ratio=False,
     central_fraction=1.0,
     augment=False,
@@ -93,7 +94,8 @@ def make_dali_pipeline(
         labels=labels, label_mode=label_mode, class_names=class_names,
         image_size=image_size, batch_size=batch_size, shuffle=shuffle, seed=seed,
         validation_split=validation_split, subset=subset, interpolation=interpolation,
-        crop_to_aspect_ratio=crop_to_aspect_ratio, central_fraction=central_fraction,
+        antialias=antialias, crop_to_aspect_ratio=crop_to_aspect_ratio,
+        central_fraction=central_fraction,
         augment=augment, normalization=normalization, dtype=dtype, data_format=data_format,
         drop_remainder=drop_remainder, device=device, num_threads=num_threads,
         prefetch_queue_depth=prefetch_queue_depth,
@@ -220,7 +222,7 @@ class ImagePipeline:
                 label_mode=self.label_mode,
                 num_classes=len(self.class_names) if self.class_names else 0,
                 **{k: opts[k] for k in (
-                    "image_size", "interpolation", "crop_to_aspect_ratio",
+                    "image_size", "interpolation", "antialias", "crop_to_aspect_ratio",
                     "central_fraction", "augment",
                     "normalization", "dtype", "data_format",
                 )},
@@ -312,7 +314,7 @@ def _to_numpy(tensor_list):
     return np.array(tensor_list.as_tensor())
 
 
-def _graph(*, feed, device, label_mode, num_classes, image_size, interpolation,
+def _graph(*, feed, device, label_mode, num_classes, image_size, interpolation, antialias,
            crop_to_aspect_ratio, central_fraction, augment, normalization, dtype,
            data_format):
     """Defines the graph inside a `pipeline_def` function; returns its outputs."""
@@ -342,14 +344,15 @@ def _graph(*, feed, device, label_mode, num_classes, image_size, interpolation,
             encoded, anchor, shape, device=decoder_device, output_type=types.RGB,
             normalized_anchor=False, normalized_shape=False, axis_names="WH",
         )
-        images = fn.resize(images, size=(height, width), interp_type=interp)
+        images = fn.resize(images, size=(height, width), interp_type=interp, antialias=antialias)
         mirror = fn.cast(random[4] < 0.5, dtype=types.INT32)
     else:
         images = fn.decoders.image(encoded, device=decoder_device, output_type=types.RGB)
         roi = {}
         if crop_to_aspect_ratio or central_fraction < 1:
             roi = _central_window(encoded, image_size, crop_to_aspect_ratio, central_fraction)
-        images = fn.resize(images, size=(height, width), interp_type=interp, **roi)
+        images = fn.resize(images, size=(height, width), interp_type=interp,
+                           antialias=antialias, **roi)
         mirror = 0
     mean, std = NORMALIZATIONS[normalization]
     images = fn.crop_mirror_normalize(
@@ -430,7 +433,7 @@ def _positive_int(name, value):
 
 
 def _validate(*, labels, label_mode, class_names, image_size, batch_size, shuffle, seed,
-              validation_split, subset, interpolation, crop_to_aspect_ratio,
+              validation_split, subset, interpolation, antialias, crop_to_aspect_ratio,
               central_fraction, augment,
               normalization, dtype, data_format, drop_remainder, device, num_threads,
               prefetch_queue_depth):
@@ -455,7 +458,7 @@ def _validate(*, labels, label_mode, class_names, image_size, batch_size, shuffl
     _positive_int("prefetch_queue_depth", prefetch_queue_depth)
     if num_threads is not None:
         _positive_int("num_threads", num_threads)
-    for name, value in (("shuffle", shuffle), ("augment", augment),
+    for name, value in (("shuffle", shuffle), ("augment", augment), ("antialias", antialias),
                         ("crop_to_aspect_ratio", crop_to_aspect_ratio),
                         ("drop_remainder", drop_remainder)):
         if not isinstance(value, bool):
@@ -536,6 +539,7 @@ def _validate(*, labels, label_mode, class_names, image_size, batch_size, shuffl
         shuffle=shuffle,
         seed=int(seed),
         interpolation=interpolation,
+        antialias=antialias,
         crop_to_aspect_ratio=crop_to_aspect_ratio,
         central_fraction=float(central_fraction),
         augment=augment,

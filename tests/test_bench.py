@@ -51,6 +51,9 @@ def test_dalipipe_eval_output_matches_the_pil_reference(quick_report):
     result, _ = quick_report
     (r,) = [r for r in result["results"] if (r["loader"], r["workload"]) == ("dalipipe_cpu", "eval")]
     assert r["mean_abs_error_vs_pil"] < 1.0
+    (fast,) = [r for r in result["results"]
+               if (r["loader"], r["workload"]) == ("dalipipe_cpu_no_antialias", "eval")]
+    assert fast["mean_abs_error_vs_pil"] > r["mean_abs_error_vs_pil"]
 
 
 def test_report_files_and_machine_info(quick_report):

@@ -49,6 +49,20 @@ def test_central_fraction_is_the_imagenet_eval_transform(photo_path):
     assert error.mean() < 0.3, error.mean()
 
 
+def test_antialias_false_aliases_fine_detail(tmp_path):
+    """A 1-pixel checkerboard shrunk to 15x15: grey with antialiasing, speckled without."""
+    board = (np.indices((128, 128)).sum(0) % 2 * 255).astype(np.uint8)
+    path = str(tmp_path / "board.png")
+    Image.fromarray(np.stack([board] * 3, -1)).save(path)
+    spread = {}
+    for antialias in (True, False):
+        pipe = make_dali_pipeline([path], labels=None, image_size=(15, 15), batch_size=1,
+                                  normalization=None, antialias=antialias, device="cpu")
+        (images,) = collect(pipe.epoch())
+        spread[antialias] = float(images.std())
+    assert spread[True] < 5 < spread[False], spread
+
+
 def test_solid_images_keep_their_colour(indexed_dir):
     pipe = make_dali_pipeline(indexed_dir, image_size=(8, 8), batch_size=8, shuffle=False,
                               normalization=None, dtype="uint8", device="cpu")

@@ -226,7 +226,8 @@ def make_image_dataset_from_directory(files, labels, *, workload, batch_size, th
 
 # --- dalipipe ------------------------------------------------------------------------
 
-def make_dalipipe(files, labels, *, workload, batch_size, threads, seed, device="cpu"):
+def make_dalipipe(files, labels, *, workload, batch_size, threads, seed, device="cpu",
+                  antialias=True):
     """`make_dali_dataset` with the workload's options."""
     from dalipipe import make_dali_dataset
 
@@ -235,9 +236,15 @@ def make_dalipipe(files, labels, *, workload, batch_size, threads, seed, device=
     )
     dataset = make_dali_dataset(
         list(files), labels=list(labels), image_size=(SIZE, SIZE), batch_size=batch_size,
-        shuffle=False, seed=seed, device=device, num_threads=threads, **options,
+        shuffle=False, seed=seed, device=device, num_threads=threads, antialias=antialias,
+        **options,
     )
     return Loader(lambda: iter(dataset), dataset)
+
+
+def make_dalipipe_no_antialias(files, labels, **kwargs):
+    """`make_dali_dataset(antialias=False)`: the resize filter of `tf_data`."""
+    return make_dalipipe(files, labels, antialias=False, **kwargs)
 
 
 def make_dalipipe_gpu(files, labels, **kwargs):
@@ -251,6 +258,7 @@ LOADERS = {
     "tf_data": make_tf_data,
     "tf_data_antialias": make_tf_data_antialias,
     "dalipipe_cpu": make_dalipipe,
+    "dalipipe_cpu_no_antialias": make_dalipipe_no_antialias,
     "dalipipe_gpu": make_dalipipe_gpu,
 }
 DESCRIPTIONS = {
@@ -260,5 +268,6 @@ DESCRIPTIONS = {
     "tf_data": "tuned tf.data: parallel map, decode_and_crop_jpeg, bilinear, prefetch",
     "tf_data_antialias": "tuned tf.data with antialiased resize",
     "dalipipe_cpu": "make_dali_dataset(device='cpu')",
+    "dalipipe_cpu_no_antialias": "make_dali_dataset(device='cpu', antialias=False)",
     "dalipipe_gpu": "make_dali_dataset(device='gpu')",
 }

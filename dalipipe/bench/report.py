@@ -8,7 +8,8 @@ import time
 from dalipipe.bench import harness, loaders as loaders_lib
 
 DEFAULT_LOADERS = ("python_generator", "pydataset", "image_dataset_from_directory", "tf_data",
-                   "tf_data_antialias", "dalipipe_cpu", "dalipipe_gpu")
+                   "tf_data_antialias", "dalipipe_cpu", "dalipipe_cpu_no_antialias",
+                   "dalipipe_gpu")
 
 
 def run_bench(*, data, out, loaders=DEFAULT_LOADERS, workloads=loaders_lib.WORKLOADS,

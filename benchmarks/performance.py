@@ -1,0 +1,219 @@
+"""Where dalipipe's CPU time goes, and what each performance lever changes.
+
+Runs DALI pipelines natively (no TensorFlow) on the benchmark images:
+- a per-stage breakdown: read, + decode, + crop/resize, + normalize, then dalipipe's
+  own graph (its input path: external source + `fn.io.file.read`), then the same
+  through DALI's TensorFlow plugin (the hand-off);
+- levers, each a variant of the full graph: resize antialiasing, ROI decode of the
+  center crop, DALI's own random crop operator, threads, batch size, prefetch
+  depth, the dynamic executor, output dtype.
+
+Each variant runs alone: a warm-up epoch, then `rounds` timed epochs back to back;
+images/s is the median. (Round-robin timing would be wrong here: a DALI pipeline keeps
+filling its prefetch queue in the background while the next one is timed.) Writes
+JSON.
+
+    python benchmarks/performance.py [--data data/bench] [--num-images 2000] [--rounds 5]
+"""
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+SIZE, RESIZE = 224, 256
+
+
+def stage_pipeline(files, *, workload, stage, batch_size, threads, prefetch=2,
+                   exec_dynamic=False, antialias=True, dtype="float32", roi_decode=False,
+                   dali_random_crop=False):
+    """A DALI pipeline over `files` up to `stage` (read, decode, resize, normalize)."""
+    import nvidia.dali.math as dmath
+    from nvidia.dali import fn, pipeline_def, types
+
+    from dalipipe.pipeline import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, RANDOM_AREA, RANDOM_ASPECT_RATIO
+
+    @pipeline_def(batch_size=batch_size, num_threads=threads, device_id=None, seed=0,
+                  prefetch_queue_depth=prefetch, exec_dynamic=exec_dynamic)
+    def graph():
+        encoded, _ = fn.readers.file(files=list(files))
+        if stage == "read":
+            return encoded
+        shape = fn.peek_image_shape(encoded, dtype=types.FLOAT)
+        h, w = shape[0], shape[1]
+        if workload == "train" and dali_random_crop:
+            images = fn.decoders.image_random_crop(
+                encoded, device="cpu", output_type=types.RGB, random_area=list(RANDOM_AREA),
+                random_aspect_ratio=list(RANDOM_ASPECT_RATIO), num_attempts=10)
+            roi = {}
+        elif workload == "train":
+            u = [fn.random.uniform(range=[0.0, 1.0]) for _ in range(4)]
+            area = h * w * (RANDOM_AREA[0] + u[0] * (RANDOM_AREA[1] - RANDOM_AREA[0]))
+            lo, hi = math.log(RANDOM_ASPECT_RATIO[0]), math.log(RANDOM_ASPECT_RATIO[1])
+            ratio = dmath.exp(lo + u[1] * (hi - lo))
+            cw = dmath.max(dmath.min(dmath.sqrt(area * ratio), w), 1.0)
+            ch = dmath.max(dmath.min(dmath.sqrt(area / ratio), h), 1.0)
+            images = fn.decoders.image_slice(
+                encoded, fn.stack(u[2] * (w - cw), u[3] * (h - ch)), fn.stack(cw, ch),
+                device="cpu", output_type=types.RGB, normalized_anchor=False,
+                normalized_shape=False, axis_names="WH")
+            roi = {}
+        else:
+            side = dmath.min(h, w) * (SIZE / RESIZE)
+            top, left = (h - side) / 2, (w - side) / 2
+            if roi_decode:
+                images = fn.decoders.image_slice(
+                    encoded, fn.stack(left, top), fn.stack(side, side), device="cpu",
+                    output_type=types.RGB, normalized_anchor=False, normalized_shape=False,
+                    axis_names="WH")
+                roi = {}
+            else:
+                images = fn.decoders.image(encoded, device="cpu", output_type=types.RGB)
+                roi = dict(roi_start=fn.stack(top, left), roi_end=fn.stack(top + side, left + side),
+                           roi_relative=False)
+        if stage == "decode":
+            return images
+        images = fn.resize(images, size=(SIZE, SIZE), antialias=antialias, **roi)
+        if stage == "resize":
+            return images
+        mirror = fn.random.coin_flip() if workload == "train" else 0
+        return fn.crop_mirror_normalize(
+            images, mirror=mirror, mean=list(IMAGENET_DEFAULT_MEAN), std=list(IMAGENET_DEFAULT_STD),
+            dtype={"float32": types.FLOAT, "float16": types.FLOAT16, "uint8": types.UINT8}[dtype],
+            output_layout="HWC")
+
+    pipe = graph()
+    pipe.build()
+    iterations = math.ceil(len(files) / batch_size)
+
+    def epoch():
+        for _ in range(iterations):
+            pipe.run()
+        return iterations * batch_size
+
+    return epoch
+
+
+def dalipipe_native(files, labels, *, workload, batch_size, threads):
+    from dalipipe import make_dali_pipeline
+
+    options = dict(augment=True) if workload == "train" else dict(
+        crop_to_aspect_ratio=True, central_fraction=SIZE / RESIZE)
+    pipe = make_dali_pipeline(list(files), labels=list(labels), image_size=(SIZE, SIZE),
+                              batch_size=batch_size, shuffle=False, seed=0, device="cpu",
+                              num_threads=threads, **options)
+    state = {"epoch": 0}
+
+    def epoch():
+        count = 0
+        for images, _ in pipe.run(*pipe.epoch_inputs(state["epoch"]), copy_to_host=False):
+            count += len(images)
+        state["epoch"] += 1
+        return count
+
+    return epoch
+
+
+def dalipipe_tf(files, labels, *, workload, batch_size, threads):
+    from dalipipe import make_dali_dataset
+
+    options = dict(augment=True) if workload == "train" else dict(
+        crop_to_aspect_ratio=True, central_fraction=SIZE / RESIZE)
+    dataset = make_dali_dataset(list(files), labels=list(labels), image_size=(SIZE, SIZE),
+                                batch_size=batch_size, shuffle=False, seed=0, device="cpu",
+                                num_threads=threads, **options)
+
+    def epoch():
+        return sum(len(images) for images, _ in dataset)
+
+    return epoch
+
+
+def variants(files, labels, workload, threads, batch_size, with_tf):
+    stage = dict(workload=workload, batch_size=batch_size, threads=threads)
+    full = dict(stage, stage="normalize")
+    result = {
+        "stage: read": lambda: stage_pipeline(files, stage="read", **stage),
+        "stage: + decode": lambda: stage_pipeline(files, stage="decode", **stage),
+        "stage: + crop/resize": lambda: stage_pipeline(files, stage="resize", **stage),
+        "stage: + normalize (full graph, file reader)": lambda: stage_pipeline(files, **full),
+        "dalipipe graph (external source + io.file.read), native": lambda: dalipipe_native(
+            files, labels, workload=workload, batch_size=batch_size, threads=threads),
+        "lever: resize without antialiasing": lambda: stage_pipeline(files, antialias=False, **full),
+        f"lever: threads {threads * 2}": lambda: stage_pipeline(files, **{**full, "threads": threads * 2}),
+        "lever: threads 1": lambda: stage_pipeline(files, **{**full, "threads": 1}),
+        f"lever: batch {batch_size // 2}": lambda: stage_pipeline(files, **{**full, "batch_size": batch_size // 2}),
+        f"lever: batch {batch_size * 2}": lambda: stage_pipeline(files, **{**full, "batch_size": batch_size * 2}),
+        "lever: prefetch 1": lambda: stage_pipeline(files, prefetch=1, **full),
+        "lever: prefetch 4": lambda: stage_pipeline(files, prefetch=4, **full),
+        "lever: exec_dynamic": lambda: stage_pipeline(files, exec_dynamic=True, **full),
+        "lever: float16 output": lambda: stage_pipeline(files, dtype="float16", **full),
+        "lever: uint8 output (normalize in the model)": lambda: stage_pipeline(files, dtype="uint8", **full),
+    }
+    if workload == "eval":
+        result["lever: ROI decode of the center crop"] = lambda: stage_pipeline(files, roi_decode=True, **full)
+    else:
+        result["lever: decoders.image_random_crop (DALI's RNG)"] = lambda: stage_pipeline(
+            files, dali_random_crop=True, **full)
+    if with_tf:
+        result["dalipipe through the TF plugin (make_dali_dataset)"] = lambda: dalipipe_tf(
+            files, labels, workload=workload, batch_size=batch_size, threads=threads)
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default="data/bench")
+    parser.add_argument("--num-images", type=int, default=2000)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--workload", default="both", choices=("train", "eval", "both"))
+    parser.add_argument("--no-tf", action="store_true", help="skip the TensorFlow hand-off")
+    parser.add_argument("--out", default="benchmarks/results/performance.json")
+    args = parser.parse_args()
+
+    from dalipipe import make_sample_dataset, sources
+    from dalipipe.bench.harness import machine_info
+
+    if not os.path.exists(os.path.join(args.data, "labels.csv")):
+        make_sample_dataset(args.data, num_images=max(args.num_images, 5000), num_classes=10)
+    index = sources.index_source(args.data)
+    step = max(1, len(index) // args.num_images)
+    files = index.file_paths[::step][: args.num_images]
+    labels = index.labels[::step][: args.num_images].tolist()
+    report = {"machine": machine_info(), "images": len(files), "batch_size": args.batch_size,
+              "threads": args.threads, "rounds": args.rounds, "workloads": {}}
+    workloads = ("train", "eval") if args.workload == "both" else (args.workload,)
+    for workload in workloads:
+        rows = {}
+        for name, make in variants(files, labels, workload, args.threads, args.batch_size,
+                                   not args.no_tf).items():
+            epoch = make()
+            epoch()  # warm-up epoch
+            times = []
+            for _ in range(args.rounds):
+                start = time.perf_counter()
+                count = epoch()
+                times.append(time.perf_counter() - start)
+            del epoch  # its threads stop before the next variant runs
+            median = statistics.median(times)
+            rows[name] = {"images_per_s": count / median, "ms_per_image": 1000 * median / count,
+                          "run_s": times}
+            print(f"{workload:5s} {name:60s} {rows[name]['images_per_s']:8.0f} img/s "
+                  f"{rows[name]['ms_per_image']:6.3f} ms/img", flush=True)
+        report["workloads"][workload] = rows
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=2)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    main()
