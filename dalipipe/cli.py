@@ -45,7 +45,16 @@ def main(argv=None):
     bench.add_argument("--threads", type=int, default=None)
     bench.add_argument("--quick", action="store_true", help="a smoke run on 64 images")
 
+    check = commands.add_parser(
+        "check", help="check every image of a source before training; exit 1 if any is bad"
+    )
+    check.add_argument("source", help="a directory of images or a CSV file")
+    check.add_argument("--path-column", default="path")
+    check.add_argument("--full", action="store_true", help="also decode every image")
+
     args = parser.parse_args(argv)
+    if args.command == "check":
+        return _check(args)
     if args.command == "bench":
         return _bench(args)
     if args.command == "sample-data":
@@ -63,6 +72,34 @@ def main(argv=None):
         )
         return 0
     return _demo(args)
+
+
+def _check(args):
+    import collections
+
+    from dalipipe import checks, sources
+
+    index = sources.index_source(args.source, labels=None, path_column=args.path_column,
+                                 allow_missing=True)
+    started = time.perf_counter()
+
+    def progress(done, total):
+        filled = 30 * done // total
+        print(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} files", end="",
+              file=sys.stderr, flush=True)
+
+    bad = checks.check_files(index.file_paths, check="full" if args.full else "structure",
+                             progress=progress)
+    print(f"\nchecked {len(index)} files in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    if not bad:
+        print(f"all {len(index)} files are sound")
+        return 0
+    kinds = collections.Counter(reason.split(" (")[0] for reason in bad.values())
+    print(f"{len(bad)} of {len(index)} files are bad:")
+    for kind, count in kinds.most_common():
+        print(f"  {count:6d}  {kind}")
+    print(f"report: {checks.write_report(bad, len(index))}")
+    return 1
 
 
 def _bench(args):

@@ -34,6 +34,8 @@ def make_dali_dataset(
     device="auto",
     num_threads=None,
     prefetch_queue_depth=2,
+    check="structure",
+    on_bad_file="raise",
 ):
     """Generates a `tf.data.Dataset` of images loaded by an NVIDIA DALI pipeline.
 
@@ -120,6 +122,15 @@ def make_dali_dataset(
             Defaults to `"auto"`.
         num_threads: DALI CPU threads. Defaults to the number of usable cores.
         prefetch_queue_depth: batches DALI prepares ahead. Defaults to 2.
+        check: the pre-flight check of every file before the pipeline starts
+            (DALI stops at the first file it cannot decode): `"structure"`
+            (format by content, headers and markers), `"full"` (also a full
+            decode) or None (no check). Results are cached (see
+            `dalipipe.checks`). Defaults to `"structure"`.
+        on_bad_file: `"raise"` (one error listing every bad file and why) or
+            `"skip"` (leave them out, with a warning and a report file; classes
+            left empty are dropped unless `class_names` was given). Defaults to
+            `"raise"`.
 
     Returns:
         A `tf.data.Dataset` yielding `(images, labels)` batches, or `images` alone
@@ -131,7 +142,7 @@ def make_dali_dataset(
 
     Raises:
         ValueError: for an invalid argument, an empty source, an unknown column,
-            mismatched lengths or missing files.
+            mismatched lengths, or missing or bad files (with `on_bad_file="raise"`).
         RuntimeError: for `device="gpu"` on a machine without a usable GPU.
     """
     if device in ("auto", "gpu"):
@@ -145,7 +156,8 @@ def make_dali_dataset(
         central_fraction=central_fraction, augment=augment, normalization=normalization,
         dtype=dtype,
         data_format=data_format, drop_remainder=drop_remainder, device=device,
-        num_threads=num_threads, prefetch_queue_depth=prefetch_queue_depth,
+        num_threads=num_threads, prefetch_queue_depth=prefetch_queue_depth, check=check,
+        on_bad_file=on_bad_file,
     )
     if isinstance(result, tuple):
         return tuple(to_dataset(p) for p in result)

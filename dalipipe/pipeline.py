@@ -17,10 +17,11 @@ The graph has two named inputs, fed one batch at a time:
 
 import math
 import os
+import warnings
 
 import numpy as np
 
-from dalipipe import sources
+from dalipipe import checks, sources
 
 IMAGENET_DEFAULT_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 IMAGENET_DEFAULT_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
@@ -79,6 +80,8 @@ def make_dali_pipeline(
     device="auto",
     num_threads=None,
     prefetch_queue_depth=2,
+    check="structure",
+    on_bad_file="raise",
 ):
     """Indexes `source` and builds the DALI image pipeline for it, without TensorFlow.
 
@@ -98,7 +101,7 @@ def make_dali_pipeline(
         central_fraction=central_fraction,
         augment=augment, normalization=normalization, dtype=dtype, data_format=data_format,
         drop_remainder=drop_remainder, device=device, num_threads=num_threads,
-        prefetch_queue_depth=prefetch_queue_depth,
+        prefetch_queue_depth=prefetch_queue_depth, check=check, on_bad_file=on_bad_file,
     )
     if options["device"] == "auto":
         options["device"] = "gpu" if dali_gpu_count() > 0 else "cpu"
@@ -111,8 +114,11 @@ def make_dali_pipeline(
     if label_mode is None and not is_directory and sources.is_inferred(labels):
         labels = None  # a table or list has no labels to infer: images only
     index = sources.index_source(
-        source, labels=labels, class_names=class_names, path_column=path_column, root=root
+        source, labels=labels, class_names=class_names, path_column=path_column, root=root,
+        allow_missing=check is not None,
     )
+    if check is not None:
+        index = _drop_bad_files(index, check, on_bad_file, keep_classes=class_names is not None)
     if index.labels is None:
         options["label_mode"] = None
     elif options["label_mode"] == "binary" and len(index.class_names) != 2:
@@ -128,6 +134,33 @@ def make_dali_pipeline(
     # Validation data is neither augmented nor trimmed to whole batches.
     validation = {**options, "augment": False, "drop_remainder": False}
     return ImagePipeline(parts[0], **options), ImagePipeline(parts[1], **validation)
+
+
+def _drop_bad_files(index, check, on_bad_file, keep_classes):
+    """Checks every file (see `dalipipe.checks`): raises, or leaves the bad ones out."""
+    bad = checks.check_files(index.file_paths, check=check)
+    if not bad:
+        return index
+    report = checks.write_report(bad, len(index))
+    listed = "\n".join(f"  {path}: {reason}" for path, reason in list(bad.items())[:100])
+    more = f"\n  ... and {len(bad) - 100} more" if len(bad) > 100 else ""
+    if on_bad_file == "raise":
+        raise ValueError(
+            f"{len(bad)} of {len(index)} files cannot be loaded (DALI would stop at the "
+            f"first of them). Fix or remove them, or pass on_bad_file='skip'. Report: "
+            f"{report}\n{listed}{more}"
+        )
+    kept = index.without(bad, keep_classes=keep_classes)
+    if not len(kept):
+        raise ValueError(f"All {len(index)} files are bad. Report: {report}\n{listed}{more}")
+    dropped = sorted(set(index.class_names or []) - set(kept.class_names or []))
+    warnings.warn(
+        f"Left out {len(bad)} of {len(index)} files that cannot be loaded"
+        + (f"; classes left without images: {dropped}" if dropped else "")
+        + f". Report: {report}",
+        stacklevel=3,
+    )
+    return kept
 
 
 class ImagePipeline:
@@ -434,10 +467,11 @@ def _positive_int(name, value):
 
 def _validate(*, labels, label_mode, class_names, image_size, batch_size, shuffle, seed,
               validation_split, subset, interpolation, antialias, crop_to_aspect_ratio,
-              central_fraction, augment,
-              normalization, dtype, data_format, drop_remainder, device, num_threads,
-              prefetch_queue_depth):
+              central_fraction, augment, normalization, dtype, data_format, drop_remainder,
+              device, num_threads, prefetch_queue_depth, check, on_bad_file):
     """Checks every option; returns the resolved options for `ImagePipeline`."""
+    _one_of("check", check, checks.CHECKS)
+    _one_of("on_bad_file", on_bad_file, checks.ON_BAD_FILE)
     _one_of("label_mode", label_mode, LABEL_MODES)
     _one_of("interpolation", interpolation, INTERPOLATIONS)
     _one_of("normalization", normalization, tuple(NORMALIZATIONS))

@@ -49,11 +49,24 @@ class Index(NamedTuple):
         labels = None if self.labels is None else self.labels[indices]
         return Index([self.file_paths[i] for i in indices], labels, self.class_names)
 
+    def without(self, paths, *, keep_classes=False):
+        """This index less `paths`; classes left without samples are dropped (and
+        the labels renumbered) unless `keep_classes`."""
+        drop = set(paths)
+        kept = self.take([i for i, p in enumerate(self.file_paths) if p not in drop])
+        if kept.labels is None or keep_classes:
+            return kept
+        used = sorted(set(kept.labels.tolist()))
+        renumber = np.full(len(self.class_names), -1, np.int32)
+        renumber[used] = np.arange(len(used), dtype=np.int32)
+        return Index(kept.file_paths, renumber[kept.labels], [self.class_names[i] for i in used])
+
     def __len__(self):
         return len(self.file_paths)
 
 
-def index_source(source, *, labels="inferred", class_names=None, path_column="path", root=None):
+def index_source(source, *, labels="inferred", class_names=None, path_column="path", root=None,
+                 allow_missing=False):
     """Lists the images of `source` with their labels.
 
     Args:
@@ -70,6 +83,8 @@ def index_source(source, *, labels="inferred", class_names=None, path_column="pa
         path_column: the column of a table that holds the file paths.
         root: folder that relative paths of a table or list resolve against.
             Defaults to the CSV file's folder, else the current directory.
+        allow_missing: keep paths of a table or list that do not exist (for a
+            pre-flight check to report with the other bad files) instead of raising.
 
     Returns:
         An `Index`.
@@ -98,11 +113,13 @@ def index_source(source, *, labels="inferred", class_names=None, path_column="pa
         table = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
         if root is None:
             root = os.path.dirname(os.path.abspath(path))
-        return _index_table(table, labels, class_names, path_column, root, f"'{path}'")
+        return _index_table(table, labels, class_names, path_column, root, f"'{path}'",
+                            allow_missing)
     if _is_dataframe(source):
-        return _index_table(source, labels, class_names, path_column, root, "the DataFrame")
+        return _index_table(source, labels, class_names, path_column, root, "the DataFrame",
+                            allow_missing)
     if isinstance(source, (list, tuple)):
-        return _index_list(list(source), labels, class_names, root)
+        return _index_list(list(source), labels, class_names, root, allow_missing=allow_missing)
     raise TypeError(
         f"`source` must be a directory, a CSV file, a pandas DataFrame or a list of "
         f"file paths. Received: source={source!r} of type {type(source).__name__}"
@@ -234,7 +251,7 @@ def _check_not_empty(file_paths, directory):
         )
 
 
-def _index_table(table, labels, class_names, path_column, root, what):
+def _index_table(table, labels, class_names, path_column, root, what, allow_missing):
     columns = list(table.columns)
     if path_column not in columns:
         raise ValueError(
@@ -256,10 +273,12 @@ def _index_table(table, labels, class_names, path_column, root, what):
     if labels is not None:
         # A table's labels are categories: 2019 and 2020 are two classes, not 2021.
         label_values = [v if _is_missing(v) else str(v) for v in table[labels].tolist()]
-    return _index_list(paths, label_values, class_names, root, what=what, column=labels)
+    return _index_list(paths, label_values, class_names, root, what=what, column=labels,
+                       allow_missing=allow_missing)
 
 
-def _index_list(paths, labels, class_names, root, what="the list", column=None):
+def _index_list(paths, labels, class_names, root, what="the list", column=None,
+                allow_missing=False):
     if not paths:
         raise ValueError(f"`source` holds no file paths: {what} is empty.")
     if labels is not None and not isinstance(labels, (list, tuple, np.ndarray)):
@@ -276,7 +295,7 @@ def _index_list(paths, labels, class_names, root, what="the list", column=None):
     file_paths = [
         os.path.normpath(os.path.join(base, os.path.expanduser(os.fsdecode(p)))) for p in paths
     ]
-    missing = [p for p in file_paths if not os.path.isfile(p)]
+    missing = [] if allow_missing else [p for p in file_paths if not os.path.isfile(p)]
     if missing:
         raise ValueError(
             f"{len(missing)} file(s) named in {what} do not exist: {listing(missing)}"

@@ -4,6 +4,7 @@ Nothing here imports TensorFlow: the `gpu` tests run on machines without it.
 """
 
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -13,6 +14,14 @@ from dalipipe.pipeline import dali_gpu_count
 
 NUM_INDEXED = 29  # not a multiple of the batch sizes used in the tests
 CLASSES = ("blue", "green", "red")
+
+
+def pytest_configure(config):
+    # Pre-flight check results go to a fresh cache, not the user's.
+    if "DALIPIPE_CACHE_DIR" not in os.environ:
+        cache = os.path.join(str(config.rootpath), ".pytest_cache", "dalipipe")
+        shutil.rmtree(cache, ignore_errors=True)
+        os.environ["DALIPIPE_CACHE_DIR"] = cache
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,0 +1,257 @@
+"""Pre-flight checks of image files, before a DALI pipeline starts.
+
+DALI cannot skip a file it fails to decode: one bad JPEG stops training. So every
+file of a source is checked first, by content, not by extension:
+- it exists, is a regular file (a broken symbolic link is reported as such), is not
+  empty and can be read;
+- its first bytes are a format DALI decodes (JPEG, PNG, BMP, TIFF, WebP, JPEG 2000,
+  PNM); GIF and anything else are reported;
+- its structure is sound: a JPEG's markers up to the image data and an end-of-image
+  marker; a PNG's chunks, with their checksums, up to IEND; a WebP's RIFF length;
+- with `check="full"`, the whole image also decodes (with PIL).
+
+Results are cached in SQLite, keyed on path, size and modification time, so a second
+check of the same files reads only their metadata. The cache lives in
+`$DALIPIPE_CACHE_DIR`, default `~/.cache/dalipipe/checks.sqlite`.
+"""
+
+import os
+import sqlite3
+import stat
+import struct
+import time
+import zlib
+
+CHECKS = ("structure", "full", None)
+ON_BAD_FILE = ("raise", "skip")
+_VERSION = 2  # bump when a check changes, to ignore older cache rows
+
+
+def cache_dir():
+    return os.environ.get("DALIPIPE_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "dalipipe"
+    )
+
+
+def check_file(path, *, full=False):
+    """Returns None for a sound image file, else the reason it is not one."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            return f"broken symbolic link (to {os.readlink(path)!r})"
+        return "does not exist"
+    except OSError as e:
+        return f"cannot be read ({e.strerror})"
+    if not stat.S_ISREG(info.st_mode):
+        return "not a regular file"
+    if info.st_size == 0:
+        return "empty file (0 bytes)"
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        return f"cannot be read ({e.strerror})"
+    kind = sniff(data)
+    if kind is None:
+        return f"not an image DALI decodes (starts with {data[:8]!r})"
+    if kind == "gif":
+        return "GIF, which DALI does not decode"
+    reason = {"jpeg": _check_jpeg, "png": _check_png, "webp": _check_webp}.get(
+        kind, lambda d: None
+    )(data)
+    if reason is None and full:
+        reason = _decode_fully(path)
+    return reason
+
+
+def sniff(data):
+    """The image format of `data` by its first bytes, or None."""
+    if data.startswith(b"\xff\xd8"):  # SOI; the structure check reads on
+        return "jpeg"
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "png"
+    if data.startswith((b"GIF87a", b"GIF89a")):
+        return "gif"
+    if data.startswith(b"BM") and len(data) >= 26:
+        return "bmp"
+    if data.startswith((b"II*\x00", b"MM\x00*")):
+        return "tiff"
+    if data.startswith(b"RIFF") and data[8:12] == b"WEBP":
+        return "webp"
+    if data.startswith((b"\x00\x00\x00\x0cjP  \r\n\x87\n", b"\xff\x4f\xff\x51")):
+        return "jpeg2000"
+    if len(data) > 2 and data[0:1] == b"P" and data[1:2] in b"123456" and data[2:3].isspace():
+        return "pnm"
+    return None
+
+
+def _check_jpeg(data):
+    """Walks the markers from SOI to the first scan, then looks for EOI."""
+    pos, frame = 2, None
+    while True:
+        if pos < len(data) and data[pos] != 0xFF:
+            return f"corrupt JPEG (no marker at byte {pos})"
+        # Markers may be padded with any number of 0xFF bytes.
+        while pos < len(data) and data[pos] == 0xFF:
+            pos += 1
+        if pos >= len(data):
+            return "truncated JPEG (ends inside its headers)"
+        marker = data[pos]
+        pos += 1
+        if marker in (0x01,) or 0xD0 <= marker <= 0xD7:
+            continue  # markers without a length
+        if marker == 0xD9:
+            return "corrupt JPEG (end-of-image marker before any image data)"
+        if pos + 2 > len(data):
+            return "truncated JPEG (ends inside its headers)"
+        (length,) = struct.unpack(">H", data[pos: pos + 2])
+        if length < 2 or pos + length > len(data):
+            return f"corrupt or truncated JPEG (segment 0x{marker:02X} runs past the end)"
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            if length < 8:
+                return "corrupt JPEG (short frame header)"
+            height, width = struct.unpack(">HH", data[pos + 3: pos + 7])
+            components = data[pos + 7]
+            if width == 0 or height == 0:
+                return f"corrupt JPEG (frame size {width}x{height})"
+            if components not in (1, 3, 4):
+                return f"corrupt JPEG ({components} colour components)"
+            frame = (width, height)
+        if marker == 0xDA:  # start of scan: entropy-coded data follows
+            if frame is None:
+                return "corrupt JPEG (image data before any frame header)"
+            break
+        pos += length
+    if data.rfind(b"\xff\xd9", pos) < 0:
+        return "truncated JPEG (no end-of-image marker)"
+    return None
+
+
+def _check_png(data):
+    """Walks the chunks and their CRCs from IHDR to IEND."""
+    pos, first = 8, True
+    while True:
+        if pos + 8 > len(data):
+            return "truncated PNG (no IEND chunk)"
+        length, kind = struct.unpack(">I4s", data[pos: pos + 8])
+        end = pos + 12 + length
+        if end > len(data):
+            return f"truncated PNG (chunk {kind!r} runs past the end)"
+        if first and kind != b"IHDR":
+            return "corrupt PNG (first chunk is not IHDR)"
+        (crc,) = struct.unpack(">I", data[end - 4: end])
+        if zlib.crc32(data[pos + 4: end - 4]) != crc:
+            return f"corrupt PNG (checksum of chunk {kind!r})"
+        if first:
+            width, height = struct.unpack(">II", data[pos + 8: pos + 16])
+            if width == 0 or height == 0:
+                return f"corrupt PNG (size {width}x{height})"
+        if kind == b"IEND":
+            return None
+        first, pos = False, end
+
+
+def _check_webp(data):
+    (size,) = struct.unpack("<I", data[4:8])
+    if size + 8 > len(data):
+        return "truncated WebP (shorter than its RIFF header says)"
+    return None
+
+
+def _decode_fully(path):
+    from PIL import Image
+
+    try:
+        with Image.open(path) as image:
+            image.load()
+    except Exception as e:  # PIL raises many types for bad data
+        return f"does not decode ({type(e).__name__}: {e})"
+    return None
+
+
+class _Cache:
+    """path -> (size, mtime_ns, mode, reason) in SQLite."""
+
+    def __init__(self, path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self.db = sqlite3.connect(path, timeout=30)
+        self.db.execute(
+            "CREATE TABLE IF NOT EXISTS checks (path BLOB PRIMARY KEY, size INTEGER, "
+            "mtime_ns INTEGER, mode TEXT, version INTEGER, reason TEXT)"
+        )
+
+    def get(self, paths):
+        found = {}
+        for i in range(0, len(paths), 900):
+            chunk = paths[i: i + 900]
+            rows = self.db.execute(
+                f"SELECT path, size, mtime_ns, mode, version, reason FROM checks "
+                f"WHERE path IN ({','.join('?' * len(chunk))})", chunk,
+            )
+            found.update({row[0]: row[1:] for row in rows})
+        return found
+
+    def put(self, rows):
+        self.db.executemany("INSERT OR REPLACE INTO checks VALUES (?, ?, ?, ?, ?, ?)", rows)
+        self.db.commit()
+
+    def close(self):
+        self.db.close()
+
+
+def check_files(paths, *, check="structure", progress=None):
+    """Checks `paths`; returns `{path: reason}` for the bad ones.
+
+    Args:
+        paths: file paths.
+        check: `"structure"` (headers and markers) or `"full"` (also a full decode).
+        progress: optional callable `progress(done, total)`.
+    """
+    if check not in ("structure", "full"):
+        raise ValueError(f"`check` must be one of {CHECKS}. Received: check={check!r}")
+    cache = _Cache(os.path.join(cache_dir(), "checks.sqlite"))
+    try:
+        # Keys are the paths' bytes: file names need not be valid UTF-8.
+        known = cache.get([os.fsencode(p) for p in paths])
+        bad, rows = {}, []
+        for i, path in enumerate(paths):
+            key = os.fsencode(path)
+            try:
+                info = os.stat(path)
+                signature = (info.st_size, info.st_mtime_ns)
+            except OSError:
+                signature = None
+            cached = known.get(key)
+            usable = (
+                signature is not None and cached is not None
+                and (cached[0], cached[1]) == signature and cached[3] == _VERSION
+                and (cached[2] == check or (cached[2] == "full" and cached[4] is None))
+            )
+            if usable:
+                reason = cached[4]
+            else:
+                reason = check_file(path, full=check == "full")
+                if signature is not None:
+                    rows.append((key, *signature, check, _VERSION, reason))
+            if reason is not None:
+                bad[path] = reason
+            if progress is not None and (i % 256 == 0 or i == len(paths) - 1):
+                progress(i + 1, len(paths))
+        if rows:
+            cache.put(rows)
+    finally:
+        cache.close()
+    return bad
+
+
+def write_report(bad, total, *, directory=None):
+    """Writes one line per bad file (reason, then path); returns the report's path."""
+    directory = directory or os.path.join(cache_dir(), "reports")
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, time.strftime("bad-files-%Y%m%d-%H%M%S.txt"))
+    with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
+        f.write(f"# {len(bad)} bad file(s) of {total} checked\n")
+        for file_path, reason in sorted(bad.items()):
+            f.write(f"{reason}\t{os.fsdecode(file_path)}\n")
+    return path

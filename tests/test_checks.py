@@ -1,0 +1,213 @@
+"""Pre-flight checks: every odd file either loads correctly or is reported by name."""
+
+import io
+import os
+import warnings
+
+import numpy as np
+import pytest
+from PIL import Image, ImageOps
+
+from dalipipe import checks, make_dali_pipeline
+
+
+def jpeg_bytes(image, **save):
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=95, **save)
+    return buffer.getvalue()
+
+
+def image_bytes(image, fmt, **save):
+    buffer = io.BytesIO()
+    image.save(buffer, format=fmt, **save)
+    return buffer.getvalue()
+
+
+def gradient(width=48, height=32):
+    y, x = np.mgrid[0:height, 0:width]
+    rgb = np.stack([x * 255 // max(1, width - 1), y * 255 // max(1, height - 1), (x + y) % 256], -1)
+    return Image.fromarray(rgb.astype(np.uint8))
+
+
+GOOD_JPEG = jpeg_bytes(gradient())
+GOOD = {
+    # name: (bytes, the image PIL sees, as RGB, orientation applied)
+    "png_named_jpg.jpg": image_bytes(gradient(), "PNG"),
+    "bmp_named_jpg.jpg": image_bytes(gradient(), "BMP"),
+    "webp_named_png.png": image_bytes(gradient(), "WEBP", lossless=True),
+    "tiff_named_jpg.jpg": image_bytes(gradient(), "TIFF"),
+    "cmyk.jpg": jpeg_bytes(gradient().convert("CMYK")),
+    "grayscale.jpg": jpeg_bytes(gradient().convert("L")),
+    "png16.png": image_bytes(Image.fromarray((np.arange(32 * 48).reshape(32, 48) * 40).astype(np.uint16)), "PNG"),
+    "rgba.png": image_bytes(gradient().convert("RGBA"), "PNG"),
+    "progressive.jpg": jpeg_bytes(gradient(), progressive=True),
+    "one_pixel.png": image_bytes(Image.new("RGB", (1, 1), (200, 10, 30)), "PNG"),
+}
+BAD = {
+    # name: (bytes, the reason must contain)
+    "empty.jpg": (b"", "empty file"),
+    "truncated.jpg": (GOOD_JPEG[: len(GOOD_JPEG) // 2], "truncated JPEG"),
+    "random.jpg": (np.random.default_rng(0).integers(0, 256, 5000, np.uint8).tobytes(),
+                   "not an image DALI decodes"),
+    "notes.jpg": (b"just some text, not an image\n" * 10, "not an image DALI decodes"),
+    "animation.jpg": (image_bytes(gradient(), "GIF"), "GIF"),
+    "bad_marker.jpg": (GOOD_JPEG[:2] + b"\x00\x00" + GOOD_JPEG[4:], "corrupt JPEG"),
+    "bad_crc.png": (image_bytes(gradient(), "PNG")[:40] + b"\x00" * 8
+                    + image_bytes(gradient(), "PNG")[48:], "corrupt PNG"),
+}
+
+
+@pytest.fixture()
+def zoo(tmp_path):
+    """A class folder of good odd files, one of bad ones, and special files."""
+    (tmp_path / "good").mkdir()
+    (tmp_path / "bad").mkdir()
+    for name, data in GOOD.items():
+        (tmp_path / "good" / name).write_bytes(data)
+    for name, (data, _) in BAD.items():
+        (tmp_path / "bad" / name).write_bytes(data)
+    os.symlink(tmp_path / "nowhere.jpg", tmp_path / "bad" / "broken_link.jpg")
+    os.mkfifo(tmp_path / "bad" / "fifo.jpg")  # would block a reader forever
+    return tmp_path
+
+
+def test_each_bad_file_is_reported_with_its_reason(zoo):
+    bad = checks.check_files(sorted(str(p) for p in (zoo / "bad").iterdir()))
+    reasons = {os.path.basename(p): r for p, r in bad.items()}
+    for name, (_, expected) in BAD.items():
+        assert expected in reasons.pop(name), (name, bad)
+    assert "broken symbolic link" in reasons.pop("broken_link.jpg")
+    assert "not a regular file" in reasons.pop("fifo.jpg")
+    assert not reasons
+
+
+def test_good_odd_files_pass_and_load_like_pil(zoo):
+    paths = [str(zoo / "good" / name) for name in GOOD]
+    assert checks.check_files(paths, check="full") == {}
+    pipe = make_dali_pipeline(paths, labels=None, image_size=(8, 8), batch_size=4,
+                              shuffle=False, normalization=None, device="cpu")
+    images = np.concatenate([b[0] for b in pipe.epoch()])
+    assert images.shape == (len(GOOD), 8, 8, 3)
+    for name, image in zip(GOOD, images):
+        with Image.open(zoo / "good" / name) as source:
+            pil = source.convert("RGB") if source.mode != "I;16" else None
+            if pil is None:  # 16-bit grey: compare the rescaled 8-bit values
+                pil = Image.fromarray((np.asarray(source, np.float64) / 257).round().astype(np.uint8)).convert("RGB")
+            reference = np.asarray(pil.resize((8, 8), Image.BILINEAR), np.float32)
+        # CMYK conversion and JPEG decoders differ a little: stated tolerance 12.
+        assert np.abs(image - reference).mean() < 12, name
+
+
+def test_exif_orientation_is_applied(tmp_path):
+    array = np.zeros((20, 40, 3), np.uint8)
+    array[:, :20] = (255, 0, 0)  # left half red
+    image = Image.fromarray(array)
+    exif = image.getexif()
+    exif[0x0112] = 6  # shown rotated 90 degrees clockwise
+    path = tmp_path / "rotated.jpg"
+    image.save(path, exif=exif, quality=95)
+    upright = np.asarray(ImageOps.exif_transpose(Image.open(path)))
+    assert upright.shape == (40, 20, 3)
+    pipe = make_dali_pipeline([str(path)], labels=None, image_size=(40, 20), batch_size=1,
+                              normalization=None, interpolation="nearest", device="cpu")
+    (images,) = next(iter(pipe.epoch()))
+    assert np.abs(images[0] - upright).mean() < 8
+
+
+def test_very_large_image_loads(tmp_path):
+    path = tmp_path / "huge.jpg"
+    Image.new("RGB", (10000, 10000), (10, 200, 30)).save(path, quality=90)
+    pipe = make_dali_pipeline([str(path)], labels=None, image_size=(16, 16), batch_size=1,
+                              normalization=None, device="cpu")
+    (images,) = next(iter(pipe.epoch()))
+    np.testing.assert_allclose(images[0].reshape(-1, 3).mean(0), (10, 200, 30), atol=3)
+
+
+def test_raise_lists_every_bad_file_before_training(zoo):
+    with pytest.raises(ValueError) as info:
+        make_dali_pipeline(str(zoo), device="cpu")
+    message = str(info.value)
+    assert f"{len(BAD) + 2} of {len(BAD) + 2 + len(GOOD)} files cannot be loaded" in message
+    for name in list(BAD) + ["broken_link.jpg", "fifo.jpg"]:
+        assert name in message
+    report = message.split("Report: ")[1].split("\n")[0]
+    assert len(open(report).read().splitlines()) == len(BAD) + 3  # a header line
+
+
+def test_skip_leaves_bad_files_out_and_drops_empty_classes(zoo):
+    with pytest.warns(UserWarning, match=r"Left out 9 of 19 files.*classes left without images: \['bad'\]"):
+        pipe = make_dali_pipeline(str(zoo), on_bad_file="skip", image_size=(4, 4), batch_size=4,
+                                  device="cpu")
+    assert pipe.class_names == ["good"] and len(pipe.file_paths) == len(GOOD)
+    assert sum(len(b[0]) for b in pipe.epoch()) == len(GOOD)
+    assert set(pipe.labels.tolist()) == {0}
+
+
+def test_missing_path_in_a_table_is_a_bad_file(zoo, tmp_path):
+    good = [str(zoo / "good" / name) for name in GOOD]
+    missing = str(tmp_path / "gone.jpg")
+    with pytest.raises(ValueError, match=r"gone\.jpg: does not exist"):
+        make_dali_pipeline(good + [missing], labels=[0] * (len(good) + 1), device="cpu")
+    with pytest.warns(UserWarning, match="Left out 1 of"):
+        pipe = make_dali_pipeline(good + [missing], labels=[0] * len(good) + [1],
+                                  class_names=["a", "b"], on_bad_file="skip", device="cpu")
+    assert pipe.class_names == ["a", "b"]  # given by the user: kept
+
+
+def test_non_utf8_file_name(tmp_path):
+    name = os.fsencode(str(tmp_path)) + b"/caf\xe9.jpg"
+    with open(name, "wb") as f:
+        f.write(GOOD_JPEG)
+    path = os.fsdecode(name)
+    assert checks.check_files([path]) == {}
+    pipe = make_dali_pipeline([path], labels=None, image_size=(4, 4), batch_size=1, device="cpu")
+    assert len(next(iter(pipe.epoch()))[0]) == 1
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every file whatever its mode")
+def test_unreadable_file(tmp_path):
+    path = tmp_path / "locked.jpg"
+    path.write_bytes(GOOD_JPEG)
+    path.chmod(0)
+    assert "cannot be read" in checks.check_files([str(path)])[str(path)]
+
+
+def test_results_are_cached_and_invalidated_by_changes(tmp_path, monkeypatch):
+    monkeypatch.setenv("DALIPIPE_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "a.jpg"
+    path.write_bytes(GOOD_JPEG)
+    assert checks.check_files([str(path)]) == {}
+    calls = []
+    original = checks.check_file
+    monkeypatch.setattr(checks, "check_file", lambda p, full=False: calls.append(p) or original(p, full=full))
+    assert checks.check_files([str(path)]) == {}
+    assert calls == []  # from the cache
+    path.write_bytes(GOOD_JPEG[:100])  # replaced: new size and time
+    assert "truncated" in checks.check_files([str(path)])[str(path)]
+    assert calls == [str(path)]
+    assert os.path.exists(tmp_path / "cache" / "checks.sqlite")
+
+
+def test_check_option_errors(tmp_path):
+    with pytest.raises(ValueError, match=r"`check` must be one of \('structure', 'full', None\). Received: check='fast'"):
+        make_dali_pipeline([str(tmp_path)], check="fast", device="cpu")
+    with pytest.raises(ValueError, match=r"Received: on_bad_file='ignore'"):
+        make_dali_pipeline([str(tmp_path)], on_bad_file="ignore", device="cpu")
+
+
+def test_check_none_skips_the_check(zoo):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pipe = make_dali_pipeline(str(zoo / "good"), labels=None, check=None, device="cpu")
+    assert len(pipe.file_paths) == len(GOOD)
+
+
+def test_check_command_summarizes_and_sets_the_exit_status(zoo, capsys):
+    from dalipipe.cli import main
+
+    assert main(["check", str(zoo / "good")]) == 0
+    assert f"all {len(GOOD)} files are sound" in capsys.readouterr().out
+    assert main(["check", str(zoo)]) == 1
+    out = capsys.readouterr().out
+    assert f"{len(BAD) + 2} of {len(BAD) + 2 + len(GOOD)} files are bad" in out
+    assert "truncated JPEG" in out and "report: " in out
