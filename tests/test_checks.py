@@ -211,3 +211,12 @@ def test_check_command_summarizes_and_sets_the_exit_status(zoo, capsys):
     out = capsys.readouterr().out
     assert f"{len(BAD) + 2} of {len(BAD) + 2 + len(GOOD)} files are bad" in out
     assert "truncated JPEG" in out and "report: " in out
+
+
+def test_file_deleted_after_the_check_is_named(zoo):
+    pipe = make_dali_pipeline(str(zoo / "good"), labels=None, image_size=(4, 4), batch_size=4,
+                              shuffle=False, device="cpu")
+    victim = pipe.file_paths[2]
+    os.remove(victim)
+    with pytest.raises(RuntimeError, match=f"File mapping failed: {victim}"):
+        list(pipe.epoch())
