@@ -24,7 +24,7 @@ import zlib
 
 CHECKS = ("structure", "full", None)
 ON_BAD_FILE = ("raise", "skip")
-_VERSION = 2  # bump when a check changes, to ignore older cache rows
+_VERSION = 3  # bump when a check changes, to ignore older cache rows
 
 
 def cache_dir():
@@ -87,8 +87,10 @@ def sniff(data):
 
 
 def _check_jpeg(data):
-    """Walks the markers from SOI to the first scan, then looks for EOI."""
+    """Walks the markers from SOI to the first scan, checking that the frame, scan,
+    quantization and Huffman tables agree, then looks for EOI."""
     pos, frame = 2, None
+    quant_tables, huffman_tables = set(), set()
     while True:
         if pos < len(data) and data[pos] != 0xFF:
             return f"corrupt JPEG (no marker at byte {pos})"
@@ -99,33 +101,90 @@ def _check_jpeg(data):
             return "truncated JPEG (ends inside its headers)"
         marker = data[pos]
         pos += 1
-        if marker in (0x01,) or 0xD0 <= marker <= 0xD7:
+        if marker == 0x01 or 0xD0 <= marker <= 0xD7:
             continue  # markers without a length
         if marker == 0xD9:
             return "corrupt JPEG (end-of-image marker before any image data)"
+        if marker in (0x00, 0xD8):
+            return f"corrupt JPEG (marker 0x{marker:02X} in the headers)"
         if pos + 2 > len(data):
             return "truncated JPEG (ends inside its headers)"
         (length,) = struct.unpack(">H", data[pos: pos + 2])
         if length < 2 or pos + length > len(data):
             return f"corrupt or truncated JPEG (segment 0x{marker:02X} runs past the end)"
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            if length < 8:
+        body = data[pos + 2: pos + length]
+        if marker == 0xDB:  # quantization tables
+            reason, quant_tables = _jpeg_tables(body, quant_tables, "quantization", 64)
+            if reason:
+                return reason
+        elif marker == 0xC4:  # Huffman tables
+            reason, huffman_tables = _jpeg_tables(body, huffman_tables, "Huffman", None)
+            if reason:
+                return reason
+        elif 0xC0 <= marker <= 0xCF and marker not in (0xC8, 0xCC):
+            if frame is not None:
+                return "corrupt JPEG (two frame headers)"
+            if len(body) < 6:
                 return "corrupt JPEG (short frame header)"
-            height, width = struct.unpack(">HH", data[pos + 3: pos + 7])
-            components = data[pos + 7]
+            height, width, count = struct.unpack(">HHB", body[1:6])
             if width == 0 or height == 0:
                 return f"corrupt JPEG (frame size {width}x{height})"
-            if components not in (1, 3, 4):
-                return f"corrupt JPEG ({components} colour components)"
-            frame = (width, height)
-        if marker == 0xDA:  # start of scan: entropy-coded data follows
+            if count not in (1, 3, 4) or len(body) != 6 + 3 * count:
+                return f"corrupt JPEG (frame header for {count} colour components)"
+            components = {}
+            for i in range(count):
+                ident, sampling, table = body[6 + 3 * i: 9 + 3 * i]
+                if table not in quant_tables or not (1 <= sampling >> 4 <= 4 and 1 <= sampling & 15 <= 4):
+                    return "corrupt JPEG (frame component with a missing table or bad sampling)"
+                components[ident] = table
+            if len(components) != count:
+                return "corrupt JPEG (repeated frame component)"
+            frame = (marker, components)
+        elif marker == 0xDA:  # start of scan: entropy-coded data follows
             if frame is None:
                 return "corrupt JPEG (image data before any frame header)"
+            count = body[0] if body else 0
+            if not 1 <= count <= 4 or len(body) != 4 + 2 * count:
+                return "corrupt JPEG (bad scan header)"
+            for i in range(count):
+                ident, tables = body[1 + 2 * i: 3 + 2 * i]
+                if ident not in frame[1]:
+                    return f"corrupt JPEG (scan names component {ident}, not in the frame)"
+                arithmetic = frame[0] in (0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF)
+                if not arithmetic and huffman_tables and not (
+                    (0, tables >> 4) in huffman_tables or (1, tables & 15) in huffman_tables
+                ):
+                    return "corrupt JPEG (scan uses an undefined Huffman table)"
             break
         pos += length
     if data.rfind(b"\xff\xd9", pos) < 0:
         return "truncated JPEG (no end-of-image marker)"
     return None
+
+
+def _jpeg_tables(body, defined, name, entries):
+    """Adds the table ids of a DQT (`entries`=64) or DHT segment to `defined`."""
+    defined, i = set(defined), 0
+    while i < len(body):
+        spec = body[i]
+        if entries:  # DQT: precision (4 bits), id; 64 entries of 1 or 2 bytes
+            ident, size = spec & 15, 64 * (1 + (spec >> 4))
+            if spec >> 4 > 1 or ident > 3:
+                return f"corrupt JPEG (bad {name} table)", defined
+            defined.add(ident)
+            i += 1 + size
+        else:  # DHT: class (4 bits), id; 16 counts, then the symbols
+            table_class, ident = spec >> 4, spec & 15
+            if table_class > 1 or ident > 3 or i + 17 > len(body):
+                return f"corrupt JPEG (bad {name} table)", defined
+            symbols = sum(body[i + 1: i + 17])
+            if symbols > 256:
+                return f"corrupt JPEG (bad {name} table)", defined
+            defined.add((table_class, ident))
+            i += 17 + symbols
+    if i != len(body):
+        return f"corrupt JPEG ({name} table runs past its segment)", defined
+    return None, defined
 
 
 def _check_png(data):
