@@ -9,20 +9,8 @@ batches, and one whole epoch, and writes them as JSON.
 import argparse
 import json
 import os
-import platform
 import statistics
 import time
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main():
@@ -37,6 +25,7 @@ def main():
     args = parser.parse_args()
 
     from dalipipe import make_dali_dataset, make_sample_dataset
+    from dalipipe.bench.harness import cpu_model
 
     make_sample_dataset(args.directory, num_images=args.num_images)
     ds = make_dali_dataset(args.directory, image_size=(args.image_size,) * 2,

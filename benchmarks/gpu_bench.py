@@ -568,14 +568,9 @@ def _version(module_name):
 
 
 def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    from dalipipe.bench.harness import cpu_model as harness_cpu_model
+
+    return harness_cpu_model()
 
 
 def machine_info():

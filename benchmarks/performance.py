@@ -21,7 +21,6 @@ import json
 import math
 import os
 import statistics
-import sys
 import time
 
 import numpy as np
@@ -101,9 +100,9 @@ def stage_pipeline(files, *, workload, stage, batch_size, threads, prefetch=2,
 
 def dalipipe_native(files, labels, *, workload, batch_size, threads):
     from dalipipe import make_dali_pipeline
+    from dalipipe.bench.loaders import dalipipe_options
 
-    options = dict(augment=True) if workload == "train" else dict(
-        crop_to_aspect_ratio=True, central_fraction=SIZE / RESIZE)
+    options = dalipipe_options(workload)
     pipe = make_dali_pipeline(list(files), labels=list(labels), image_size=(SIZE, SIZE),
                               batch_size=batch_size, shuffle=False, seed=0, device="cpu",
                               num_threads=threads, **options)
@@ -121,9 +120,9 @@ def dalipipe_native(files, labels, *, workload, batch_size, threads):
 
 def dalipipe_tf(files, labels, *, workload, batch_size, threads):
     from dalipipe import make_dali_dataset
+    from dalipipe.bench.loaders import dalipipe_options
 
-    options = dict(augment=True) if workload == "train" else dict(
-        crop_to_aspect_ratio=True, central_fraction=SIZE / RESIZE)
+    options = dalipipe_options(workload)
     dataset = make_dali_dataset(list(files), labels=list(labels), image_size=(SIZE, SIZE),
                                 batch_size=batch_size, shuffle=False, seed=0, device="cpu",
                                 num_threads=threads, **options)

@@ -206,16 +206,23 @@ def decode_ceiling(files, batch_size, threads, runs, device="cpu"):
             "run_s": times, "images_per_s": images / statistics.median(times)}
 
 
+def cpu_model():
+    """The CPU's model name from /proc/cpuinfo, else what `platform` knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def machine_info():
     """CPU model, cores, GPU and library versions."""
     import importlib.metadata as metadata
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_model()
     try:
         gpu = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],

@@ -226,18 +226,22 @@ def make_image_dataset_from_directory(files, labels, *, workload, batch_size, th
 
 # --- dalipipe ------------------------------------------------------------------------
 
+def dalipipe_options(workload):
+    """`make_dali_dataset` options that do the workload's work."""
+    if workload == "train":
+        return dict(augment=True)
+    return dict(crop_to_aspect_ratio=True, central_fraction=SIZE / RESIZE)
+
+
 def make_dalipipe(files, labels, *, workload, batch_size, threads, seed, device="cpu",
                   antialias=True):
     """`make_dali_dataset` with the workload's options."""
     from dalipipe import make_dali_dataset
 
-    options = dict(augment=True) if workload == "train" else dict(
-        crop_to_aspect_ratio=True, central_fraction=SIZE / RESIZE
-    )
     dataset = make_dali_dataset(
         list(files), labels=list(labels), image_size=(SIZE, SIZE), batch_size=batch_size,
         shuffle=False, seed=seed, device=device, num_threads=threads, antialias=antialias,
-        **options,
+        **dalipipe_options(workload),
     )
     return Loader(lambda: iter(dataset), dataset)
 
