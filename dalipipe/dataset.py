@@ -36,6 +36,7 @@ def make_dali_dataset(
     prefetch_queue_depth=2,
     check="structure",
     on_bad_file="raise",
+    strategy=None,
 ):
     """Generates a `tf.data.Dataset` of images loaded by an NVIDIA DALI pipeline.
 
@@ -131,6 +132,16 @@ def make_dali_dataset(
             `"skip"` (leave them out, with a warning and a report file; classes
             left empty are dropped unless `class_names` was given). Defaults to
             `"raise"`.
+        strategy: a `tf.distribute` strategy to feed: the result is a
+            `tf.distribute.DistributedDataset` with one DALI pipeline per replica
+            under `MirroredStrategy` (each on its replica's GPU) and one per worker
+            under `MultiWorkerMirroredStrategy` (run one worker per GPU). `batch_size`
+            is the global batch, split evenly over the replicas. Every replica runs
+            the same number of full batches per epoch: the shards of one shuffled
+            order, the last step padded with samples of weight 0, so batches are
+            `(images, labels, sample_weights)` and each sample counts exactly once per
+            epoch. Build the model under `strategy.scope()`. Needs labels. Defaults
+            to None (one device).
 
     Returns:
         A `tf.data.Dataset` yielding `(images, labels)` batches, or `images` alone
@@ -138,14 +149,19 @@ def make_dali_dataset(
         the shape given by `data_format` and the type `dtype`. It has the attributes
         `class_names` (None without labels) and `file_paths` (in `shuffle=False`
         order), and `cardinality()` is the number of batches per epoch. On a GPU it
-        is placed on `/gpu:0` and its tensors live there.
+        is placed on `/gpu:0` and its tensors live there. With `strategy`, a
+        `tf.distribute.DistributedDataset` (see `strategy`) with the same attributes.
 
     Raises:
         ValueError: for an invalid argument, an empty source, an unknown column,
-            mismatched lengths, or missing or bad files (with `on_bad_file="raise"`).
+            mismatched lengths, missing or bad files (with `on_bad_file="raise"`), or
+            a `batch_size` that the strategy's replicas do not divide.
         RuntimeError: for `device="gpu"` on a machine without a usable GPU.
     """
-    if device in ("auto", "gpu"):
+    if strategy is not None:
+        _check_strategy(strategy, batch_size, label_mode, labels)
+        device = _strategy_device(strategy, device)
+    elif device in ("auto", "gpu"):
         device = _resolve_gpu(device)
     result = pipeline_lib.make_dali_pipeline(
         source, labels=labels, label_mode=label_mode, class_names=class_names,
@@ -159,22 +175,102 @@ def make_dali_dataset(
         num_threads=num_threads, prefetch_queue_depth=prefetch_queue_depth, check=check,
         on_bad_file=on_bad_file,
     )
+    make = to_dataset if strategy is None else (lambda p: distribute(p, strategy))
     if isinstance(result, tuple):
-        return tuple(to_dataset(p) for p in result)
-    return to_dataset(result)
+        return tuple(make(p) for p in result)
+    return make(result)
 
 
-def to_dataset(image_pipeline):
-    """Wraps an `ImagePipeline` in DALI's TensorFlow dataset (see `make_dali_dataset`)."""
-    device = "/gpu:0" if image_pipeline.device == "gpu" else "/cpu:0"
-    inputs = input_datasets(image_pipeline)
-    if image_pipeline.device == "gpu":
+def distribute(image_pipeline, strategy):
+    """Feeds `strategy`'s replicas from shards of `image_pipeline` (see `make_dali_dataset`).
+
+    `MirroredStrategy`: one pipeline per replica, placed on the replica's device
+    (`InputReplicationMode.PER_REPLICA`). Other strategies: one pipeline per worker
+    feeding the worker's replicas in turn, sharded by the worker's index.
+
+    Returns:
+        A `tf.distribute.DistributedDataset` with `class_names` and `file_paths`.
+    """
+    num_replicas = strategy.num_replicas_in_sync
+    if isinstance(strategy, tf.distribute.MirroredStrategy):
+        devices = strategy.extended.worker_devices
+        options = tf.distribute.InputOptions(
+            experimental_place_dataset_on_device=True,
+            experimental_fetch_to_device=False,
+            experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA,
+        )
+
+        def dataset_fn(context):
+            replica = context.input_pipeline_id
+            device_id = tf.DeviceSpec.from_string(devices[replica]).device_index or 0
+            shard = image_pipeline.shard([replica], num_replicas, device_id=device_id)
+            return to_dataset(shard, device=devices[replica])
+    else:
+        options = tf.distribute.InputOptions(
+            experimental_fetch_to_device=image_pipeline.device != "gpu"
+        )
+
+        def dataset_fn(context):
+            local = num_replicas // context.num_input_pipelines
+            first = context.input_pipeline_id * local
+            shard = image_pipeline.shard(range(first, first + local), num_replicas)
+            return to_dataset(shard)
+
+    dataset = strategy.distribute_datasets_from_function(dataset_fn, options)
+    dataset.class_names = image_pipeline.class_names
+    dataset.file_paths = list(image_pipeline.file_paths)
+    return dataset
+
+
+def _check_strategy(strategy, batch_size, label_mode, labels):
+    if not isinstance(strategy, tf.distribute.Strategy):
+        raise ValueError(
+            "`strategy` must be a `tf.distribute.Strategy`, such as "
+            f"`tf.distribute.MirroredStrategy()`. Received: strategy={strategy!r}"
+        )
+    if label_mode is None or labels is None:
+        raise ValueError(
+            "`strategy` pads the last step with zero-weight samples, which needs labels "
+            "to weigh. Predict on one device instead. "
+            f"Received: labels={labels!r}, label_mode={label_mode!r}"
+        )
+    if isinstance(batch_size, int) and batch_size > 0:
+        pipeline_lib.check_global_batch(batch_size, strategy.num_replicas_in_sync)
+
+
+def _strategy_device(strategy, device):
+    """The DALI device for the strategy's replicas: GPUs only if they are all GPUs."""
+    kinds = {tf.DeviceSpec.from_string(d).device_type for d in strategy.extended.worker_devices}
+    if kinds == {"GPU"} and device in ("auto", "gpu"):
+        return _resolve_gpu(device)
+    if device == "gpu":
+        raise ValueError(
+            "`device='gpu'` needs a strategy whose replicas are GPUs. Received a strategy "
+            f"with replicas on {strategy.extended.worker_devices}"
+        )
+    return "cpu"
+
+
+def to_dataset(image_pipeline, device=None):
+    """Wraps an `ImagePipeline` in DALI's TensorFlow dataset (see `make_dali_dataset`).
+
+    Args:
+        image_pipeline: the pipeline, or one shard of it (`ImagePipeline.shard`).
+        device: the TensorFlow device to place it on. Defaults to `/gpu:0` for a GPU
+            pipeline (`/gpu:<device_id>` for a shard) and `/cpu:0` otherwise.
+    """
+    if device is None:
+        device = f"/gpu:{image_pipeline.device_id}" if image_pipeline.device == "gpu" else "/cpu:0"
+    gpu = image_pipeline.device == "gpu"
+    with tf.device("/cpu:0" if gpu else device):
+        inputs = input_datasets(image_pipeline)
+    if gpu:
         inputs = {k: v.apply(tf.data.experimental.copy_to_device(device)) for k, v in inputs.items()}
-    dtypes = tuple(tf.as_dtype(d) for d in image_pipeline.output_dtypes)
-    shapes = tuple(tf.TensorShape(s) for s in image_pipeline.output_shapes)
     with tf.device(device):
+        dtypes = tuple(tf.as_dtype(d) for d in image_pipeline.output_dtypes)
+        shapes = tuple(tf.TensorShape(s) for s in image_pipeline.output_shapes)
         dataset = _DALIKerasDataset(
-            num_batches=image_pipeline.num_batches,
+            steps=image_pipeline.steps,
             pipeline=image_pipeline.build(),
             input_datasets={
                 name: dali_tf.experimental.Input(inputs[name], batch=True)
@@ -187,59 +283,80 @@ def to_dataset(image_pipeline):
             device_id=image_pipeline.device_id,
             prefetch_queue_depth=image_pipeline.options["prefetch_queue_depth"],
         )
-    if image_pipeline.device == "cpu":
-        # A real cardinality for tf.data too (`.map`, `.prefetch` keep it). The op has
-        # no GPU kernel, so on a GPU the Python `cardinality()` alone carries it.
-        dataset = dataset.apply(tf.data.experimental.assert_cardinality(image_pipeline.num_batches))
+        if image_pipeline.device == "cpu" and image_pipeline.num_batches == image_pipeline.steps:
+            # A real cardinality for tf.data too (`.map`, `.prefetch` keep it). The op has
+            # no GPU kernel, so on a GPU the Python `cardinality()` alone carries it.
+            dataset = dataset.apply(
+                tf.data.experimental.assert_cardinality(image_pipeline.num_batches)
+            )
     dataset.class_names = image_pipeline.class_names
     dataset.file_paths = list(image_pipeline.file_paths)
     return dataset
 
 
 def input_datasets(image_pipeline):
-    """The `tf.data` inputs of the graph by name, on the CPU, one batch per element.
+    """The `tf.data` inputs of the graph by name, one batch per element.
 
-    `"samples"`: the packed rows, shuffled every iteration when `shuffle=True`;
-    `"random"`: `NUM_RANDOM` uniform float32 numbers per sample, redrawn every
-    iteration. Both are deterministic for the pipeline's seed and end after one epoch.
+    `"samples"`: the packed rows in the epoch's order (a new permutation every
+    iteration when `shuffle=True`); `"random"`: `NUM_RANDOM` uniform float32 numbers
+    per sample, redrawn every iteration; `"weights"` (shards only): 1 per sample, 0
+    per padding. Each takes `image_pipeline.positions()` of the epoch's order, so the
+    shards of a distributed dataset split one common order. All are deterministic for
+    the pipeline's seed and end after one epoch.
     """
-    options = image_pipeline.options
     seed, batch_size = image_pipeline.seed, image_pipeline.batch_size
-    drop = options["drop_remainder"]
-    with tf.device("/cpu:0"):
-        table = tf.constant(image_pipeline.samples())
-        n = int(table.shape[0])
-        order = tf.data.Dataset.range(n)
-        if options["shuffle"]:
-            order = order.shuffle(n, seed=seed, reshuffle_each_iteration=True)
-        samples = order.batch(batch_size, drop_remainder=drop).map(
-            lambda i: tf.gather(table, i)
+    positions, weights = image_pipeline.positions()
+    table = tf.constant(image_pipeline.samples())
+    n = int(table.shape[0])
+    positions = tf.constant(positions)
+
+    def epoch_seeds():
+        # One fresh seed per iteration (epoch): the same in every shard.
+        return tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).take(1).map(
+            lambda s: tf.stack([s, tf.constant(0, tf.int64)])
         )
-        random = (
-            tf.data.Dataset.random(seed=seed + 1, rerandomize_each_iteration=True)
-            .take(n)
-            .map(lambda s: tf.random.stateless_uniform(
-                [pipeline_lib.NUM_RANDOM], seed=tf.stack([s, tf.constant(0, tf.int64)])
-            ))
-            .batch(batch_size, drop_remainder=drop)
+
+    def order(epoch_seed):
+        if not image_pipeline.options["shuffle"]:
+            return positions
+        permutation = tf.random.experimental.stateless_shuffle(
+            tf.range(n, dtype=tf.int64), seed=epoch_seed
         )
-    return {"samples": samples, "random": random}
+        return tf.gather(permutation, positions)
+
+    samples = (
+        epoch_seeds()
+        .flat_map(lambda s: tf.data.Dataset.from_tensor_slices(order(s)))
+        .batch(batch_size)
+        .map(lambda i: tf.gather(table, i))
+    )
+    random = (
+        epoch_seeds()
+        .flat_map(lambda s: tf.data.Dataset.from_tensor_slices(tf.random.stateless_uniform(
+            [len(positions), pipeline_lib.NUM_RANDOM], seed=s + [0, 1]
+        )))
+        .batch(batch_size)
+    )
+    inputs = {"samples": samples, "random": random}
+    if weights is not None:
+        inputs["weights"] = tf.data.Dataset.from_tensor_slices(weights).batch(batch_size)
+    return inputs
 
 
 class _DALIKerasDataset(dali_tf.experimental.DALIDatasetWithInputs):
-    """DALI's dataset, whose `cardinality()` is the number of batches per epoch.
+    """DALI's dataset, whose `cardinality()` is the number of steps per epoch.
 
-    DALI reports an infinite cardinality; Keras reads `cardinality()` to end each
-    epoch and to make a new iterator (a new order) for the next. The dataset really
-    ends when its inputs do, after that many batches.
+    DALI reports an infinite cardinality; Keras reads `cardinality()` (through a
+    distributed dataset too) to end each epoch and to make a new iterator (a new
+    order) for the next. The dataset really ends when its inputs do.
     """
 
-    def __init__(self, num_batches, **kwargs):
+    def __init__(self, steps, **kwargs):
         super().__init__(**kwargs)
-        self._num_batches = num_batches
+        self._steps = steps
 
     def cardinality(self):
-        return tf.constant(self._num_batches, tf.int64)
+        return tf.constant(self._steps, tf.int64)
 
 
 def _resolve_gpu(device):

@@ -13,8 +13,12 @@ The graph has two named inputs, fed one batch at a time:
   drive the random-resized crop and the flip. Drawing them outside DALI gives fresh
   augmentation every epoch (DALI restarts its own generators with each new iterator)
   and the same crops on CPU and GPU for the same inputs.
+- `"weights"` (only for a pipeline that is one shard of a distributed dataset, see
+  `ImagePipeline.shard`): float32, one per sample, 0 for padding. It passes through
+  to the third output, Keras's `sample_weight`.
 """
 
+import collections
 import math
 import os
 import warnings
@@ -163,6 +167,10 @@ def _drop_bad_files(index, check, on_bad_file, keep_classes):
     return kept
 
 
+Sharding = collections.namedtuple("Sharding", ["num_replicas", "replica_ids", "device_id"])
+Sharding.__doc__ = "Which replicas of a distributed dataset a pipeline feeds (`ImagePipeline.shard`)."
+
+
 class ImagePipeline:
     """One split of a source with the DALI graph that loads it.
 
@@ -171,38 +179,56 @@ class ImagePipeline:
     - images: `(n, height, width, 3)` for `"channels_last"`, `(n, 3, height, width)`
       for `"channels_first"`, of `dtype`;
     - labels (unless `label_mode` is None): int32 `(n,)` for `"int"`, float32
-      `(n, num_classes)` for `"categorical"`, float32 `(n, 1)` for `"binary"`.
+      `(n, num_classes)` for `"categorical"`, float32 `(n, 1)` for `"binary"`;
+    - weights, only for a shard of a distributed dataset (`shard`): float32 `(n,)`,
+      1 for a sample and 0 for padding; then `n` is always the replica's batch size.
 
     Attributes:
         file_paths: the split's files, in `shuffle=False` order.
         labels: int32 labels aligned with `file_paths`, or None.
         class_names: the class names, or None.
-        num_batches: batches per epoch.
+        batch_size: samples per DALI batch (per replica for a shard).
+        steps: steps per epoch (global batches for a shard).
+        num_batches: DALI batches per epoch (`steps` times the replicas it feeds).
         device: `"cpu"` or `"gpu"`.
         output_dtypes, output_shapes: NumPy dtype names and shapes (batch dimension
             None) of the outputs.
     """
 
-    def __init__(self, index, **options):
+    def __init__(self, index, sharding=None, **options):
+        self.index = index
         self.file_paths = index.file_paths
         self.labels = index.labels
         self.class_names = index.class_names
         self.options = options
-        self.batch_size = options["batch_size"]
+        self.sharding = sharding
         self.seed = options["seed"]
         self.device = options["device"]
         self.label_mode = options["label_mode"]
         self.num_threads = options["num_threads"]
-        self.device_id = 0 if self.device == "gpu" else None
+        n, global_batch = len(self.file_paths), options["batch_size"]
+        drop = options["drop_remainder"]
+        if sharding is None:
+            self.batch_size = global_batch
+            self.device_id = 0 if self.device == "gpu" else None
+            self.steps = n // global_batch if drop else -(-n // global_batch)
+            self.num_batches = self.steps
+        else:
+            self.batch_size = global_batch // sharding.num_replicas
+            self.device_id = sharding.device_id if self.device == "gpu" else None
+            # Every replica runs the same number of full batches: the last step is
+            # padded with zero-weight samples (unless `drop_remainder`).
+            self.steps = n // global_batch if drop else -(-n // global_batch)
+            self.num_batches = self.steps * len(sharding.replica_ids)
+        if self.steps == 0:
+            raise ValueError(
+                f"`drop_remainder=True` with `batch_size={global_batch}` leaves no batch of "
+                f"the {n} samples of this split. Use a smaller `batch_size`."
+            )
         # DALI prunes an input the graph does not use: "random" only drives augmentation.
         self.input_names = ("samples", "random") if options["augment"] else ("samples",)
-        n, b = len(self.file_paths), self.batch_size
-        self.num_batches = n // b if options["drop_remainder"] else -(-n // b)
-        if self.num_batches == 0:
-            raise ValueError(
-                f"`drop_remainder=True` with `batch_size={b}` leaves no batch of the "
-                f"{n} samples of this split. Use a smaller `batch_size`."
-            )
+        if sharding is not None:
+            self.input_names += ("weights",)
         height, width = options["image_size"]
         image_shape = (
             (None, height, width, 3)
@@ -219,7 +245,38 @@ class ImagePipeline:
             }[self.label_mode]
             self.output_dtypes += ("int32" if self.label_mode == "int" else "float32",)
             self.output_shapes += (label_shape,)
+        if sharding is not None:
+            self.output_dtypes += ("float32",)
+            self.output_shapes += ((None,),)
         self._native = None
+
+    def shard(self, replica_ids, num_replicas, device_id=0):
+        """This split as loaded by one input pipeline of a distributed dataset.
+
+        The epoch's sample order is shared by all pipelines (same `seed`); every step
+        takes the next `batch_size` samples of it (the global batch), and replica `r`
+        gets the `r`-th slice of `batch_size // num_replicas` samples. The last step
+        is padded with samples of weight 0 (unless `drop_remainder=True`), so every
+        replica runs `steps` full batches and each sample has weight 1 exactly once
+        per epoch. The pipeline gets a third output, float32 weights `(n,)`.
+
+        Args:
+            replica_ids: the consecutive replicas this pipeline feeds, in the order
+                their batches are consumed (one pipeline per replica, or per worker).
+            num_replicas: replicas in sync over all workers.
+            device_id: the GPU this pipeline runs on (ignored on the CPU).
+
+        Returns:
+            A new `ImagePipeline`.
+
+        Raises:
+            ValueError: when `batch_size` is not a multiple of `num_replicas`.
+        """
+        check_global_batch(self.options["batch_size"], num_replicas)
+        replica_ids = tuple(int(r) for r in replica_ids)
+        return ImagePipeline(
+            self.index, sharding=Sharding(num_replicas, replica_ids, device_id), **self.options
+        )
 
     def __len__(self):
         return self.num_batches
@@ -253,6 +310,7 @@ class ImagePipeline:
                 feed=feed,
                 device=self.device,
                 label_mode=self.label_mode,
+                weighted=self.sharding is not None,
                 num_classes=len(self.class_names) if self.class_names else 0,
                 **{k: opts[k] for k in (
                     "image_size", "interpolation", "antialias", "crop_to_aspect_ratio",
@@ -263,20 +321,43 @@ class ImagePipeline:
 
         return graph()
 
-    def epoch_inputs(self, epoch=0):
-        """The `"samples"` and `"random"` rows of one native epoch, as NumPy arrays.
+    def positions(self):
+        """Which samples of an epoch's order this pipeline loads, and their weights.
 
-        The order and the random numbers depend on `seed` and `epoch` only.
+        Returns:
+            `(positions, weights)`: int64 indices into the epoch's order of the
+            samples, in the order this pipeline loads them (`num_batches` batches of
+            `batch_size`, the last one partial unless sharded or `drop_remainder`),
+            and float32 weights for them (0 for padding), or None when not sharded.
+        """
+        n, b = len(self.file_paths), self.batch_size
+        if self.sharding is None:
+            return np.arange(min(n, self.num_batches * b), dtype=np.int64), None
+        global_batch = b * self.sharding.num_replicas
+        positions = (
+            np.arange(self.steps, dtype=np.int64)[:, None, None] * global_batch
+            + np.asarray(self.sharding.replica_ids, np.int64)[None, :, None] * b
+            + np.arange(b, dtype=np.int64)[None, None, :]
+        ).reshape(-1)
+        # Padding repeats samples from the start of the order, with weight 0.
+        return positions % n, (positions < n).astype(np.float32)
+
+    def epoch_inputs(self, epoch=0):
+        """The inputs of one native epoch: `(samples, random, weights)` as NumPy arrays.
+
+        `weights` is None unless the pipeline is a shard. The order and the random
+        numbers depend on `seed` and `epoch` only.
         """
         n = len(self.file_paths)
-        rows = self.samples()
+        order = np.arange(n)
         if self.options["shuffle"]:
-            rows = rows[np.random.default_rng([self.seed, epoch, 0]).permutation(n)]
-        random = np.random.default_rng([self.seed, epoch, 1]).random((n, NUM_RANDOM), np.float32)
-        if self.options["drop_remainder"]:
-            keep = self.num_batches * self.batch_size
-            rows, random = rows[:keep], random[:keep]
-        return rows, random
+            order = np.random.default_rng([self.seed, epoch, 0]).permutation(n)
+        positions, weights = self.positions()
+        rows = self.samples()[order[positions]]
+        random = np.random.default_rng([self.seed, epoch, 1]).random(
+            (len(positions), NUM_RANDOM), np.float32
+        )
+        return rows, random, weights
 
     def epoch(self, epoch=0):
         """Runs one epoch natively and yields each batch as a tuple of NumPy arrays.
@@ -285,27 +366,33 @@ class ImagePipeline:
         """
         return self.run(*self.epoch_inputs(epoch))
 
-    def run(self, samples, random=None, *, copy_to_host=True):
+    def run(self, samples, random=None, weights=None, *, copy_to_host=True):
         """Runs the graph natively over the given input rows, a batch at a time.
 
         Args:
             samples: uint8 rows as made by `samples()`, in the order to load.
             random: float32 array `(len(samples), NUM_RANDOM)` of uniform numbers in
                 [0, 1); only used with `augment=True`. Defaults to zeros.
+            weights: float32 array `(len(samples),)`, only for a shard. Defaults to
+                ones.
             copy_to_host: if True, yield NumPy arrays; if False, yield DALI's own
                 outputs (`TensorListGPU` on a GPU), valid until the next batch.
 
         Yields:
             A tuple of outputs per batch (see the class doc).
         """
-        if random is None:
-            random = np.zeros((len(samples), NUM_RANDOM), np.float32)
+        inputs = {
+            "samples": np.asarray(samples, np.uint8),
+            "random": np.zeros((len(samples), NUM_RANDOM), np.float32)
+            if random is None else np.asarray(random, np.float32),
+            "weights": np.ones(len(samples), np.float32)
+            if weights is None else np.asarray(weights, np.float32),
+        }
         if self._native is None:
             self._feeder = _Feeder()
             self._native = self.build(feed=self._feeder.source)
             self._native.build()
-        self._feeder.start(np.asarray(samples, np.uint8), np.asarray(random, np.float32),
-                           self.batch_size)
+        self._feeder.start(inputs, self.batch_size)
         self._native.reset()
         while True:
             try:
@@ -316,19 +403,18 @@ class ImagePipeline:
 
 
 class _Feeder:
-    """Native epochs for `ImagePipeline.epoch`: batches of both inputs, in step."""
+    """Native epochs for `ImagePipeline.run`: batches of every input, in step."""
 
     def __init__(self):
-        self.batches = {"samples": [], "random": []}
-        self.position = {"samples": 0, "random": 0}
+        self.batches = {}
+        self.position = {}
 
-    def start(self, rows, random, batch_size):
-        starts = range(0, len(rows), batch_size)
+    def start(self, inputs, batch_size):
         self.batches = {
-            "samples": [rows[i: i + batch_size] for i in starts],
-            "random": [random[i: i + batch_size] for i in starts],
+            name: [rows[i: i + batch_size] for i in range(0, len(rows), batch_size)]
+            for name, rows in inputs.items()
         }
-        self.position = {"samples": 0, "random": 0}
+        self.position = dict.fromkeys(inputs, 0)
 
     def source(self, name):
         def next_batch():
@@ -347,16 +433,16 @@ def _to_numpy(tensor_list):
     return np.array(tensor_list.as_tensor())
 
 
-def _graph(*, feed, device, label_mode, num_classes, image_size, interpolation, antialias,
+def _graph(*, feed, device, label_mode, weighted, num_classes, image_size, interpolation, antialias,
            crop_to_aspect_ratio, central_fraction, augment, normalization, dtype,
            data_format):
     """Defines the graph inside a `pipeline_def` function; returns its outputs."""
     from nvidia.dali import fn, types
 
-    def external(name, dali_type):
+    def external(name, dali_type, ndim=1):
         if feed is None:
-            return fn.external_source(name=name, dtype=dali_type, ndim=1, batch=True)
-        return fn.external_source(source=feed(name), dtype=dali_type, ndim=1, batch=True)
+            return fn.external_source(name=name, dtype=dali_type, ndim=ndim, batch=True)
+        return fn.external_source(source=feed(name), dtype=dali_type, ndim=ndim, batch=True)
 
     samples = external("samples", types.UINT8)
     random = external("random", types.FLOAT)
@@ -396,15 +482,18 @@ def _graph(*, feed, device, label_mode, num_classes, image_size, interpolation, 
         dtype={"float32": types.FLOAT, "float16": types.FLOAT16, "uint8": types.UINT8}[dtype],
         output_layout="HWC" if data_format == "channels_last" else "CHW",
     )
-    if label_mode is None:
-        return (images,)
-    if label_mode == "categorical":
-        label = fn.one_hot(label, num_classes=num_classes, dtype=types.FLOAT)
-    elif label_mode == "binary":
-        label = fn.reshape(fn.cast(label, dtype=types.FLOAT), shape=[1])
+    outputs = [images]
+    if label_mode is not None:
+        if label_mode == "categorical":
+            label = fn.one_hot(label, num_classes=num_classes, dtype=types.FLOAT)
+        elif label_mode == "binary":
+            label = fn.reshape(fn.cast(label, dtype=types.FLOAT), shape=[1])
+        outputs.append(label)
+    if weighted:
+        outputs.append(external("weights", types.FLOAT, ndim=0))
     if device == "gpu":
-        label = label.gpu()
-    return images, label
+        outputs[1:] = [out.gpu() for out in outputs[1:]]
+    return tuple(outputs)
 
 
 def _central_window(encoded, image_size, crop_to_aspect_ratio, central_fraction):
@@ -453,6 +542,16 @@ def _random_resized_crop_window(encoded, random):
     x = random[2] * (image_w - crop_w)
     y = random[3] * (image_h - crop_h)
     return fn.stack(x, y), fn.stack(crop_w, crop_h)
+
+
+def check_global_batch(batch_size, num_replicas):
+    """Raises ValueError unless the global `batch_size` splits evenly over the replicas."""
+    if batch_size % num_replicas:
+        raise ValueError(
+            "`batch_size` is the global batch, split evenly over the replicas, so it must "
+            f"be a multiple of their number. Received: batch_size={batch_size} for "
+            f"{num_replicas} replicas"
+        )
 
 
 def _one_of(name, value, allowed):

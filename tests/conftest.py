@@ -91,3 +91,30 @@ def photo_path(tmp_path_factory):
     path = tmp_path_factory.mktemp("photo") / "gradient.png"
     Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(path)
     return str(path)
+
+
+NUM_TAGGED = 121  # 15 global batches of 8 and one sample: the last step is padding
+
+
+def tag_of(image):
+    """The index of a `tagged_dir` image, from an unnormalized HWC image of it."""
+    return int(round(float(np.mean(image[-2:])) / 2))
+
+
+@pytest.fixture(scope="session")
+def tagged_dir(tmp_path_factory):
+    """`NUM_TAGGED` PNGs, each identifiable from its pixels and learnable by class.
+
+    Image `i`: top half the colour of class `CLASSES[i % 3]` (blue, green, red),
+    bottom half grey `2 * i` (see `tag_of`).
+    """
+    root = tmp_path_factory.mktemp("tagged")
+    for i in range(NUM_TAGGED):
+        c = i % 3
+        pixels = np.full((12, 12, 3), 2 * i, np.uint8)
+        pixels[:6] = 30
+        pixels[:6, :, 2 - c] = 220
+        folder = root / CLASSES[c]
+        folder.mkdir(exist_ok=True)
+        Image.fromarray(pixels).save(folder / f"tag_{i:03d}.png")
+    return str(root)

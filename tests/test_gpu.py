@@ -19,7 +19,7 @@ def both_devices(source, **options):
 
 
 def run_same_inputs(cpu, gpu, epoch=0):
-    samples, random = cpu.epoch_inputs(epoch)
+    samples, random, _ = cpu.epoch_inputs(epoch)
     return list(cpu.run(samples, random)), list(gpu.run(samples, random))
 
 
@@ -55,3 +55,17 @@ def test_gpu_output_layouts(indexed_dir, dtype, data_format):
     shape = (8, 6, 10, 3) if data_format == "channels_last" else (8, 3, 6, 10)
     assert images.shape == shape and images.dtype == np.dtype(dtype)
     assert labels.shape == (8,) and labels.dtype == np.int32
+
+
+@pytest.mark.gpu
+def test_gpu_shard_outputs_weights_like_the_cpu_shard(color_dir):
+    cpu, gpu = both_devices(color_dir, image_size=(16, 16), batch_size=32, seed=2,
+                            normalization=None)
+    cpu, gpu = cpu.shard([1], 2), gpu.shard([1], 2, device_id=0)
+    inputs = cpu.epoch_inputs(0)
+    cpu_batches, gpu_batches = list(cpu.run(*inputs)), list(gpu.run(*inputs))
+    assert len(cpu_batches) == len(gpu_batches) == 3  # 90 images, global batch 32
+    for (_, cpu_labels, cpu_weights), (_, gpu_labels, gpu_weights) in zip(cpu_batches, gpu_batches):
+        np.testing.assert_array_equal(cpu_labels, gpu_labels)
+        np.testing.assert_array_equal(cpu_weights, gpu_weights)
+    assert sum(float(w.sum()) for _, _, w in gpu_batches) == 16 + 16 + 10  # replica 1 of 2

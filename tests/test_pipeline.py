@@ -216,3 +216,55 @@ def test_run_can_leave_outputs_in_dali(indexed_dir):
         assert type(images).__name__ == "TensorListCPU"
         np.testing.assert_array_equal(np.array(images.as_tensor()), want_images)
         np.testing.assert_array_equal(np.array(labels.as_tensor()), want_labels)
+
+
+@pytest.mark.parametrize("drop_remainder", [False, True])
+def test_shards_split_one_order_with_zero_weight_padding(indexed_dir, drop_remainder):
+    """Three replicas, global batch 6: each sample has weight 1 exactly once an epoch."""
+    pipe = make_dali_pipeline(indexed_dir, image_size=(8, 8), batch_size=6, seed=4,
+                              normalization=None, device="cpu",
+                              drop_remainder=drop_remainder)
+    shards = [pipe.shard([r], 3) for r in range(3)]
+    steps = NUM_INDEXED // 6 if drop_remainder else -(-NUM_INDEXED // 6)
+    weighed, order = [], []
+    for shard in shards:
+        assert shard.batch_size == 2 and shard.steps == shard.num_batches == steps
+        images, labels, weights = collect(shard.epoch(1))
+        assert len(images) == 2 * steps and weights.dtype == np.float32
+        tags = [index_of(image) for image in images]
+        assert labels.tolist() == [t % 3 for t in tags]
+        weighed += [t for t, w in zip(tags, weights) if w == 1]
+        assert set(weights.tolist()) <= {0.0, 1.0}
+        order.append(tags)
+    if drop_remainder:
+        assert len(weighed) == len(set(weighed)) == NUM_INDEXED // 6 * 6
+    else:
+        assert sorted(weighed) == list(range(NUM_INDEXED))
+    # Step s of replica r holds positions 6s + 2r, 6s + 2r + 1 of the shared order.
+    full = collect(pipe.epoch(1))[0]
+    expected = [index_of(image) for image in full]
+    for r, tags in enumerate(order):
+        for s in range(steps):
+            for j in range(2):
+                position = 6 * s + 2 * r + j
+                if position < NUM_INDEXED:
+                    assert tags[2 * s + j] == expected[position]
+
+
+def test_a_worker_shard_feeds_its_replicas_in_turn(indexed_dir):
+    pipe = make_dali_pipeline(indexed_dir, batch_size=8, seed=1, device="cpu")
+    worker = pipe.shard([2, 3], 4)  # second worker of two, two replicas each
+    positions, weights = worker.positions()
+    assert worker.num_batches == 2 * worker.steps == 8
+    assert positions[:8].tolist() == [4, 5, 6, 7, 12, 13, 14, 15]
+    # Step 4 holds positions 28-31 of 29 samples: the last three are padding,
+    # repeating the first samples of the order.
+    assert weights.tolist() == [1.0] * 13 + [0.0] * 3
+    assert positions[-4:].tolist() == [28, 0, 1, 2]
+
+
+def test_shard_batch_size_must_divide(indexed_dir):
+    pipe = make_dali_pipeline(indexed_dir, batch_size=8, seed=1, device="cpu")
+    with pytest.raises(ValueError, match=r"multiple of their number. Received: batch_size=8 "
+                                         r"for 3 replicas"):
+        pipe.shard([0], 3)
