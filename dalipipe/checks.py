@@ -15,6 +15,7 @@ check of the same files reads only their metadata. The cache lives in
 `$DALIPIPE_CACHE_DIR`, default `~/.cache/dalipipe/checks.sqlite`.
 """
 
+import io
 import os
 import sqlite3
 import stat
@@ -52,6 +53,17 @@ def check_file(path, *, full=False):
             data = f.read()
     except OSError as e:
         return f"cannot be read ({e.strerror})"
+    return check_bytes(data, full=full)
+
+
+def check_bytes(data, *, full=False):
+    """Returns None for the bytes of a sound image, else the reason they are not one.
+
+    The checks of `check_file` after its file system ones, for images that are not
+    files of their own (the records of a TFRecord file).
+    """
+    if not data:
+        return "empty (0 bytes)"
     kind = sniff(data)
     if kind is None:
         return f"not an image DALI decodes (starts with {data[:8]!r})"
@@ -61,7 +73,7 @@ def check_file(path, *, full=False):
         kind, lambda d: None
     )(data)
     if reason is None and full:
-        reason = _decode_fully(path)
+        reason = _decode_fully(data)
     return reason
 
 
@@ -218,11 +230,11 @@ def _check_webp(data):
     return None
 
 
-def _decode_fully(path):
+def _decode_fully(data):
     from PIL import Image
 
     try:
-        with Image.open(path) as image:
+        with Image.open(io.BytesIO(data)) as image:
             image.load()
     except Exception as e:  # PIL raises many types for bad data
         return f"does not decode ({type(e).__name__}: {e})"
@@ -299,6 +311,53 @@ def check_files(paths, *, check="structure", progress=None):
                 progress(i + 1, len(paths))
         if rows:
             cache.put(rows)
+    finally:
+        cache.close()
+    return bad
+
+
+def check_records(names, shards, refs, *, check="structure", progress=None):
+    """Checks the images of TFRecord records; returns `{name: reason}` for the bad ones.
+
+    The rules of `check_bytes`. Results are cached like `check_files`', keyed on the
+    record's name and its file's size and modification time.
+
+    Args:
+        names: the records' names (`"<file>#<record number>"`).
+        shards, refs: where they lie, as `dalipipe.tfrecord.scan` gives them.
+        check: `"structure"` or `"full"`.
+        progress: optional callable `progress(done, total)`.
+    """
+    from dalipipe import tfrecord
+
+    if check not in ("structure", "full"):
+        raise ValueError(f"`check` must be one of {CHECKS}. Received: check={check!r}")
+    signatures = [(info.st_size, info.st_mtime_ns) for info in map(os.stat, shards)]
+    cache = _Cache(os.path.join(cache_dir(), "checks.sqlite"))
+    try:
+        known = cache.get([os.fsencode(n) for n in names])
+        bad, todo = {}, []
+        for i, name in enumerate(names):
+            cached = known.get(os.fsencode(name))
+            if (cached is not None and (cached[0], cached[1]) == signatures[refs[i][0]]
+                    and cached[3] == _VERSION
+                    and (cached[2] == check or (cached[2] == "full" and cached[4] is None))):
+                if cached[4] is not None:
+                    bad[name] = cached[4]
+            else:
+                todo.append(i)
+        for start in range(0, len(todo), 256):
+            chunk = todo[start: start + 256]
+            rows = []
+            for i, data in zip(chunk, tfrecord.load_encoded(shards, refs[chunk])):
+                reason = check_bytes(data, full=check == "full")
+                rows.append((os.fsencode(names[i]), *signatures[refs[i][0]], check, _VERSION,
+                             reason))
+                if reason is not None:
+                    bad[names[i]] = reason
+            cache.put(rows)
+            if progress is not None:
+                progress(start + len(chunk), len(todo))
     finally:
         cache.close()
     return bad

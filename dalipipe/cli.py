@@ -1,4 +1,5 @@
-"""The `dalipipe` command line: `dalipipe sample-data DIR`, `dalipipe demo`."""
+"""The `dalipipe` command line: `dalipipe sample-data DIR`, `dalipipe demo`,
+`dalipipe check SOURCE`, `dalipipe convert SOURCE OUT_DIR --shards N`."""
 
 import argparse
 import os
@@ -52,9 +53,25 @@ def main(argv=None):
     check.add_argument("--path-column", default="path")
     check.add_argument("--full", action="store_true", help="also decode every image")
 
+    convert = commands.add_parser(
+        "convert", help="check the images of a source, then write them into ImageNet-style "
+                        "TFRecord files with their indexes; exit 1 if any image is bad"
+    )
+    convert.add_argument("source", help="a directory of class folders or a CSV file")
+    convert.add_argument("out_dir", help="folder for the TFRecord files (made if absent)")
+    convert.add_argument("--shards", type=int, required=True, help="number of TFRecord files")
+    convert.add_argument("--prefix", default="train",
+                         help="file names are PREFIX-00000-of-NNNNN.tfrecord")
+    convert.add_argument("--path-column", default="path")
+    convert.add_argument("--labels", default="inferred",
+                         help="'inferred' (a directory's class folders), a CSV's label "
+                              "column, or 'none'")
+
     args = parser.parse_args(argv)
     if args.command == "check":
         return _check(args)
+    if args.command == "convert":
+        return _convert(args)
     if args.command == "bench":
         return _bench(args)
     if args.command == "sample-data":
@@ -100,6 +117,46 @@ def _check(args):
         print(f"  {count:6d}  {kind}")
     print(f"report: {checks.write_report(bad, len(index))}")
     return 1
+
+
+def _convert(args):
+    from dalipipe import checks, sources, tfrecord
+
+    labels = None if args.labels.lower() == "none" else args.labels
+    try:
+        index = sources.index_source(args.source, labels=labels, path_column=args.path_column,
+                                     allow_missing=True)
+        tfrecord.check_write_args(index.file_paths, index.labels, index.class_names,
+                                  args.shards, args.prefix)
+    except ValueError as e:
+        print(f"dalipipe convert: error: {e}", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    bad = checks.check_files(index.file_paths, progress=tfrecord.progress_bar("files checked"))
+    print(f"\nchecked {len(index)} files in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    if bad:
+        print(f"{len(bad)} of {len(index)} files are bad; nothing written:")
+        for path, reason in sorted(bad.items())[:20]:
+            print(f"  {reason}: {path}")
+        if len(bad) > 20:
+            print(f"  ... and {len(bad) - 20} more")
+        print(f"report: {checks.write_report(bad, len(index))}")
+        return 1
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter
+    started = time.perf_counter()
+    shards = tfrecord.write_tfrecords(
+        index.file_paths, index.labels, index.class_names, args.out_dir,
+        num_shards=args.shards, prefix=args.prefix, progress=True,
+    )
+    size = sum(os.path.getsize(p) for p in shards)
+    classes = f"records in {len(index.class_names)} classes" if index.labels is not None \
+        else "unlabeled records"
+    print(
+        f"wrote {len(index)} {classes} to {len(shards)} TFRecord file(s), "
+        f"{size:,} bytes, with their indexes, in {time.perf_counter() - started:.1f} s:\n"
+        f"  {shards[0]}" + (f"\n  ...\n  {shards[-1]}" if len(shards) > 1 else "")
+    )
+    return 0
 
 
 def _bench(args):

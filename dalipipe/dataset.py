@@ -330,6 +330,12 @@ def input_datasets(image_pipeline):
         .batch(batch_size)
         .map(lambda i: tf.gather(table, i))
     )
+    if image_pipeline.records:
+        # Reads the records' bytes (see `ImagePipeline.load`), two batches at a time.
+        samples = samples.map(
+            lambda rows: tf.numpy_function(image_pipeline.load, [rows], tf.uint8, stateful=False),
+            num_parallel_calls=2,
+        ).map(lambda rows: tf.ensure_shape(rows, [None, None]))
     random = (
         epoch_seeds()
         .flat_map(lambda s: tf.data.Dataset.from_tensor_slices(tf.random.stateless_uniform(

@@ -142,7 +142,10 @@ def make_dali_pipeline(
 
 def _drop_bad_files(index, check, on_bad_file, keep_classes):
     """Checks every file (see `dalipipe.checks`): raises, or leaves the bad ones out."""
-    bad = checks.check_files(index.file_paths, check=check)
+    if index.refs is not None:
+        bad = checks.check_records(index.file_paths, index.shards, index.refs, check=check)
+    else:
+        bad = checks.check_files(index.file_paths, check=check)
     if not bad:
         return index
     report = checks.write_report(bad, len(index))
@@ -281,9 +284,42 @@ class ImagePipeline:
     def __len__(self):
         return self.num_batches
 
+    @property
+    def records(self):
+        """Whether the samples are TFRecord records (else image files)."""
+        return self.index.refs is not None
+
     def samples(self):
-        """The packed `"samples"` input rows, in `file_paths` order (see the module doc)."""
+        """One row per sample, in `file_paths` order, for `load`.
+
+        For image files, the packed `"samples"` input rows themselves (see the
+        module doc); for TFRecord records, the int64 sample numbers.
+        """
+        if self.records:
+            return np.arange(len(self.file_paths), dtype=np.int64)
         return sources.encode_samples(self.file_paths, self.labels)
+
+    def load(self, rows):
+        """The `"samples"` input batch for `rows` of `samples()`.
+
+        Image files: the rows themselves (DALI reads the files). TFRecord records:
+        uint8 rows of the int32 label, the int32 length of the encoded image and
+        the image bytes, padded with zeros to the longest in the batch (read here
+        with `os.pread`, since DALI's reader cannot reshuffle every epoch).
+        """
+        if not self.records:
+            return np.asarray(rows, np.uint8)
+        from dalipipe import tfrecord
+
+        rows = np.asarray(rows, np.int64)
+        encoded = tfrecord.load_encoded(self.index.shards, self.index.refs[rows])
+        labels = np.zeros(len(rows), np.int32) if self.labels is None else self.labels[rows]
+        batch = np.zeros((len(rows), 8 + max(len(e) for e in encoded)), np.uint8)
+        batch[:, 0:4] = labels.astype("<i4").view(np.uint8).reshape(-1, 4)
+        batch[:, 4:8] = np.array([len(e) for e in encoded], "<i4").view(np.uint8).reshape(-1, 4)
+        for row, data in zip(batch, encoded):
+            row[8:8 + len(data)] = np.frombuffer(data, np.uint8)
+        return batch
 
     def build(self, feed=None):
         """Builds a new DALI pipeline object for this graph (not yet started).
@@ -311,6 +347,7 @@ class ImagePipeline:
                 device=self.device,
                 label_mode=self.label_mode,
                 weighted=self.sharding is not None,
+                records=self.records,
                 num_classes=len(self.class_names) if self.class_names else 0,
                 **{k: opts[k] for k in (
                     "image_size", "interpolation", "antialias", "crop_to_aspect_ratio",
@@ -370,7 +407,7 @@ class ImagePipeline:
         """Runs the graph natively over the given input rows, a batch at a time.
 
         Args:
-            samples: uint8 rows as made by `samples()`, in the order to load.
+            samples: rows of `samples()`, in the order to load.
             random: float32 array `(len(samples), NUM_RANDOM)` of uniform numbers in
                 [0, 1); only used with `augment=True`. Defaults to zeros.
             weights: float32 array `(len(samples),)`, only for a shard. Defaults to
@@ -382,7 +419,7 @@ class ImagePipeline:
             A tuple of outputs per batch (see the class doc).
         """
         inputs = {
-            "samples": np.asarray(samples, np.uint8),
+            "samples": np.asarray(samples),
             "random": np.zeros((len(samples), NUM_RANDOM), np.float32)
             if random is None else np.asarray(random, np.float32),
             "weights": np.ones(len(samples), np.float32)
@@ -392,7 +429,7 @@ class ImagePipeline:
             self._feeder = _Feeder()
             self._native = self.build(feed=self._feeder.source)
             self._native.build()
-        self._feeder.start(inputs, self.batch_size)
+        self._feeder.start(inputs, self.batch_size, self.load)
         self._native.reset()
         while True:
             try:
@@ -409,12 +446,13 @@ class _Feeder:
         self.batches = {}
         self.position = {}
 
-    def start(self, inputs, batch_size):
+    def start(self, inputs, batch_size, load):
         self.batches = {
             name: [rows[i: i + batch_size] for i in range(0, len(rows), batch_size)]
             for name, rows in inputs.items()
         }
         self.position = dict.fromkeys(inputs, 0)
+        self.load = load
 
     def source(self, name):
         def next_batch():
@@ -422,7 +460,8 @@ class _Feeder:
             if i >= len(self.batches[name]):
                 raise StopIteration
             self.position[name] = i + 1
-            return self.batches[name][i]
+            batch = self.batches[name][i]
+            return self.load(batch) if name == "samples" else batch
 
         return next_batch
 
@@ -433,7 +472,7 @@ def _to_numpy(tensor_list):
     return np.array(tensor_list.as_tensor())
 
 
-def _graph(*, feed, device, label_mode, weighted, num_classes, image_size, interpolation, antialias,
+def _graph(*, feed, device, label_mode, weighted, records, num_classes, image_size, interpolation, antialias,
            crop_to_aspect_ratio, central_fraction, augment, normalization, dtype,
            data_format):
     """Defines the graph inside a `pipeline_def` function; returns its outputs."""
@@ -447,7 +486,11 @@ def _graph(*, feed, device, label_mode, weighted, num_classes, image_size, inter
     samples = external("samples", types.UINT8)
     random = external("random", types.FLOAT)
     label = fn.reinterpret(samples[0:4], dtype=types.INT32, shape=[])
-    encoded = fn.io.file.read(samples[4:])
+    if records:
+        length = fn.reinterpret(samples[4:8], dtype=types.INT32, shape=[])
+        encoded = samples[8:8 + length]
+    else:
+        encoded = fn.io.file.read(samples[4:])
     decoder_device = "mixed" if device == "gpu" else "cpu"
     interp = {
         "bilinear": types.INTERP_LINEAR,

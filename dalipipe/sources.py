@@ -4,10 +4,13 @@ Pure Python and NumPy (pandas only when a table is given): nothing here imports 
 or TensorFlow.
 
 A source is turned into an `Index`: absolute file paths, integer labels aligned with
-them (or None) and the class names the integers stand for.
+them (or None) and the class names the integers stand for. For TFRecord files
+(`dalipipe.tfrecord`) each sample is a record, named `"<file>#<record number>"`, and
+the index also holds where each record lies.
 """
 
 import os
+import sys
 import warnings
 from typing import NamedTuple, Optional, Sequence
 
@@ -36,18 +39,25 @@ class Index(NamedTuple):
     """The samples of a source or of one split of it.
 
     Attributes:
-        file_paths: list of absolute paths.
+        file_paths: list of absolute paths (`"<file>#<record number>"` for records).
         labels: int32 array aligned with `file_paths`, or None for an unlabeled source.
         class_names: list of class names (`labels` index into it), or None.
+        shards: for TFRecord records, the TFRecord files; else None.
+        refs: for TFRecord records, int64 `(n, 3)`: file number (into `shards`),
+            offset and size of each record; else None.
     """
 
     file_paths: list
     labels: Optional[np.ndarray]
     class_names: Optional[list]
+    shards: Optional[list] = None
+    refs: Optional[np.ndarray] = None
 
     def take(self, indices):
         labels = None if self.labels is None else self.labels[indices]
-        return Index([self.file_paths[i] for i in indices], labels, self.class_names)
+        refs = None if self.refs is None else self.refs[np.asarray(indices, np.int64)]
+        return Index([self.file_paths[i] for i in indices], labels, self.class_names,
+                     self.shards, refs)
 
     def without(self, paths, *, keep_classes=False):
         """This index less `paths`; classes left without samples are dropped (and
@@ -59,7 +69,8 @@ class Index(NamedTuple):
         used = sorted(set(kept.labels.tolist()))
         renumber = np.full(len(self.class_names), -1, np.int32)
         renumber[used] = np.arange(len(used), dtype=np.int32)
-        return Index(kept.file_paths, renumber[kept.labels], [self.class_names[i] for i in used])
+        return Index(kept.file_paths, renumber[kept.labels],
+                     [self.class_names[i] for i in used], kept.shards, kept.refs)
 
     def __len__(self):
         return len(self.file_paths)
@@ -71,8 +82,10 @@ def index_source(source, *, labels="inferred", class_names=None, path_column="pa
 
     Args:
         source: a directory with one subfolder per class, a `pandas.DataFrame`, the
-            path of a CSV file, or a list of file paths.
-        labels: for a directory, `"inferred"` (from the subfolders), None, or a list
+            path of a CSV file, a list of file paths, or TFRecord files (a glob
+            pattern, a file, or a list of files; see `dalipipe.tfrecord`).
+        labels: for TFRecord files, `"inferred"` (`image/class/label`) or None. For
+            a directory, `"inferred"` (from the subfolders), None, or a list
             of labels in the order of the file paths as `os.walk` lists them with
             folders and files sorted (the order of `Index.file_paths`). For a
             table, the name of the label column, or None. For a list of paths, a list of labels of the
@@ -95,6 +108,12 @@ def index_source(source, *, labels="inferred", class_names=None, path_column="pa
     """
     if isinstance(source, (str, os.PathLike)) and os.path.isdir(source):
         return _index_directory(os.fspath(source), labels, class_names)
+    from dalipipe import tfrecord
+
+    files = tfrecord.tfrecord_files(source)
+    if files is not None:
+        records = tfrecord.scan(files, progress=sys.stderr.isatty())
+        return _index_records(records, labels, class_names)
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
         if not os.path.exists(path):
@@ -155,6 +174,57 @@ def split_index(index, *, validation_split, subset, seed):
             )
         result.append(index.take(np.sort(parts[name])))
     return result
+
+
+def _index_records(records, labels, class_names):
+    """An `Index` of TFRecord records (see `index_source`).
+
+    The classes are the distinct `image/class/label` values in increasing order
+    (ImageNet's 1-1000 become 0-999), named by `image/class/text` when the records
+    carry it, else by the value; `class_names`, if given, renames them in that order.
+    """
+    names = [f"{records.shards[f]}#{k}" for f, k in zip(records.refs[:, 0], _record_numbers(records.refs))]
+    if labels is not None and not is_inferred(labels):
+        raise ValueError(
+            "For TFRecord files, `labels` must be 'inferred' (the image/class/label "
+            f"feature) or None. Received: labels={labels!r}"
+        )
+    if labels is None:
+        return Index(names, None, None, records.shards, records.refs)
+    if records.labels is None:
+        raise ValueError(
+            "`labels='inferred'` needs an 'image/class/label' feature, and the records of "
+            f"{listing(records.shards)} have none. Pass labels=None for images only."
+        )
+    values, encoded = np.unique(records.labels, return_inverse=True)
+    found = [str(v) for v in values]
+    if records.texts is not None:
+        texts = {}
+        for value, text in zip(records.labels.tolist(), records.texts):
+            texts.setdefault(value, set()).add(text)
+        mixed = {v: sorted(t) for v, t in texts.items() if len(t) > 1}
+        if mixed:
+            raise ValueError(
+                "Each 'image/class/label' value must have one 'image/class/text'. Found "
+                f"several: {dict(list(mixed.items())[:_MAX_LISTED])}"
+            )
+        found = [texts[v].pop() for v in values.tolist()]
+    if class_names is not None:
+        if len(class_names) != len(values):
+            raise ValueError(
+                f"`class_names` names the {len(values)} classes of the records, in the "
+                f"order of their labels ({listing(values.tolist())}), so it needs "
+                f"{len(values)} names. Received: class_names={list(class_names)}"
+            )
+        found = list(class_names)
+    return Index(names, encoded.astype(np.int32), found, records.shards, records.refs)
+
+
+def _record_numbers(refs):
+    """The number of each record within its file (refs are in file order)."""
+    starts = np.r_[0, np.flatnonzero(np.diff(refs[:, 0])) + 1]
+    numbers = np.arange(len(refs))
+    return numbers - np.repeat(starts, np.diff(np.r_[starts, len(refs)]))
 
 
 def _is_dataframe(obj):

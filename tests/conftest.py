@@ -118,3 +118,15 @@ def tagged_dir(tmp_path_factory):
         folder.mkdir(exist_ok=True)
         Image.fromarray(pixels).save(folder / f"tag_{i:03d}.png")
     return str(root)
+
+
+@pytest.fixture(scope="session")
+def tagged_tfrecords(tagged_dir, tmp_path_factory):
+    """`tagged_dir` converted to 3 TFRecord files; returns their glob pattern."""
+    from dalipipe import sources, tfrecord
+
+    index = sources.index_source(tagged_dir)
+    out = tmp_path_factory.mktemp("tagged_tfrecords")
+    tfrecord.write_tfrecords(index.file_paths, index.labels, index.class_names, str(out),
+                             num_shards=3)
+    return str(out / "train-*.tfrecord")

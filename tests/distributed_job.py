@@ -1,8 +1,8 @@
 """One process of the distributed tests (`test_distributed.py`): feeds a strategy from
 `make_dali_dataset(..., strategy=...)`, records what every replica saw, then trains.
 
-    python distributed_job.py mirrored DATA_DIR OUT_JSON
-    TF_CONFIG=... python distributed_job.py multiworker DATA_DIR OUT_JSON
+    python distributed_job.py mirrored SOURCE OUT_JSON
+    TF_CONFIG=... python distributed_job.py multiworker SOURCE OUT_JSON
 
 Writes JSON: per epoch, per local replica, the (tag, label, weight) of every sample,
 and the training history.

@@ -1,7 +1,11 @@
-"""The command line: sample data and the demo."""
+"""The command line: sample data, the demo and TFRecord conversion."""
 
 import csv
+import glob
 import os
+
+import numpy as np
+import pytest
 
 from dalipipe.cli import main
 
@@ -34,3 +38,83 @@ def test_demo_trains_and_reports(tmp_path, capsys):
     assert code == 0
     assert "images/s" in out and "validation accuracy" in out
     assert "32 training and 8 validation images" in out
+
+
+@pytest.fixture()
+def fresh_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("DALIPIPE_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_convert_writes_shards_whose_records_are_the_files(indexed_dir, tmp_path, capsys,
+                                                           fresh_cache):
+    from dalipipe import sources, tfrecord
+
+    out = tmp_path / "records"
+    assert main(["convert", indexed_dir, str(out), "--shards", "4", "--prefix", "colors"]) == 0
+    printed = capsys.readouterr()
+    index = sources.index_source(indexed_dir)
+    shards = tfrecord.tfrecord_files(str(out / "colors-*"))
+    assert [os.path.basename(s) for s in shards] == [
+        f"colors-{i:05d}-of-00004.tfrecord" for i in range(4)
+    ]
+    size = sum(os.path.getsize(s) for s in shards)
+    assert (f"wrote {len(index)} records in 3 classes to 4 TFRecord file(s), {size:,} bytes"
+            in printed.out)
+    assert f"{len(index)}/{len(index)} records written" in printed.err  # the progress bar
+    records = tfrecord.scan(shards)
+    originals = []
+    for path in index.file_paths:
+        with open(path, "rb") as f:
+            originals.append(f.read())
+    assert tfrecord.load_encoded(records.shards, records.refs) == originals
+    np.testing.assert_array_equal(records.labels, index.labels)
+    assert records.texts == [index.class_names[i] for i in index.labels]
+
+
+def test_convert_a_csv_with_a_label_column_or_none(indexed_dir, tmp_path, capsys, fresh_cache):
+    from dalipipe import tfrecord
+
+    paths = sorted(glob.glob(os.path.join(indexed_dir, "*", "*.png")))[:5]
+    table = tmp_path / "table.csv"
+    with open(table, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["file", "kind"])
+        writer.writerows([p, "odd" if i % 2 else "even"] for i, p in enumerate(paths))
+    out = tmp_path / "records"
+    assert main(["convert", str(table), str(out), "--shards", "2", "--path-column", "file",
+                 "--labels", "kind"]) == 0
+    assert "wrote 5 records in 2 classes to 2 TFRecord file(s)" in capsys.readouterr().out
+    records = tfrecord.scan(tfrecord.tfrecord_files(str(out / "train-*")))
+    assert records.labels.tolist() == [0, 1, 0, 1, 0]
+    assert records.texts == ["even", "odd", "even", "odd", "even"]
+    assert main(["convert", str(table), str(out / "plain"), "--shards", "1", "--path-column",
+                 "file", "--labels", "none"]) == 0
+    assert "wrote 5 unlabeled records to 1 TFRecord file(s)" in capsys.readouterr().out
+    records = tfrecord.scan(tfrecord.tfrecord_files(str(out / "plain" / "train-*")))
+    assert records.labels is None and len(records) == 5
+    # A CSV has no class folders to infer labels from.
+    assert main(["convert", str(table), str(out / "x"), "--shards", "1",
+                 "--path-column", "file"]) == 2
+    assert "must name a label column" in capsys.readouterr().err
+
+
+def test_convert_stops_on_a_bad_image_or_too_many_shards(tmp_path, capsys, fresh_cache):
+    source = tmp_path / "source"
+    (source / "cats").mkdir(parents=True)
+    from PIL import Image
+
+    Image.new("RGB", (16, 12), (200, 30, 30)).save(source / "cats" / "good.jpg")
+    data = (source / "cats" / "good.jpg").read_bytes()
+    (source / "cats" / "cut.jpg").write_bytes(data[:-30])
+    out = tmp_path / "records"
+    assert main(["convert", str(source), str(out), "--shards", "1"]) == 1
+    printed = capsys.readouterr().out
+    assert "1 of 2 files are bad; nothing written" in printed
+    cut = source / "cats" / "cut.jpg"
+    assert f"truncated JPEG (segment 0xC4 runs past the end): {cut}" in printed
+    assert not out.exists()
+    (source / "cats" / "cut.jpg").unlink()
+    assert main(["convert", str(source), str(out), "--shards", "2"]) == 2
+    assert ("`num_shards` must be a positive integer no larger than the number of files (1). "
+            "Received: num_shards=2") in capsys.readouterr().err
+    assert not out.exists()

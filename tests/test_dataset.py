@@ -156,3 +156,15 @@ def test_auto_device_falls_back_to_cpu(indexed_dir):
     ds = make_dali_dataset(indexed_dir, image_size=(8, 8), batch_size=8)
     images, labels = next(iter(ds))
     assert "CPU" in images.device and images.shape == (8, 8, 8, 3)
+
+
+def test_tfrecords_feed_keras_like_their_directory(tagged_dir, tagged_tfrecords):
+    options = dict(image_size=(8, 8), batch_size=16, shuffle=False, normalization=None,
+                   device="cpu")
+    (want_images, want_labels), _ = epoch_of(make_dali_dataset(tagged_dir, **options))
+    dataset = make_dali_dataset(tagged_tfrecords, **options)
+    assert int(dataset.cardinality()) == 8 and dataset.class_names == list(CLASSES)
+    (images, labels), sizes = epoch_of(dataset)
+    assert sizes[-1] == 121 - 7 * 16  # a true partial last batch
+    np.testing.assert_array_equal(images, want_images)
+    np.testing.assert_array_equal(labels, want_labels)

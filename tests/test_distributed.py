@@ -53,9 +53,11 @@ def _check_epochs(replica_runs):
     assert orders[0] != orders[1], "the order must change between epochs"
 
 
-def test_mirrored_strategy_over_two_logical_cpus(tagged_dir, tmp_path):
+@pytest.mark.parametrize("kind", ["directory", "tfrecord"])
+def test_mirrored_strategy_over_two_logical_cpus(tagged_dir, tagged_tfrecords, tmp_path, kind):
     out = tmp_path / "mirrored.json"
-    process = subprocess.Popen([sys.executable, JOB, "mirrored", tagged_dir, str(out)],
+    source = tagged_dir if kind == "directory" else tagged_tfrecords
+    process = subprocess.Popen([sys.executable, JOB, "mirrored", source, str(out)],
                                env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _wait(process)
     report = json.loads(out.read_text())

@@ -5,6 +5,7 @@ import pytest
 from PIL import Image
 
 from conftest import CLASSES, NUM_INDEXED, index_of, indexed_color, indexed_paths
+from conftest import tag_of as index_of_tag
 from dalipipe import make_dali_pipeline
 from dalipipe.pipeline import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
@@ -268,3 +269,31 @@ def test_shard_batch_size_must_divide(indexed_dir):
     with pytest.raises(ValueError, match=r"multiple of their number. Received: batch_size=8 "
                                          r"for 3 replicas"):
         pipe.shard([0], 3)
+
+
+def test_tfrecords_give_the_images_and_labels_of_their_directory(tagged_dir, tagged_tfrecords):
+    options = dict(image_size=(10, 10), batch_size=16, shuffle=False, normalization=None,
+                   device="cpu", label_mode="categorical")
+    from_files = collect(make_dali_pipeline(tagged_dir, **options).epoch())
+    pipe = make_dali_pipeline(tagged_tfrecords, **options)
+    assert pipe.class_names == ["blue", "green", "red"]
+    assert pipe.file_paths[0].endswith("train-00000-of-00003.tfrecord#0")
+    from_records = collect(pipe.epoch())
+    for a, b in zip(from_files, from_records):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_tfrecords_shard_and_augment_like_files(tagged_tfrecords):
+    pipe = make_dali_pipeline(tagged_tfrecords, image_size=(8, 8), batch_size=8, seed=3,
+                              normalization=None, device="cpu",
+                              validation_split=0.25, subset="training")
+    weighed = []
+    for r in range(2):
+        images, labels, weights = collect(pipe.shard([r], 2).epoch(0))
+        weighed += [index_of_tag(image) for image, w in zip(images, weights) if w == 1]
+    assert sorted(weighed) == sorted(index_of_tag(i) for i in collect(pipe.epoch(0))[0])
+    assert len(weighed) == len(pipe.file_paths) == 121 - int(0.25 * 121)
+    augmented = make_dali_pipeline(tagged_tfrecords, image_size=(8, 8), batch_size=8, seed=3,
+                                   augment=True, device="cpu")
+    images, labels = collect(augmented.epoch(0))
+    assert images.shape == (121, 8, 8, 3) and labels.shape == (121,)
