@@ -19,6 +19,7 @@ import io
 import os
 import sqlite3
 import stat
+import sys
 import struct
 import time
 import zlib
@@ -314,6 +315,29 @@ def check_files(paths, *, check="structure", progress=None):
     finally:
         cache.close()
     return bad
+
+
+def check_index(index, *, check="structure", progress=None):
+    """Checks every sample of a `sources.Index`: files, or TFRecord records.
+
+    Returns:
+        `{file path or record name: reason}` for the bad ones.
+    """
+    if index.refs is not None:
+        return check_records(index.file_paths, index.shards, index.refs, check=check,
+                             progress=progress)
+    return check_files(index.file_paths, check=check, progress=progress)
+
+
+def progress_bar(unit):
+    """A `progress(done, total)` that redraws a bar on stderr."""
+
+    def progress(done, total):
+        filled = 30 * done // max(total, 1)
+        print(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} {unit}", end="",
+              file=sys.stderr, flush=True)
+
+    return progress
 
 
 def check_records(names, shards, refs, *, check="structure", progress=None):

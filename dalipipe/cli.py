@@ -49,7 +49,7 @@ def main(argv=None):
     check = commands.add_parser(
         "check", help="check every image of a source before training; exit 1 if any is bad"
     )
-    check.add_argument("source", help="a directory of images or a CSV file")
+    check.add_argument("source", help="a directory of images, a CSV file, or TFRecord files (a glob pattern)")
     check.add_argument("--path-column", default="path")
     check.add_argument("--full", action="store_true", help="also decode every image")
 
@@ -99,14 +99,8 @@ def _check(args):
     index = sources.index_source(args.source, labels=None, path_column=args.path_column,
                                  allow_missing=True)
     started = time.perf_counter()
-
-    def progress(done, total):
-        filled = 30 * done // total
-        print(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} files", end="",
-              file=sys.stderr, flush=True)
-
-    bad = checks.check_files(index.file_paths, check="full" if args.full else "structure",
-                             progress=progress)
+    bad = checks.check_index(index, check="full" if args.full else "structure",
+                             progress=checks.progress_bar("files"))
     print(f"\nchecked {len(index)} files in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     if not bad:
         print(f"all {len(index)} files are sound")
@@ -132,7 +126,7 @@ def _convert(args):
         print(f"dalipipe convert: error: {e}", file=sys.stderr)
         return 2
     started = time.perf_counter()
-    bad = checks.check_files(index.file_paths, progress=tfrecord.progress_bar("files checked"))
+    bad = checks.check_files(index.file_paths, progress=checks.progress_bar("files checked"))
     print(f"\nchecked {len(index)} files in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     if bad:
         print(f"{len(bad)} of {len(index)} files are bad; nothing written:")

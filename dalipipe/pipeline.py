@@ -142,10 +142,7 @@ def make_dali_pipeline(
 
 def _drop_bad_files(index, check, on_bad_file, keep_classes):
     """Checks every file (see `dalipipe.checks`): raises, or leaves the bad ones out."""
-    if index.refs is not None:
-        bad = checks.check_records(index.file_paths, index.shards, index.refs, check=check)
-    else:
-        bad = checks.check_files(index.file_paths, check=check)
+    bad = checks.check_index(index, check=check)
     if not bad:
         return index
     report = checks.write_report(bad, len(index))

@@ -38,7 +38,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from dalipipe.checks import cache_dir
+from dalipipe.checks import cache_dir, progress_bar
 
 __all__ = [
     "ENCODED", "LABEL", "TEXT", "Records", "ensure_indexes", "index_path_for", "is_tfrecord",
@@ -856,14 +856,3 @@ def _example(tf, path, labels, class_names, i):
         if class_names is not None:
             feature[TEXT] = bytes_feature(str(class_names[label]).encode("utf-8"))
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
-
-
-def progress_bar(unit):
-    """A `progress(done, total)` that redraws a bar on stderr, as `dalipipe check` does."""
-
-    def progress(done, total):
-        filled = 30 * done // max(total, 1)
-        print(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} {unit}", end="",
-              file=sys.stderr, flush=True)
-
-    return progress
