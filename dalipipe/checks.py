@@ -24,6 +24,8 @@ import struct
 import time
 import zlib
 
+import numpy as np
+
 CHECKS = ("structure", "full", None)
 ON_BAD_FILE = ("raise", "skip")
 _VERSION = 3  # bump when a check changes, to ignore older cache rows
@@ -272,13 +274,15 @@ class _Cache:
         self.db.close()
 
 
-def check_files(paths, *, check="structure", progress=None):
+def check_files(paths, *, check="structure", progress=None, stamps=None):
     """Checks `paths`; returns `{path: reason}` for the bad ones.
 
     Args:
         paths: file paths.
         check: `"structure"` (headers and markers) or `"full"` (also a full decode).
         progress: optional callable `progress(done, total)`.
+        stamps: optional dict that receives `path: (size, mtime_ns)` of each file
+            that exists.
     """
     if check not in ("structure", "full"):
         raise ValueError(f"`check` must be one of {CHECKS}. Received: check={check!r}")
@@ -292,6 +296,8 @@ def check_files(paths, *, check="structure", progress=None):
             try:
                 info = os.stat(path)
                 signature = (info.st_size, info.st_mtime_ns)
+                if stamps is not None:
+                    stamps[path] = signature
             except OSError:
                 signature = None
             cached = known.get(key)
@@ -321,12 +327,44 @@ def check_index(index, *, check="structure", progress=None):
     """Checks every sample of a `sources.Index`: files, or TFRecord records.
 
     Returns:
-        `{file path or record name: reason}` for the bad ones.
+        `(bad, index)`: `{file path or record name: reason}` for the bad ones, and the
+        index with the `stamps` (size and modification time) its files had when
+        checked, so that a change during training can be told (`verify_unchanged`).
     """
+    stamps = {}
     if index.refs is not None:
-        return check_records(index.file_paths, index.shards, index.refs, check=check,
-                             progress=progress)
-    return check_files(index.file_paths, check=check, progress=progress)
+        bad = check_records(index.file_paths, index.shards, index.refs, check=check,
+                            progress=progress, stamps=stamps)
+        paths = index.shards
+    else:
+        bad = check_files(index.file_paths, check=check, progress=progress, stamps=stamps)
+        paths = index.file_paths
+    table = np.array([stamps.get(p, (-1, -1)) for p in paths], np.int64).reshape(-1, 2)
+    return bad, type(index)(index.file_paths, index.labels, index.class_names, index.shards,
+                            index.refs, table)
+
+
+def verify_unchanged(paths, stamps, check):
+    """Raises RuntimeError naming a file that was deleted, or changed into a bad one,
+    since it was checked (`stamps`, as `check_index` records them).
+
+    A file whose size or modification time changed is checked again; one that still
+    passes is accepted. DALI's own errors for such files do not always name them.
+    """
+    for path, (size, mtime_ns) in zip(paths, np.asarray(stamps).tolist()):
+        try:
+            info = os.stat(path)
+        except OSError as e:
+            raise RuntimeError(
+                f"{path} was checked before training and cannot be opened now "
+                f"({e.strerror}): it was deleted or moved during training."
+            ) from None
+        if (info.st_size, info.st_mtime_ns) != (size, mtime_ns):
+            reason = check_file(path, full=check == "full")
+            if reason is not None:
+                raise RuntimeError(
+                    f"{path} changed after the check before training and is now bad: {reason}."
+                )
 
 
 def progress_bar(unit):
@@ -340,7 +378,7 @@ def progress_bar(unit):
     return progress
 
 
-def check_records(names, shards, refs, *, check="structure", progress=None):
+def check_records(names, shards, refs, *, check="structure", progress=None, stamps=None):
     """Checks the images of TFRecord records; returns `{name: reason}` for the bad ones.
 
     The rules of `check_bytes`. Results are cached like `check_files`', keyed on the
@@ -351,12 +389,15 @@ def check_records(names, shards, refs, *, check="structure", progress=None):
         shards, refs: where they lie, as `dalipipe.tfrecord.scan` gives them.
         check: `"structure"` or `"full"`.
         progress: optional callable `progress(done, total)`.
+        stamps: optional dict that receives `shard: (size, mtime_ns)`.
     """
     from dalipipe import tfrecord
 
     if check not in ("structure", "full"):
         raise ValueError(f"`check` must be one of {CHECKS}. Received: check={check!r}")
     signatures = [(info.st_size, info.st_mtime_ns) for info in map(os.stat, shards)]
+    if stamps is not None:
+        stamps.update(zip(shards, signatures))
     cache = _Cache(os.path.join(cache_dir(), "checks.sqlite"))
     try:
         known = cache.get([os.fsencode(n) for n in names])

@@ -99,8 +99,8 @@ def _check(args):
     index = sources.index_source(args.source, labels=None, path_column=args.path_column,
                                  allow_missing=True)
     started = time.perf_counter()
-    bad = checks.check_index(index, check="full" if args.full else "structure",
-                             progress=checks.progress_bar("files"))
+    bad, _ = checks.check_index(index, check="full" if args.full else "structure",
+                                progress=checks.progress_bar("files"))
     print(f"\nchecked {len(index)} files in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     if not bad:
         print(f"all {len(index)} files are sound")

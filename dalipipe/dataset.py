@@ -294,11 +294,12 @@ def to_dataset(image_pipeline, device=None):
     return dataset
 
 
-def input_datasets(image_pipeline):
+def input_datasets(image_pipeline, load=True):
     """The `tf.data` inputs of the graph by name, one batch per element.
 
-    `"samples"`: the packed rows in the epoch's order (a new permutation every
-    iteration when `shuffle=True`); `"random"`: `NUM_RANDOM` uniform float32 numbers
+    `"samples"`: the rows of `ImagePipeline.load` in the epoch's order (a new
+    permutation every iteration when `shuffle=True`), or with `load=False` the
+    sample numbers themselves; `"random"`: `NUM_RANDOM` uniform float32 numbers
     per sample, redrawn every iteration; `"weights"` (shards only): 1 per sample, 0
     per padding. Each takes `image_pipeline.positions()` of the epoch's order, so the
     shards of a distributed dataset split one common order. All are deterministic for
@@ -306,8 +307,7 @@ def input_datasets(image_pipeline):
     """
     seed, batch_size = image_pipeline.seed, image_pipeline.batch_size
     positions, weights = image_pipeline.positions()
-    table = tf.constant(image_pipeline.samples())
-    n = int(table.shape[0])
+    n = len(image_pipeline.file_paths)
     positions = tf.constant(positions)
 
     def epoch_seeds():
@@ -328,14 +328,17 @@ def input_datasets(image_pipeline):
         epoch_seeds()
         .flat_map(lambda s: tf.data.Dataset.from_tensor_slices(order(s)))
         .batch(batch_size)
-        .map(lambda i: tf.gather(table, i))
     )
-    if image_pipeline.records:
-        # Reads the records' bytes (see `ImagePipeline.load`), two batches at a time.
-        samples = samples.map(
-            lambda rows: tf.numpy_function(image_pipeline.load, [rows], tf.uint8, stateful=False),
-            num_parallel_calls=2,
-        ).map(lambda rows: tf.ensure_shape(rows, [None, None]))
+    if load:
+        # The rows DALI reads (`ImagePipeline.load`), two batches at a time, in order.
+        def load_rows(rows):
+            # Placed explicitly: once a strategy has distributed other datasets, Keras's
+            # own distribution of this one otherwise gives the op a malformed device.
+            with tf.device("/cpu:0"):
+                loaded = tf.numpy_function(image_pipeline.load, [rows], tf.uint8, stateful=False)
+            return tf.ensure_shape(loaded, [None, None])
+
+        samples = samples.map(load_rows, num_parallel_calls=2)
     random = (
         epoch_seeds()
         .flat_map(lambda s: tf.data.Dataset.from_tensor_slices(tf.random.stateless_uniform(

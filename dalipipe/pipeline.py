@@ -142,7 +142,7 @@ def make_dali_pipeline(
 
 def _drop_bad_files(index, check, on_bad_file, keep_classes):
     """Checks every file (see `dalipipe.checks`): raises, or leaves the bad ones out."""
-    bad = checks.check_index(index, check=check)
+    bad, index = checks.check_index(index, check=check)
     if not bad:
         return index
     report = checks.write_report(bad, len(index))
@@ -287,30 +287,38 @@ class ImagePipeline:
         return self.index.refs is not None
 
     def samples(self):
-        """One row per sample, in `file_paths` order, for `load`.
-
-        For image files, the packed `"samples"` input rows themselves (see the
-        module doc); for TFRecord records, the int64 sample numbers.
-        """
-        if self.records:
-            return np.arange(len(self.file_paths), dtype=np.int64)
-        return sources.encode_samples(self.file_paths, self.labels)
+        """The sample numbers, in `file_paths` order: the rows `load` takes."""
+        return np.arange(len(self.file_paths), dtype=np.int64)
 
     def load(self, rows):
-        """The `"samples"` input batch for `rows` of `samples()`.
+        """The `"samples"` input batch for the sample numbers `rows` (see the module doc).
 
-        Image files: the rows themselves (DALI reads the files). TFRecord records:
-        uint8 rows of the int32 label, the int32 length of the encoded image and
-        the image bytes, padded with zeros to the longest in the batch (read here
-        with `os.pread`, since DALI's reader cannot reshuffle every epoch).
+        Image files: their packed label and path rows (DALI reads the files).
+        TFRecord records: uint8 rows of the int32 label, the int32 length of the
+        encoded image and the image bytes, padded with zeros to the longest in the
+        batch (read here with `os.pread`, since DALI's reader cannot reshuffle every
+        epoch).
+
+        Files checked before training are checked again if their size or
+        modification time changed since (`checks.verify_unchanged`), so that a file
+        deleted or replaced during training is named.
         """
+        rows = np.asarray(rows, np.int64)
+        index = self.index
+        labels = None if self.labels is None else self.labels[rows]
         if not self.records:
-            return np.asarray(rows, np.uint8)
+            paths = [self.file_paths[i] for i in rows]
+            if index.stamps is not None:
+                checks.verify_unchanged(paths, index.stamps[rows], self.options["check"])
+            return sources.encode_samples(paths, labels)
         from dalipipe import tfrecord
 
-        rows = np.asarray(rows, np.int64)
-        encoded = tfrecord.load_encoded(self.index.shards, self.index.refs[rows])
-        labels = np.zeros(len(rows), np.int32) if self.labels is None else self.labels[rows]
+        refs = index.refs[rows]
+        if index.stamps is not None:
+            used = np.unique(refs[:, 0])
+            _verify_shards([index.shards[i] for i in used], index.stamps[used])
+        encoded = tfrecord.load_encoded(index.shards, refs)
+        labels = np.zeros(len(rows), np.int32) if labels is None else labels
         batch = np.zeros((len(rows), 8 + max(len(e) for e in encoded)), np.uint8)
         batch[:, 0:4] = labels.astype("<i4").view(np.uint8).reshape(-1, 4)
         batch[:, 4:8] = np.array([len(e) for e in encoded], "<i4").view(np.uint8).reshape(-1, 4)
@@ -461,6 +469,22 @@ class _Feeder:
             return self.load(batch) if name == "samples" else batch
 
         return next_batch
+
+
+def _verify_shards(shards, stamps):
+    """Raises RuntimeError naming a TFRecord file changed since its records were checked."""
+    for path, stamp in zip(shards, np.asarray(stamps).tolist()):
+        try:
+            info = os.stat(path)
+        except OSError as e:
+            raise RuntimeError(
+                f"{path} was checked before training and cannot be opened now ({e.strerror})."
+            ) from None
+        if [info.st_size, info.st_mtime_ns] != stamp:
+            raise RuntimeError(
+                f"{path} changed after the check before training: its records may have "
+                "moved. Make the dataset again."
+            )
 
 
 def _to_numpy(tensor_list):
@@ -723,4 +747,5 @@ def _validate(*, labels, label_mode, class_names, image_size, batch_size, shuffl
         device=device,
         num_threads=int(num_threads),
         prefetch_queue_depth=int(prefetch_queue_depth),
+        check=check,
     )

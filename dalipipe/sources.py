@@ -45,6 +45,8 @@ class Index(NamedTuple):
         shards: for TFRecord records, the TFRecord files; else None.
         refs: for TFRecord records, int64 `(n, 3)`: file number (into `shards`),
             offset and size of each record; else None.
+        stamps: int64 `(size, mtime_ns)` of each file (of each of `shards` for
+            records) when the files were checked, or None if they were not.
     """
 
     file_paths: list
@@ -52,12 +54,17 @@ class Index(NamedTuple):
     class_names: Optional[list]
     shards: Optional[list] = None
     refs: Optional[np.ndarray] = None
+    stamps: Optional[np.ndarray] = None
 
     def take(self, indices):
+        indices = np.asarray(indices, np.int64)
         labels = None if self.labels is None else self.labels[indices]
-        refs = None if self.refs is None else self.refs[np.asarray(indices, np.int64)]
+        refs = None if self.refs is None else self.refs[indices]
+        stamps = self.stamps
+        if stamps is not None and refs is None:
+            stamps = stamps[indices]
         return Index([self.file_paths[i] for i in indices], labels, self.class_names,
-                     self.shards, refs)
+                     self.shards, refs, stamps)
 
     def without(self, paths, *, keep_classes=False):
         """This index less `paths`; classes left without samples are dropped (and
@@ -70,7 +77,7 @@ class Index(NamedTuple):
         renumber = np.full(len(self.class_names), -1, np.int32)
         renumber[used] = np.arange(len(used), dtype=np.int32)
         return Index(kept.file_paths, renumber[kept.labels],
-                     [self.class_names[i] for i in used], kept.shards, kept.refs)
+                     [self.class_names[i] for i in used], kept.shards, kept.refs, kept.stamps)
 
     def __len__(self):
         return len(self.file_paths)

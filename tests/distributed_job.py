@@ -24,6 +24,7 @@ EPOCHS = 2
 
 
 def main(mode, data_dir, out):
+    tf.keras.utils.set_random_seed(0)  # the same initial weights in every run
     if mode == "mirrored":
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
@@ -59,6 +60,10 @@ def main(mode, data_dir, out):
         )
     if mode == "mirrored":
         history = model.fit(dataset, epochs=EPOCHS, verbose=0).history
+        # A dataset made without the strategy, which Keras distributes itself.
+        plain = make_dali_dataset(data_dir, image_size=(8, 8), batch_size=8,
+                                  normalization=None, device="cpu")
+        history["plain_evaluate_accuracy"] = [model.evaluate(plain, verbose=0)[1]]
     else:
         # Keras 3's fit fails under MultiWorkerMirroredStrategy with any dataset
         # (keras-team/keras#20585): a custom training loop, as in README's recipe.

@@ -218,8 +218,47 @@ def test_file_deleted_after_the_check_is_named(zoo):
                               shuffle=False, device="cpu")
     victim = pipe.file_paths[2]
     os.remove(victim)
-    with pytest.raises(RuntimeError, match=f"File mapping failed: {victim}"):
+    with pytest.raises(RuntimeError, match=f"{victim} was checked before training and cannot "
+                                           "be opened now"):
         list(pipe.epoch())
+
+
+def test_file_replaced_after_the_check_is_named_and_a_touched_one_is_fine(tmp_path):
+    folder = tmp_path / "a"
+    folder.mkdir()
+    for i in range(6):
+        (folder / f"{i}.jpg").write_bytes(GOOD_JPEG)
+    pipe = make_dali_pipeline(str(tmp_path), image_size=(4, 4), batch_size=4, shuffle=False,
+                              device="cpu")
+    os.utime(pipe.file_paths[1], ns=(1, 1))  # changed stamp, same sound content
+    assert sum(len(images) for images, _ in pipe.epoch()) == 6
+    victim = pipe.file_paths[4]
+    with open(victim, "wb") as f:
+        f.write(GOOD_JPEG[: len(GOOD_JPEG) // 2])
+    with pytest.raises(RuntimeError, match=f"{victim} changed after the check before "
+                                           "training and is now bad: corrupt or truncated"):
+        list(pipe.epoch())
+
+
+def test_file_replaced_during_fit_is_named(tmp_path):
+    """Through DALI's TensorFlow plugin: the error that stops `fit` names the file."""
+    keras = pytest.importorskip("keras")
+    from dalipipe import make_dali_dataset
+
+    folder = tmp_path / "a"
+    folder.mkdir()
+    for i in range(8):
+        (folder / f"{i}.jpg").write_bytes(GOOD_JPEG)
+    dataset = make_dali_dataset(str(tmp_path), image_size=(4, 4), batch_size=4, device="cpu")
+    victim = dataset.file_paths[5]
+    with open(victim, "wb") as f:
+        f.write(b"not an image any more")
+    model = keras.Sequential([keras.Input((4, 4, 3)), keras.layers.Flatten(),
+                              keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    with pytest.raises(Exception, match=f"{victim} changed after the check before training "
+                                        "and is now bad: not an image DALI decodes"):
+        model.fit(dataset, epochs=1, verbose=0)
 
 
 def test_fuzz_corpus_never_crashes_or_hangs_and_full_check_catches_all(monkeypatch, tmp_path):

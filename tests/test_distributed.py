@@ -67,6 +67,7 @@ def test_mirrored_strategy_over_two_logical_cpus(tagged_dir, tagged_tfrecords, t
     # One process sees both replicas: each epoch is a list of 2 replicas.
     _check_epochs([[epoch[r] for epoch in report["epochs"]] for r in range(2)])
     assert report["history"]["accuracy"][-1] > 0.9
+    assert report["history"]["plain_evaluate_accuracy"][0] > 0.9
 
 
 def _free_ports(count):

@@ -407,3 +407,18 @@ def test_bad_records_are_found_before_training_and_can_be_skipped(tmp_path):
     images, labels = (np.concatenate(x) for x in zip(*pipe.epoch()))
     assert labels.tolist() == [0, 1, 0, 1, 1]
     assert [round(float(i[..., 0].mean()) / 40) for i in images] == [0, 1, 2, 3, 5]
+
+
+def test_a_tfrecord_file_changed_after_the_check_is_named(tagged_tfrecords, tmp_path):
+    from dalipipe import make_dali_pipeline
+
+    folder = tmp_path / "copy"
+    shutil.copytree(os.path.dirname(tagged_tfrecords), folder)
+    pipe = make_dali_pipeline(str(folder / "train-*.tfrecord"), image_size=(4, 4),
+                              device="cpu", shuffle=False)
+    victim = pipe.index.shards[2]
+    with open(victim, "ab") as f:
+        f.write(b"\0" * 16)
+    with pytest.raises(RuntimeError, match=f"{victim} changed after the check before "
+                                           "training: its records may have moved"):
+        list(pipe.epoch())
