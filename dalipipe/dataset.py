@@ -140,12 +140,15 @@ def make_dali_dataset(
             the same number of full batches per epoch: the shards of one shuffled
             order, the last step padded with samples of weight 0, so batches are
             `(images, labels, sample_weights)` and each sample counts exactly once per
-            epoch. Build the model under `strategy.scope()`. Needs labels. Defaults
-            to None (one device).
+            epoch. Build the model under `strategy.scope()`; use `weighted_metrics`.
+            Keras's loss divides by the whole batch, padding included, so the
+            last step's loss is scaled by its share of real samples. Needs labels.
+            `cardinality` is then an attribute, as on any distributed dataset.
+            Defaults to None (one device).
 
     Returns:
-        A `tf.data.Dataset` yielding `(images, labels)` batches, or `images` alone
-        when there are no labels; a pair of them for `subset="both"`. The images have
+        A `tf.data.Dataset` yielding `(images, labels)` batches, or 1-tuples
+        `(images,)` when there are no labels (Keras's `predict` takes both); a pair of them for `subset="both"`. The images have
         the shape given by `data_format` and the type `dtype`. It has the attributes
         `class_names` (None without labels) and `file_paths` (in `shuffle=False`
         order), and `cardinality()` is the number of batches per epoch. On a GPU it
