@@ -284,8 +284,7 @@ def check_files(paths, *, check="structure", progress=None, stamps=None):
         stamps: optional dict that receives `path: (size, mtime_ns)` of each file
             that exists.
     """
-    if check not in ("structure", "full"):
-        raise ValueError(f"`check` must be one of {CHECKS}. Received: check={check!r}")
+    _check_level(check)
     cache = _Cache(os.path.join(cache_dir(), "checks.sqlite"))
     try:
         # Keys are the paths' bytes: file names need not be valid UTF-8.
@@ -301,12 +300,7 @@ def check_files(paths, *, check="structure", progress=None, stamps=None):
             except OSError:
                 signature = None
             cached = known.get(key)
-            usable = (
-                signature is not None and cached is not None
-                and (cached[0], cached[1]) == signature and cached[3] == _VERSION
-                and (cached[2] == check or (cached[2] == "full" and cached[4] is None))
-            )
-            if usable:
+            if signature is not None and _usable(cached, signature, check):
                 reason = cached[4]
             else:
                 reason = check_file(path, full=check == "full")
@@ -323,13 +317,34 @@ def check_files(paths, *, check="structure", progress=None, stamps=None):
     return bad
 
 
+def _check_level(check):
+    if check not in ("structure", "full"):
+        raise ValueError(f"`check` must be one of {CHECKS}. Received: check={check!r}")
+
+
+def _usable(cached, signature, check):
+    """Whether a cache row `(size, mtime_ns, mode, version, reason)` answers `check`
+    for a file of `signature` `(size, mtime_ns)`: a "full" pass answers both levels."""
+    return (
+        cached is not None and (cached[0], cached[1]) == tuple(signature)
+        and cached[3] == _VERSION
+        and (cached[2] == check or (cached[2] == "full" and cached[4] is None))
+    )
+
+
 def check_index(index, *, check="structure", progress=None):
     """Checks every sample of a `sources.Index`: files, or TFRecord records.
 
+    Args:
+        index: a `sources.Index`.
+        check: `"structure"` or `"full"`.
+        progress: optional callable `progress(done, total)`.
+
     Returns:
         `(bad, index)`: `{file path or record name: reason}` for the bad ones, and the
-        index with the `stamps` (size and modification time) its files had when
-        checked, so that a change during training can be told (`verify_unchanged`).
+        index with `stamps`, int64 `(size, mtime_ns)` rows of its files (of its
+        TFRecord files for records) as they were when checked, for
+        `verify_unchanged`.
     """
     stamps = {}
     if index.refs is not None:
@@ -340,16 +355,22 @@ def check_index(index, *, check="structure", progress=None):
         bad = check_files(index.file_paths, check=check, progress=progress, stamps=stamps)
         paths = index.file_paths
     table = np.array([stamps.get(p, (-1, -1)) for p in paths], np.int64).reshape(-1, 2)
-    return bad, type(index)(index.file_paths, index.labels, index.class_names, index.shards,
-                            index.refs, table)
+    return bad, type(index)(
+        file_paths=index.file_paths, labels=index.labels, class_names=index.class_names,
+        shards=index.shards, refs=index.refs, stamps=table,
+    )
 
 
-def verify_unchanged(paths, stamps, check):
-    """Raises RuntimeError naming a file that was deleted, or changed into a bad one,
-    since it was checked (`stamps`, as `check_index` records them).
+def verify_unchanged(paths, stamps, *, check):
+    """Raises RuntimeError naming a file deleted or changed since it was checked.
 
-    A file whose size or modification time changed is checked again; one that still
-    passes is accepted. DALI's own errors for such files do not always name them.
+    Args:
+        paths: file paths.
+        stamps: int64 `(len(paths), 2)`: `(size, mtime_ns)` when they were checked
+            (see `check_index`).
+        check: `"structure"` or `"full"`: a file whose size or modification time
+            changed is checked again at this level, and accepted if it passes. None:
+            any change is an error (for TFRecord files, whose records may have moved).
     """
     for path, (size, mtime_ns) in zip(paths, np.asarray(stamps).tolist()):
         try:
@@ -359,12 +380,18 @@ def verify_unchanged(paths, stamps, check):
                 f"{path} was checked before training and cannot be opened now "
                 f"({e.strerror}): it was deleted or moved during training."
             ) from None
-        if (info.st_size, info.st_mtime_ns) != (size, mtime_ns):
-            reason = check_file(path, full=check == "full")
-            if reason is not None:
-                raise RuntimeError(
-                    f"{path} changed after the check before training and is now bad: {reason}."
-                )
+        if (info.st_size, info.st_mtime_ns) == (size, mtime_ns):
+            continue
+        if check is None:
+            raise RuntimeError(
+                f"{path} changed after the check before training: its records may have "
+                "moved. Make the dataset again."
+            )
+        reason = check_file(path, full=check == "full")
+        if reason is not None:
+            raise RuntimeError(
+                f"{path} changed after the check before training and is now bad: {reason}."
+            )
 
 
 def progress_bar(unit):
@@ -393,8 +420,7 @@ def check_records(names, shards, refs, *, check="structure", progress=None, stam
     """
     from dalipipe import tfrecord
 
-    if check not in ("structure", "full"):
-        raise ValueError(f"`check` must be one of {CHECKS}. Received: check={check!r}")
+    _check_level(check)
     signatures = [(info.st_size, info.st_mtime_ns) for info in map(os.stat, shards)]
     if stamps is not None:
         stamps.update(zip(shards, signatures))
@@ -404,28 +430,46 @@ def check_records(names, shards, refs, *, check="structure", progress=None, stam
         bad, todo = {}, []
         for i, name in enumerate(names):
             cached = known.get(os.fsencode(name))
-            if (cached is not None and (cached[0], cached[1]) == signatures[refs[i][0]]
-                    and cached[3] == _VERSION
-                    and (cached[2] == check or (cached[2] == "full" and cached[4] is None))):
+            if _usable(cached, signatures[refs[i][0]], check):
                 if cached[4] is not None:
                     bad[name] = cached[4]
             else:
                 todo.append(i)
+        done = len(names) - len(todo)
         for start in range(0, len(todo), 256):
             chunk = todo[start: start + 256]
             rows = []
-            for i, data in zip(chunk, tfrecord.load_encoded(shards, refs[chunk])):
-                reason = check_bytes(data, full=check == "full")
+            for i, (data, reason) in zip(chunk, _record_images(tfrecord, shards, refs[chunk])):
+                if reason is None:
+                    reason = check_bytes(data, full=check == "full")
                 rows.append((os.fsencode(names[i]), *signatures[refs[i][0]], check, _VERSION,
                              reason))
                 if reason is not None:
                     bad[names[i]] = reason
             cache.put(rows)
+            done += len(chunk)
             if progress is not None:
-                progress(start + len(chunk), len(todo))
+                progress(done, len(names))
+        if progress is not None and not todo:
+            progress(len(names), len(names))
     finally:
         cache.close()
     return bad
+
+
+def _record_images(tfrecord, shards, refs):
+    """`(image bytes, None)` per record, or `(None, reason)` for one that cannot be read."""
+    try:
+        return [(data, None) for data in tfrecord.load_encoded(shards, refs)]
+    except ValueError:
+        pass
+    found = []
+    for ref in refs:
+        try:
+            found.append((tfrecord.load_encoded(shards, ref[None])[0], None))
+        except ValueError as e:
+            found.append((None, f"not an image record ({e})"))
+    return found
 
 
 def write_report(bad, total, *, directory=None):

@@ -120,6 +120,11 @@ def _convert(args):
     try:
         index = sources.index_source(args.source, labels=labels, path_column=args.path_column,
                                      allow_missing=True)
+        if index.refs is not None:
+            raise ValueError(
+                "`source` must be a directory of class folders or a CSV file: these are "
+                f"TFRecord files already. Received: source={args.source!r}"
+            )
         tfrecord.check_write_args(index.file_paths, index.labels, index.class_names,
                                   args.shards, args.prefix)
     except ValueError as e:

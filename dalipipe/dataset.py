@@ -162,7 +162,7 @@ def make_dali_dataset(
         RuntimeError: for `device="gpu"` on a machine without a usable GPU.
     """
     if strategy is not None:
-        _check_strategy(strategy, batch_size, label_mode, labels)
+        _check_strategy(strategy, batch_size, label_mode, labels, seed)
         device = _strategy_device(strategy, device)
     elif device in ("auto", "gpu"):
         device = _resolve_gpu(device)
@@ -212,6 +212,13 @@ def distribute(image_pipeline, strategy):
         options = tf.distribute.InputOptions(
             experimental_fetch_to_device=image_pipeline.device != "gpu"
         )
+        local_replicas = len(strategy.extended.worker_devices)
+        if image_pipeline.device == "gpu" and local_replicas > 1:
+            raise ValueError(
+                "With this strategy dalipipe builds one DALI pipeline per worker, on its "
+                "first GPU: run one worker per GPU (set CUDA_VISIBLE_DEVICES). Received a "
+                f"worker with {local_replicas} GPUs: {strategy.extended.worker_devices}"
+            )
 
         def dataset_fn(context):
             local = num_replicas // context.num_input_pipelines
@@ -225,11 +232,17 @@ def distribute(image_pipeline, strategy):
     return dataset
 
 
-def _check_strategy(strategy, batch_size, label_mode, labels):
+def _check_strategy(strategy, batch_size, label_mode, labels, seed):
     if not isinstance(strategy, tf.distribute.Strategy):
         raise ValueError(
             "`strategy` must be a `tf.distribute.Strategy`, such as "
             f"`tf.distribute.MirroredStrategy()`. Received: strategy={strategy!r}"
+        )
+    if seed is None and isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        raise ValueError(
+            "Every worker of this strategy makes its own dataset, and they must draw "
+            "the same order, split and augmentation: pass the same `seed` on every "
+            f"worker. Received: seed=None, strategy={type(strategy).__name__}"
         )
     if label_mode is None or labels is None:
         raise ValueError(
@@ -243,13 +256,19 @@ def _check_strategy(strategy, batch_size, label_mode, labels):
 
 def _strategy_device(strategy, device):
     """The DALI device for the strategy's replicas: GPUs only if they are all GPUs."""
-    kinds = {tf.DeviceSpec.from_string(d).device_type for d in strategy.extended.worker_devices}
-    if kinds == {"GPU"} and device in ("auto", "gpu"):
+    devices = strategy.extended.worker_devices
+    kinds = {tf.DeviceSpec.from_string(d).device_type for d in devices}
+    if kinds == {"GPU"}:
+        if device == "cpu":
+            raise ValueError(
+                "`device='cpu'` puts DALI on the CPU, and this strategy's replicas are "
+                f"GPUs: {devices}. Use device='auto' or 'gpu', or a strategy over CPUs."
+            )
         return _resolve_gpu(device)
     if device == "gpu":
         raise ValueError(
-            "`device='gpu'` needs a strategy whose replicas are GPUs. Received a strategy "
-            f"with replicas on {strategy.extended.worker_devices}"
+            f"`device='gpu'` needs a strategy whose replicas are GPUs. Received a strategy "
+            f"with replicas on {devices}"
         )
     return "cpu"
 
@@ -337,6 +356,8 @@ def input_datasets(image_pipeline, load=True):
         def load_rows(rows):
             # Placed explicitly: once a strategy has distributed other datasets, Keras's
             # own distribution of this one otherwise gives the op a malformed device.
+            # Not stateful: equal rows give equal batches; the stat calls in `load`
+            # only raise, and order is kept (`map` is deterministic here).
             with tf.device("/cpu:0"):
                 loaded = tf.numpy_function(image_pipeline.load, [rows], tf.uint8, stateful=False)
             return tf.ensure_shape(loaded, [None, None])

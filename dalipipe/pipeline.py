@@ -18,10 +18,10 @@ The graph has two named inputs, fed one batch at a time:
   to the third output, Keras's `sample_weight`.
 """
 
-import collections
 import math
 import os
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 
@@ -167,8 +167,12 @@ def _drop_bad_files(index, check, on_bad_file, keep_classes):
     return kept
 
 
-Sharding = collections.namedtuple("Sharding", ["num_replicas", "replica_ids", "device_id"])
-Sharding.__doc__ = "Which replicas of a distributed dataset a pipeline feeds (`ImagePipeline.shard`)."
+class Sharding(NamedTuple):
+    """Which replicas of a distributed dataset a pipeline feeds (`ImagePipeline.shard`)."""
+
+    num_replicas: int
+    replica_ids: tuple
+    device_id: int
 
 
 class ImagePipeline:
@@ -207,18 +211,16 @@ class ImagePipeline:
         self.label_mode = options["label_mode"]
         self.num_threads = options["num_threads"]
         n, global_batch = len(self.file_paths), options["batch_size"]
-        drop = options["drop_remainder"]
+        # Steps of the global batch. A shard's replicas all run this many full
+        # batches: the last step is padded with zero-weight samples.
+        self.steps = n // global_batch if options["drop_remainder"] else -(-n // global_batch)
         if sharding is None:
             self.batch_size = global_batch
             self.device_id = 0 if self.device == "gpu" else None
-            self.steps = n // global_batch if drop else -(-n // global_batch)
             self.num_batches = self.steps
         else:
             self.batch_size = global_batch // sharding.num_replicas
             self.device_id = sharding.device_id if self.device == "gpu" else None
-            # Every replica runs the same number of full batches: the last step is
-            # padded with zero-weight samples (unless `drop_remainder`).
-            self.steps = n // global_batch if drop else -(-n // global_batch)
             self.num_batches = self.steps * len(sharding.replica_ids)
         if self.steps == 0:
             raise ValueError(
@@ -286,22 +288,17 @@ class ImagePipeline:
         """Whether the samples are TFRecord records (else image files)."""
         return self.index.refs is not None
 
-    def samples(self):
-        """The sample numbers, in `file_paths` order: the rows `load` takes."""
-        return np.arange(len(self.file_paths), dtype=np.int64)
-
     def load(self, rows):
         """The `"samples"` input batch for the sample numbers `rows` (see the module doc).
 
-        Image files: their packed label and path rows (DALI reads the files).
-        TFRecord records: uint8 rows of the int32 label, the int32 length of the
-        encoded image and the image bytes, padded with zeros to the longest in the
-        batch (read here with `os.pread`, since DALI's reader cannot reshuffle every
-        epoch).
+        Image files: uint8 `(n, 4 + longest path)`, the int32 label then the path
+        (DALI reads the files). TFRecord records: uint8 `(n, 8 + longest image)`, the
+        int32 label, the int32 length of the encoded image and its bytes (read here
+        with `os.pread`: DALI's reader cannot reshuffle every epoch). Padded with
+        zeros.
 
-        Files checked before training are checked again if their size or
-        modification time changed since (`checks.verify_unchanged`), so that a file
-        deleted or replaced during training is named.
+        Files checked before training are stat-ed again (`checks.verify_unchanged`),
+        so that one deleted or replaced during training is named.
         """
         rows = np.asarray(rows, np.int64)
         index = self.index
@@ -309,22 +306,17 @@ class ImagePipeline:
         if not self.records:
             paths = [self.file_paths[i] for i in rows]
             if index.stamps is not None:
-                checks.verify_unchanged(paths, index.stamps[rows], self.options["check"])
-            return sources.encode_samples(paths, labels)
+                checks.verify_unchanged(paths, index.stamps[rows], check=self.options["check"])
+            return sources.pack_rows(labels, [os.fsencode(p) for p in paths])
         from dalipipe import tfrecord
 
         refs = index.refs[rows]
         if index.stamps is not None:
             used = np.unique(refs[:, 0])
-            _verify_shards([index.shards[i] for i in used], index.stamps[used])
-        encoded = tfrecord.load_encoded(index.shards, refs)
-        labels = np.zeros(len(rows), np.int32) if labels is None else labels
-        batch = np.zeros((len(rows), 8 + max(len(e) for e in encoded)), np.uint8)
-        batch[:, 0:4] = labels.astype("<i4").view(np.uint8).reshape(-1, 4)
-        batch[:, 4:8] = np.array([len(e) for e in encoded], "<i4").view(np.uint8).reshape(-1, 4)
-        for row, data in zip(batch, encoded):
-            row[8:8 + len(data)] = np.frombuffer(data, np.uint8)
-        return batch
+            checks.verify_unchanged([index.shards[i] for i in used], index.stamps[used],
+                                    check=None)
+        return sources.pack_rows(labels, tfrecord.load_encoded(index.shards, refs),
+                                 with_length=True)
 
     def build(self, feed=None):
         """Builds a new DALI pipeline object for this graph (not yet started).
@@ -395,7 +387,7 @@ class ImagePipeline:
         if self.options["shuffle"]:
             order = np.random.default_rng([self.seed, epoch, 0]).permutation(n)
         positions, weights = self.positions()
-        rows = self.samples()[order[positions]]
+        rows = order[positions]
         random = np.random.default_rng([self.seed, epoch, 1]).random(
             (len(positions), NUM_RANDOM), np.float32
         )
@@ -412,7 +404,8 @@ class ImagePipeline:
         """Runs the graph natively over the given input rows, a batch at a time.
 
         Args:
-            samples: rows of `samples()`, in the order to load.
+            samples: int64 sample numbers (indices into `file_paths`), in the order
+                to load.
             random: float32 array `(len(samples), NUM_RANDOM)` of uniform numbers in
                 [0, 1); only used with `augment=True`. Defaults to zeros.
             weights: float32 array `(len(samples),)`, only for a shard. Defaults to
@@ -469,22 +462,6 @@ class _Feeder:
             return self.load(batch) if name == "samples" else batch
 
         return next_batch
-
-
-def _verify_shards(shards, stamps):
-    """Raises RuntimeError naming a TFRecord file changed since its records were checked."""
-    for path, stamp in zip(shards, np.asarray(stamps).tolist()):
-        try:
-            info = os.stat(path)
-        except OSError as e:
-            raise RuntimeError(
-                f"{path} was checked before training and cannot be opened now ({e.strerror})."
-            ) from None
-        if [info.st_size, info.st_mtime_ns] != stamp:
-            raise RuntimeError(
-                f"{path} changed after the check before training: its records may have "
-                "moved. Make the dataset again."
-            )
 
 
 def _to_numpy(tensor_list):

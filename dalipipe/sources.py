@@ -189,6 +189,9 @@ def _index_records(records, labels, class_names):
     The classes are the distinct `image/class/label` values in increasing order
     (ImageNet's 1-1000 become 0-999), named by `image/class/text` when the records
     carry it, else by the value; `class_names`, if given, renames them in that order.
+    With `image/class/text`, `class_names` instead maps each text to its position,
+    so that separate sources (a training and a validation pattern) agree even when
+    one lacks a class.
     """
     names = [f"{records.shards[f]}#{k}" for f, k in zip(records.refs[:, 0], _record_numbers(records.refs))]
     if labels is not None and not is_inferred(labels):
@@ -203,6 +206,17 @@ def _index_records(records, labels, class_names):
             "`labels='inferred'` needs an 'image/class/label' feature, and the records of "
             f"{listing(records.shards)} have none. Pass labels=None for images only."
         )
+    if class_names is not None and records.texts is not None:
+        # Named classes: the mapping is fixed by the names, the same for every source.
+        lookup = {name: i for i, name in enumerate(class_names)}
+        unknown = sorted(set(records.texts) - set(lookup))
+        if unknown:
+            raise ValueError(
+                f"`class_names` must name every 'image/class/text' of the records. Not "
+                f"in it: {listing(unknown)}. Received: class_names={list(class_names)}"
+            )
+        encoded = np.array([lookup[t] for t in records.texts], np.int32)
+        return Index(names, encoded, list(class_names), records.shards, records.refs)
     values, encoded = np.unique(records.labels, return_inverse=True)
     found = [str(v) for v in values]
     if records.texts is not None:
@@ -439,10 +453,25 @@ def encode_samples(file_paths: Sequence[str], labels: Optional[np.ndarray]) -> n
     Returns:
         uint8 array of shape `(len(file_paths), 4 + longest path in bytes)`.
     """
-    encoded = [os.fsencode(p) for p in file_paths]
-    rows = np.zeros((len(encoded), 4 + max(len(b) for b in encoded)), np.uint8)
-    label_values = np.zeros(len(encoded), np.int32) if labels is None else np.asarray(labels)
+    return pack_rows(labels, [os.fsencode(p) for p in file_paths])
+
+
+def pack_rows(labels: Optional[np.ndarray], payloads: Sequence[bytes], *,
+              with_length: bool = False) -> np.ndarray:
+    """Packs a little-endian int32 label (0 when `labels` is None), with
+    `with_length` the int32 length of the payload, then the payload, one uint8 row
+    per sample, padded with zeros to the longest.
+
+    Returns:
+        uint8 array of shape `(len(payloads), 4 [+ 4] + longest payload)`.
+    """
+    head = 8 if with_length else 4
+    rows = np.zeros((len(payloads), head + max(len(p) for p in payloads)), np.uint8)
+    label_values = np.zeros(len(payloads), np.int32) if labels is None else np.asarray(labels)
     rows[:, :4] = label_values.astype("<i4").reshape(-1, 1).view(np.uint8)
-    for row, path in zip(rows, encoded):
-        row[4: 4 + len(path)] = np.frombuffer(path, np.uint8)
+    if with_length:
+        lengths = np.array([len(p) for p in payloads], "<i4")
+        rows[:, 4:8] = lengths.reshape(-1, 1).view(np.uint8)
+    for row, payload in zip(rows, payloads):
+        row[head: head + len(payload)] = np.frombuffer(payload, np.uint8)
     return rows

@@ -27,6 +27,8 @@ Where files go:
   while the shard's size and modification time are those recorded there.
 """
 
+import collections
+import contextlib
 import glob
 import hashlib
 import json
@@ -165,7 +167,13 @@ def tfrecord_files(source):
             f"(no valid TFRecord header): {other!r}. Received: source with "
             f"{sum(found)} TFRecord file(s) of {len(paths)} paths"
         )
-    return [os.path.abspath(p) for p in paths]
+    files = [os.path.abspath(p) for p in paths]
+    repeated = sorted(f for f, count in collections.Counter(files).items() if count > 1)
+    if repeated:
+        raise ValueError(
+            f"A list of TFRecord files must name each file once. Repeated: {repeated}"
+        )
+    return files
 
 
 def _glob_tfrecords(pattern):
@@ -269,11 +277,18 @@ def _write_index(index_path, data, shard_mtime_ns):
 
 
 def _write_atomically(path, data):
+    with _replacing(path) as temporary, open(temporary, "wb") as f:
+        f.write(data)
+
+
+@contextlib.contextmanager
+def _replacing(path):
+    """Yields a temporary path that replaces `path` once the block succeeds (and is
+    removed if it fails), so that readers never see a half-written file."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     temporary = f"{path}.{os.getpid()}.tmp"
     try:
-        with open(temporary, "wb") as f:
-            f.write(data)
+        yield temporary
         os.replace(temporary, path)
     except BaseException:
         try:
@@ -776,18 +791,11 @@ def write_tfrecords(file_paths, labels, class_names, out_dir, *, num_shards=1, p
     written = []
     for shard in range(num_shards):
         path = os.path.join(out_dir, f"{prefix}-{shard:05d}-of-{num_shards:05d}.tfrecord")
-        temporary = f"{path}.{os.getpid()}.tmp"
-        try:
-            with tf.io.TFRecordWriter(temporary) as writer:
-                for i in range(bounds[shard], bounds[shard + 1]):
-                    writer.write(_example(tf, file_paths[i], labels, class_names, i))
-                    if bar and (i % 64 == 0 or i == len(file_paths) - 1):
-                        bar(i + 1, len(file_paths))
-            os.replace(temporary, path)
-        except BaseException:
-            if os.path.exists(temporary):
-                os.remove(temporary)
-            raise
+        with _replacing(path) as temporary, tf.io.TFRecordWriter(temporary) as writer:
+            for i in range(bounds[shard], bounds[shard + 1]):
+                writer.write(_example(tf, file_paths[i], labels, class_names, i))
+                if bar and (i % 64 == 0 or i == len(file_paths) - 1):
+                    bar(i + 1, len(file_paths))
         write_index(path, index_path_for(path))
         written.append(path)
     if bar:

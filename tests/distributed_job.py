@@ -31,6 +31,11 @@ def main(mode, data_dir, out):
         strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     else:
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    try:
+        make_dali_dataset(data_dir, batch_size=8, strategy=strategy, device="cpu")
+        seed_error = None
+    except ValueError as e:
+        seed_error = str(e)
     dataset = make_dali_dataset(
         data_dir, image_size=(8, 8), batch_size=8, normalization=None, seed=5,
         strategy=strategy, device="cpu", num_threads=1,
@@ -75,6 +80,7 @@ def main(mode, data_dir, out):
             "epochs": epochs,
             "history": {k: [float(v) for v in vs] for k, vs in history.items()},
             "class_names": dataset.class_names,
+            "seed_error": seed_error,
         }, f)
 
 

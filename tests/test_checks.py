@@ -2,6 +2,10 @@
 
 import io
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import warnings
 
 import numpy as np
@@ -164,12 +168,36 @@ def test_non_utf8_file_name(tmp_path):
     assert len(next(iter(pipe.epoch()))[0]) == 1
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every file whatever its mode")
 def test_unreadable_file(tmp_path):
-    path = tmp_path / "locked.jpg"
-    path.write_bytes(GOOD_JPEG)
-    path.chmod(0)
-    assert "cannot be read" in checks.check_files([str(path)])[str(path)]
+    """Root reads every file whatever its mode: then the check runs as `nobody`, in a
+    user namespace of its own (`unshare -U`)."""
+    folder = tempfile.mkdtemp(dir=tempfile.gettempdir())  # traversable by nobody
+    try:
+        os.chmod(folder, 0o755)
+        path = os.path.join(folder, "locked.jpg")
+        with open(path, "wb") as f:
+            f.write(GOOD_JPEG)
+        os.chmod(path, 0)
+        if os.geteuid() != 0:
+            reason = checks.check_file(path)
+        else:
+            unshare = shutil.which("unshare")
+            if unshare is None:
+                pytest.skip("running as root, and `unshare` is not there to drop root")
+            run = subprocess.run(
+                [unshare, "-U", sys.executable, "-c",
+                 "import sys; from dalipipe import checks; print(checks.check_file(sys.argv[1]))",
+                 path],
+                capture_output=True, text=True, timeout=120,
+                env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(checks.__file__))},
+            )
+            if run.returncode != 0 and "unshare" in run.stderr:
+                pytest.skip(f"running as root, and `unshare -U` failed: {run.stderr.strip()}")
+            assert run.returncode == 0, run.stderr
+            reason = run.stdout.strip()
+        assert reason.startswith("cannot be read"), reason
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_results_are_cached_and_invalidated_by_changes(tmp_path, monkeypatch):

@@ -68,6 +68,7 @@ def test_mirrored_strategy_over_two_logical_cpus(tagged_dir, tagged_tfrecords, t
     _check_epochs([[epoch[r] for epoch in report["epochs"]] for r in range(2)])
     assert report["history"]["accuracy"][-1] > 0.9
     assert report["history"]["plain_evaluate_accuracy"][0] > 0.9
+    assert report["seed_error"] is None  # one process: its one seed serves every replica
 
 
 def _free_ports(count):
@@ -99,6 +100,8 @@ def test_multi_worker_mirrored_strategy_with_two_workers(tagged_dir, tmp_path):
             process.kill()
     reports = [json.loads(out.read_text()) for out in outs]
     assert [r["replicas"] for r in reports] == [2, 2]
+    # Without a seed, the workers would draw different orders: refused.
+    assert "pass the same `seed` on every worker. Received: seed=None" in reports[0]["seed_error"]
     # Each worker feeds its one replica; together they must cover the dataset.
     _check_epochs([[epoch[0] for epoch in r["epochs"]] for r in reports])
     for report in reports:

@@ -422,3 +422,14 @@ def test_a_tfrecord_file_changed_after_the_check_is_named(tagged_tfrecords, tmp_
     with pytest.raises(RuntimeError, match=f"{victim} changed after the check before "
                                            "training: its records may have moved"):
         list(pipe.epoch())
+
+
+def test_class_names_fix_the_mapping_of_class_texts(tagged_tfrecords):
+    from dalipipe import sources
+
+    index = sources.index_source(tagged_tfrecords, class_names=["red", "green", "blue", "grey"])
+    plain = sources.index_source(tagged_tfrecords)
+    assert index.class_names == ["red", "green", "blue", "grey"]
+    assert [index.class_names[i] for i in index.labels] == [plain.class_names[i] for i in plain.labels]
+    with pytest.raises(ValueError, match=r"must name every 'image/class/text'.*Not in it: red"):
+        sources.index_source(tagged_tfrecords, class_names=["blue", "green"])
