@@ -15,6 +15,7 @@ check of the same files reads only their metadata. The cache lives in
 `$DALIPIPE_CACHE_DIR`, default `~/.cache/dalipipe/checks.sqlite`.
 """
 
+import concurrent.futures
 import io
 import os
 import sqlite3
@@ -289,32 +290,51 @@ def check_files(paths, *, check="structure", progress=None, stamps=None):
     try:
         # Keys are the paths' bytes: file names need not be valid UTF-8.
         known = cache.get([os.fsencode(p) for p in paths])
-        bad, rows = {}, []
-        for i, path in enumerate(paths):
-            key = os.fsencode(path)
+        reasons, signatures, todo = {}, {}, []
+        for path in paths:
             try:
                 info = os.stat(path)
-                signature = (info.st_size, info.st_mtime_ns)
-                if stamps is not None:
-                    stamps[path] = signature
+                signatures[path] = (info.st_size, info.st_mtime_ns)
             except OSError:
-                signature = None
-            cached = known.get(key)
-            if signature is not None and _usable(cached, signature, check):
-                reason = cached[4]
+                pass
+            cached = known.get(os.fsencode(path))
+            if path in signatures and _usable(cached, signatures[path], check):
+                reasons[path] = cached[4]
             else:
-                reason = check_file(path, full=check == "full")
-                if signature is not None:
-                    rows.append((key, *signature, check, _VERSION, reason))
-            if reason is not None:
-                bad[path] = reason
-            if progress is not None and (i % 256 == 0 or i == len(paths) - 1):
-                progress(i + 1, len(paths))
-        if rows:
-            cache.put(rows)
+                todo.append(path)
+        if stamps is not None:
+            stamps.update(signatures)
+        done = len(paths) - len(todo)
+        if progress is not None:
+            progress(done, len(paths))
+        # PIL decodes without the GIL, so the full check runs on every core; the
+        # structure check is Python and as fast on one.
+        workers = usable_cores() if check == "full" else 1
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            run = pool.map if workers > 1 else map
+            for start in range(0, len(todo), 256):
+                chunk = todo[start: start + 256]
+                found = run(lambda p: check_file(p, full=check == "full"), chunk)
+                rows = []
+                for path, reason in zip(chunk, found):
+                    reasons[path] = reason
+                    if path in signatures:
+                        rows.append((os.fsencode(path), *signatures[path], check, _VERSION,
+                                     reason))
+                cache.put(rows)
+                done += len(chunk)
+                if progress is not None:
+                    progress(done, len(paths))
     finally:
         cache.close()
-    return bad
+    return {path: reasons[path] for path in paths if reasons[path] is not None}
+
+
+def usable_cores():
+    """The CPU cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
 
 
 def _check_level(check):

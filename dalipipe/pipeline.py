@@ -704,8 +704,7 @@ def _validate(*, labels, label_mode, class_names, image_size, batch_size, shuffl
     if seed is None:
         seed = int(np.random.SeedSequence().generate_state(1)[0] & 0x7FFFFFFF)
     if num_threads is None:
-        num_threads = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                          else (os.cpu_count() or 1))
+        num_threads = checks.usable_cores()
     return dict(
         label_mode=None if labels is None else label_mode,
         image_size=(int(image_size[0]), int(image_size[1])),

@@ -22,6 +22,7 @@ import time
 import numpy as np
 
 from dalipipe.bench import loaders as loaders_lib
+from dalipipe.checks import usable_cores
 
 QUALITY_IMAGES = 32
 
@@ -239,7 +240,7 @@ def machine_info():
             versions[package] = None
     return {
         "cpu": cpu,
-        "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cores": usable_cores(),
         "gpu": gpu,
         "python": platform.python_version(),
         "versions": versions,
