@@ -247,7 +247,7 @@ def _check_strategy(strategy, batch_size, label_mode, labels, seed):
     if label_mode is None or labels is None:
         raise ValueError(
             "`strategy` pads the last step with zero-weight samples, which needs labels "
-            "to weigh. Predict on one device instead. "
+            "to weigh. To predict, make the dataset without `strategy`. "
             f"Received: labels={labels!r}, label_mode={label_mode!r}"
         )
     if isinstance(batch_size, int) and batch_size > 0:
