@@ -148,8 +148,9 @@ def make_dali_dataset(
 
     Returns:
         A `tf.data.Dataset` yielding `(images, labels)` batches, or 1-tuples
-        `(images,)` when there are no labels (Keras's `predict` takes both); a pair of them for `subset="both"`. The images have
-        the shape given by `data_format` and the type `dtype`. It has the attributes
+        `(images,)` when there are no labels (Keras's `predict` takes both); a pair
+        of them for `subset="both"`. The images have the shape given by
+        `data_format` and the type `dtype`. It has the attributes
         `class_names` (None without labels) and `file_paths` (in `shuffle=False`
         order), and `cardinality()` is the number of batches per epoch. On a GPU it
         is placed on `/gpu:0` and its tensors live there. With `strategy`, a
@@ -281,9 +282,9 @@ def to_dataset(image_pipeline, device=None):
         device: the TensorFlow device to place it on. Defaults to `/gpu:0` for a GPU
             pipeline (`/gpu:<device_id>` for a shard) and `/cpu:0` otherwise.
     """
-    if device is None:
-        device = f"/gpu:{image_pipeline.device_id}" if image_pipeline.device == "gpu" else "/cpu:0"
     gpu = image_pipeline.device == "gpu"
+    if device is None:
+        device = f"/gpu:{image_pipeline.device_id}" if gpu else "/cpu:0"
     with tf.device("/cpu:0" if gpu else device):
         inputs = input_datasets(image_pipeline)
     if gpu:

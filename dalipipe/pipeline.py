@@ -5,9 +5,10 @@ Importable without TensorFlow: `make_dali_pipeline` builds the very graph that
 NumPy outputs, so the graph can be checked on a machine that has DALI and no
 TensorFlow.
 
-The graph has two named inputs, fed one batch at a time:
+The graph has named inputs, fed one batch at a time:
 - `"samples"`: uint8 rows, a little-endian int32 label then the file path padded
-  with NUL bytes (`sources.encode_samples`). One row per sample keeps each label with
+  with NUL bytes (`sources.encode_samples`), or for TFRecord records the image's
+  length and bytes (`ImagePipeline.load`). One row per sample keeps each label with
   its image whatever the order.
 - `"random"`: float32 rows of `NUM_RANDOM` uniform numbers in [0, 1) per sample that
   drive the random-resized crop and the flip. Drawing them outside DALI gives fresh
@@ -307,7 +308,7 @@ class ImagePipeline:
             paths = [self.file_paths[i] for i in rows]
             if index.stamps is not None:
                 checks.verify_unchanged(paths, index.stamps[rows], check=self.options["check"])
-            return sources.pack_rows(labels, [os.fsencode(p) for p in paths])
+            return sources.encode_samples(paths, labels)
         from dalipipe import tfrecord
 
         refs = index.refs[rows]
