@@ -45,7 +45,7 @@ def main():
     if not glob.glob(pattern):
         index = sources.index_source(args.data)
         tfrecord.write_tfrecords(index.file_paths, index.labels, index.class_names,
-                                 records_dir, num_shards=args.shards, progress=True)
+                                 records_dir, num_shards=args.shards, verbose=True)
     options = dict(image_size=(SIZE, SIZE), batch_size=args.batch_size, device="cpu",
                    crop_to_aspect_ratio=True, seed=0)
     shards = sorted(glob.glob(pattern))

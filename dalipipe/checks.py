@@ -12,7 +12,8 @@ file of a source is checked first, by content, not by extension:
 
 Results are cached in SQLite, keyed on path, size and modification time, so a second
 check of the same files reads only their metadata. The cache lives in
-`$DALIPIPE_CACHE_DIR`, default `~/.cache/dalipipe/checks.sqlite`.
+`dalipipe.utils.cache_dir()` (`$DALIPIPE_CACHE_DIR`, else `$XDG_CACHE_HOME/dalipipe`, else
+`~/.cache/dalipipe`), in `checks.sqlite`.
 """
 
 import concurrent.futures
@@ -20,22 +21,18 @@ import io
 import os
 import sqlite3
 import stat
-import sys
 import struct
 import time
+import warnings
 import zlib
 
 import numpy as np
 
+from dalipipe.utils import cache_dir, listing, progress, usable_cores
+
 CHECKS = ("structure", "full", None)
 ON_BAD_FILE = ("raise", "skip")
 _VERSION = 3  # bump when a check changes, to ignore older cache rows
-
-
-def cache_dir():
-    return os.environ.get("DALIPIPE_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "dalipipe"
-    )
 
 
 def check_file(path, *, full=False):
@@ -275,13 +272,13 @@ class _Cache:
         self.db.close()
 
 
-def check_files(paths, *, check="structure", progress=None, stamps=None):
+def check_files(paths, *, check="structure", verbose=False, stamps=None):
     """Checks `paths`; returns `{path: reason}` for the bad ones.
 
     Args:
         paths: file paths.
         check: `"structure"` (headers and markers) or `"full"` (also a full decode).
-        progress: optional callable `progress(done, total)`.
+        verbose: show a progress bar on stderr.
         stamps: optional dict that receives `path: (size, mtime_ns)` of each file
             that exists.
     """
@@ -304,13 +301,12 @@ def check_files(paths, *, check="structure", progress=None, stamps=None):
                 todo.append(path)
         if stamps is not None:
             stamps.update(signatures)
-        done = len(paths) - len(todo)
-        if progress is not None:
-            progress(done, len(paths))
         # PIL decodes without the GIL, so the full check runs on every core; the
         # structure check is Python and as fast on one.
         workers = usable_cores() if check == "full" else 1
-        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool, \
+                progress(len(paths), "files checked", enabled=verbose) as bar:
+            bar.update(len(paths) - len(todo))
             run = pool.map if workers > 1 else map
             for start in range(0, len(todo), 256):
                 chunk = todo[start: start + 256]
@@ -322,19 +318,10 @@ def check_files(paths, *, check="structure", progress=None, stamps=None):
                         rows.append((os.fsencode(path), *signatures[path], check, _VERSION,
                                      reason))
                 cache.put(rows)
-                done += len(chunk)
-                if progress is not None:
-                    progress(done, len(paths))
+                bar.update(len(chunk))
     finally:
         cache.close()
     return {path: reasons[path] for path in paths if reasons[path] is not None}
-
-
-def usable_cores():
-    """The CPU cores this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return os.cpu_count() or 1
 
 
 def _check_level(check):
@@ -352,13 +339,17 @@ def _usable(cached, signature, check):
     )
 
 
-def check_index(index, *, check="structure", progress=None):
+def check_index(index, *, check="structure", read_records=None, verbose=False):
     """Checks every sample of a `sources.Index`: files, or TFRecord records.
 
     Args:
         index: a `sources.Index`.
         check: `"structure"` or `"full"`.
-        progress: optional callable `progress(done, total)`.
+        read_records: for an index of TFRecord records, the function that reads
+            their images: `read_records(shards, refs)` returns a list of bytes, and
+            raises ValueError for a record that is not an image record
+            (`dalipipe.tfrecord.load_encoded`).
+        verbose: show a progress bar on stderr.
 
     Returns:
         `(bad, index)`: `{file path or record name: reason}` for the bad ones, and the
@@ -368,17 +359,47 @@ def check_index(index, *, check="structure", progress=None):
     """
     stamps = {}
     if index.refs is not None:
+        if read_records is None:
+            raise TypeError("check_index() needs `read_records` for TFRecord records")
         bad = check_records(index.file_paths, index.shards, index.refs, check=check,
-                            progress=progress, stamps=stamps)
+                            read_records=read_records, verbose=verbose, stamps=stamps)
         paths = index.shards
     else:
-        bad = check_files(index.file_paths, check=check, progress=progress, stamps=stamps)
+        bad = check_files(index.file_paths, check=check, verbose=verbose, stamps=stamps)
         paths = index.file_paths
     table = np.array([stamps.get(p, (-1, -1)) for p in paths], np.int64).reshape(-1, 2)
-    return bad, type(index)(
-        file_paths=index.file_paths, labels=index.labels, class_names=index.class_names,
-        shards=index.shards, refs=index.refs, stamps=table,
+    return bad, type(index)(**{**index._asdict(), "stamps": table})
+
+
+def apply_policy(index, bad, *, on_bad_file, keep_classes):
+    """The index to train on, given the bad samples found by `check_index`.
+
+    `on_bad_file="raise"`: a ValueError that lists the bad files, and the report's
+    path. `"skip"`: the index less the bad files (classes left empty are dropped
+    unless `keep_classes`), with a warning that gives the count and the report.
+    """
+    if not bad:
+        return index
+    report = write_report(bad, len(index))
+    listed = "\n".join(f"  {path}: {reason}" for path, reason in list(bad.items())[:100])
+    more = f"\n  ... and {len(bad) - 100} more" if len(bad) > 100 else ""
+    if on_bad_file == "raise":
+        raise ValueError(
+            f"{len(bad)} of {len(index)} files cannot be loaded (DALI would stop at the "
+            f"first of them). Fix or remove them, or pass on_bad_file='skip'. Report: "
+            f"{report}\n{listed}{more}"
+        )
+    kept = index.without(bad, keep_classes=keep_classes)
+    if not len(kept):
+        raise ValueError(f"All {len(index)} files are bad. Report: {report}\n{listed}{more}")
+    dropped = sorted(set(index.class_names or []) - set(kept.class_names or []))
+    warnings.warn(
+        f"Left out {len(bad)} of {len(index)} files that cannot be loaded"
+        + (f"; classes left without images: {dropped}" if dropped else "")
+        + f". Report: {report}",
+        stacklevel=4,
     )
+    return kept
 
 
 def verify_unchanged(paths, stamps, *, check):
@@ -414,18 +435,8 @@ def verify_unchanged(paths, stamps, *, check):
             )
 
 
-def progress_bar(unit):
-    """A `progress(done, total)` that redraws a bar on stderr."""
-
-    def progress(done, total):
-        filled = 30 * done // max(total, 1)
-        print(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} {unit}", end="",
-              file=sys.stderr, flush=True)
-
-    return progress
-
-
-def check_records(names, shards, refs, *, check="structure", progress=None, stamps=None):
+def check_records(names, shards, refs, *, read_records, check="structure", verbose=False,
+                  stamps=None):
     """Checks the images of TFRecord records; returns `{name: reason}` for the bad ones.
 
     The rules of `check_bytes`. Results are cached like `check_files`', keyed on the
@@ -434,12 +445,11 @@ def check_records(names, shards, refs, *, check="structure", progress=None, stam
     Args:
         names: the records' names (`"<file>#<record number>"`).
         shards, refs: where they lie, as `dalipipe.tfrecord.scan` gives them.
+        read_records: `read_records(shards, refs)`, see `check_index`.
         check: `"structure"` or `"full"`.
-        progress: optional callable `progress(done, total)`.
+        verbose: show a progress bar on stderr.
         stamps: optional dict that receives `shard: (size, mtime_ns)`.
     """
-    from dalipipe import tfrecord
-
     _check_level(check)
     signatures = [(info.st_size, info.st_mtime_ns) for info in map(os.stat, shards)]
     if stamps is not None:
@@ -455,38 +465,36 @@ def check_records(names, shards, refs, *, check="structure", progress=None, stam
                     bad[name] = cached[4]
             else:
                 todo.append(i)
-        done = len(names) - len(todo)
-        for start in range(0, len(todo), 256):
-            chunk = todo[start: start + 256]
-            rows = []
-            for i, (data, reason) in zip(chunk, _record_images(tfrecord, shards, refs[chunk])):
-                if reason is None:
-                    reason = check_bytes(data, full=check == "full")
-                rows.append((os.fsencode(names[i]), *signatures[refs[i][0]], check, _VERSION,
-                             reason))
-                if reason is not None:
-                    bad[names[i]] = reason
-            cache.put(rows)
-            done += len(chunk)
-            if progress is not None:
-                progress(done, len(names))
-        if progress is not None and not todo:
-            progress(len(names), len(names))
+        with progress(len(names), "records checked", enabled=verbose) as bar:
+            bar.update(len(names) - len(todo))
+            for start in range(0, len(todo), 256):
+                chunk = todo[start: start + 256]
+                rows = []
+                images = _record_images(read_records, shards, refs[chunk])
+                for i, (data, reason) in zip(chunk, images):
+                    if reason is None:
+                        reason = check_bytes(data, full=check == "full")
+                    rows.append((os.fsencode(names[i]), *signatures[refs[i][0]], check,
+                                 _VERSION, reason))
+                    if reason is not None:
+                        bad[names[i]] = reason
+                cache.put(rows)
+                bar.update(len(chunk))
     finally:
         cache.close()
     return bad
 
 
-def _record_images(tfrecord, shards, refs):
+def _record_images(read_records, shards, refs):
     """`(image bytes, None)` per record, or `(None, reason)` for one that cannot be read."""
     try:
-        return [(data, None) for data in tfrecord.load_encoded(shards, refs)]
+        return [(data, None) for data in read_records(shards, refs)]
     except ValueError:
         pass
     found = []
     for ref in refs:
         try:
-            found.append((tfrecord.load_encoded(shards, ref[None])[0], None))
+            found.append((read_records(shards, ref[None])[0], None))
         except ValueError as e:
             found.append((None, f"not an image record ({e})"))
     return found

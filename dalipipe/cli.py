@@ -94,14 +94,14 @@ def main(argv=None):
 def _check(args):
     import collections
 
-    from dalipipe import checks, sources
+    from dalipipe import checks, sources, tfrecord
 
     index = sources.index_source(args.source, labels=None, path_column=args.path_column,
                                  allow_missing=True)
     started = time.perf_counter()
     bad, _ = checks.check_index(index, check="full" if args.full else "structure",
-                                progress=checks.progress_bar("files"))
-    print(f"\nchecked {len(index)} files in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+                                read_records=tfrecord.load_encoded, verbose=True)
+    print(f"checked {len(index)} files in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     if not bad:
         print(f"all {len(index)} files are sound")
         return 0
@@ -131,8 +131,8 @@ def _convert(args):
         print(f"dalipipe convert: error: {e}", file=sys.stderr)
         return 2
     started = time.perf_counter()
-    bad = checks.check_files(index.file_paths, progress=checks.progress_bar("files checked"))
-    print(f"\nchecked {len(index)} files in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    bad = checks.check_files(index.file_paths, verbose=True)
+    print(f"checked {len(index)} files in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     if bad:
         print(f"{len(bad)} of {len(index)} files are bad; nothing written:")
         for path, reason in sorted(bad.items())[:20]:
@@ -145,7 +145,7 @@ def _convert(args):
     started = time.perf_counter()
     shards = tfrecord.write_tfrecords(
         index.file_paths, index.labels, index.class_names, args.out_dir,
-        num_shards=args.shards, prefix=args.prefix, progress=True,
+        num_shards=args.shards, prefix=args.prefix, verbose=True,
     )
     size = sum(os.path.getsize(p) for p in shards)
     classes = f"records in {len(index.class_names)} classes" if index.labels is not None \

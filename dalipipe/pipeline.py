@@ -21,12 +21,12 @@ The graph has named inputs, fed one batch at a time:
 
 import math
 import os
-import warnings
 from typing import NamedTuple
 
 import numpy as np
 
 from dalipipe import checks, sources
+from dalipipe.utils import listing, usable_cores
 
 IMAGENET_DEFAULT_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 IMAGENET_DEFAULT_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
@@ -123,13 +123,17 @@ def make_dali_pipeline(
         allow_missing=check is not None,
     )
     if check is not None:
-        index = _drop_bad_files(index, check, on_bad_file, keep_classes=class_names is not None)
+        from dalipipe import tfrecord
+
+        bad, index = checks.check_index(index, check=check, read_records=tfrecord.load_encoded)
+        index = checks.apply_policy(index, bad, on_bad_file=on_bad_file,
+                                    keep_classes=class_names is not None)
     if index.labels is None:
         options["label_mode"] = None
     elif options["label_mode"] == "binary" and len(index.class_names) != 2:
         raise ValueError(
             f"`label_mode='binary'` needs exactly 2 classes. Found {len(index.class_names)}: "
-            f"{sources.listing(index.class_names)}"
+            f"{listing(index.class_names)}"
         )
     parts = sources.split_index(
         index, validation_split=validation_split, subset=subset, seed=options["seed"]
@@ -139,33 +143,6 @@ def make_dali_pipeline(
     # Validation data is neither augmented nor trimmed to whole batches.
     validation = {**options, "augment": False, "drop_remainder": False}
     return ImagePipeline(parts[0], **options), ImagePipeline(parts[1], **validation)
-
-
-def _drop_bad_files(index, check, on_bad_file, keep_classes):
-    """Checks every file (see `dalipipe.checks`): raises, or leaves the bad ones out."""
-    bad, index = checks.check_index(index, check=check)
-    if not bad:
-        return index
-    report = checks.write_report(bad, len(index))
-    listed = "\n".join(f"  {path}: {reason}" for path, reason in list(bad.items())[:100])
-    more = f"\n  ... and {len(bad) - 100} more" if len(bad) > 100 else ""
-    if on_bad_file == "raise":
-        raise ValueError(
-            f"{len(bad)} of {len(index)} files cannot be loaded (DALI would stop at the "
-            f"first of them). Fix or remove them, or pass on_bad_file='skip'. Report: "
-            f"{report}\n{listed}{more}"
-        )
-    kept = index.without(bad, keep_classes=keep_classes)
-    if not len(kept):
-        raise ValueError(f"All {len(index)} files are bad. Report: {report}\n{listed}{more}")
-    dropped = sorted(set(index.class_names or []) - set(kept.class_names or []))
-    warnings.warn(
-        f"Left out {len(bad)} of {len(index)} files that cannot be loaded"
-        + (f"; classes left without images: {dropped}" if dropped else "")
-        + f". Report: {report}",
-        stacklevel=3,
-    )
-    return kept
 
 
 class Sharding(NamedTuple):
@@ -705,7 +682,7 @@ def _validate(*, labels, label_mode, class_names, image_size, batch_size, shuffl
     if seed is None:
         seed = int(np.random.SeedSequence().generate_state(1)[0] & 0x7FFFFFFF)
     if num_threads is None:
-        num_threads = checks.usable_cores()
+        num_threads = usable_cores()
     return dict(
         label_mode=None if labels is None else label_mode,
         image_size=(int(image_size[0]), int(image_size[1])),

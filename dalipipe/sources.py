@@ -10,29 +10,20 @@ the index also holds where each record lies.
 """
 
 import os
-import sys
 import warnings
 from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
-# What `fn.decoders.image` decodes, by extension. GIF is not among them.
-ALLOWLIST_FORMATS = (
-    ".bmp", ".jpeg", ".jpg", ".jp2", ".j2k", ".png", ".pbm", ".pgm", ".ppm", ".pnm",
-    ".tif", ".tiff", ".webp",
-)
+from dalipipe import tfrecord
+from dalipipe.utils import IMAGE_EXTENSIONS, UNDECODABLE_EXTENSIONS, listing
+
 _MAX_LISTED = 10
 
 
 def is_inferred(labels):
     """Whether `labels` is the default `"inferred"` (labels may also be an array)."""
     return isinstance(labels, str) and labels == "inferred"
-
-
-def listing(items):
-    """The first `_MAX_LISTED` items, comma-separated, with "..." when there are more."""
-    items = [str(item) for item in items]
-    return ", ".join(items[:_MAX_LISTED]) + (", ..." if len(items) > _MAX_LISTED else "")
 
 
 class Index(NamedTuple):
@@ -84,7 +75,7 @@ class Index(NamedTuple):
 
 
 def index_source(source, *, labels="inferred", class_names=None, path_column="path", root=None,
-                 allow_missing=False):
+                 allow_missing=False, verbose=None):
     """Lists the images of `source` with their labels.
 
     Args:
@@ -105,6 +96,8 @@ def index_source(source, *, labels="inferred", class_names=None, path_column="pa
             Defaults to the CSV file's folder, else the current directory.
         allow_missing: keep paths of a table or list that do not exist (for a
             pre-flight check to report with the other bad files) instead of raising.
+        verbose: show progress bars while TFRecord files are indexed and scanned.
+            Defaults to None: when stderr is a terminal.
 
     Returns:
         An `Index`.
@@ -115,11 +108,9 @@ def index_source(source, *, labels="inferred", class_names=None, path_column="pa
     """
     if isinstance(source, (str, os.PathLike)) and os.path.isdir(source):
         return _index_directory(os.fspath(source), labels, class_names)
-    from dalipipe import tfrecord
-
     files = tfrecord.tfrecord_files(source)
     if files is not None:
-        records = tfrecord.scan(files, progress=sys.stderr.isatty())
+        records = tfrecord.scan(files, verbose=verbose)
         return _index_records(records, labels, class_names)
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
@@ -312,7 +303,7 @@ def _list_images(folder):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for f in sorted(filenames):
             path = os.path.abspath(os.path.join(dirpath, f))
-            if f.lower().endswith(ALLOWLIST_FORMATS):
+            if f.lower().endswith(IMAGE_EXTENSIONS):
                 images.append(path)
             elif _looks_like_image(f):
                 others.append(path)
@@ -321,7 +312,7 @@ def _list_images(folder):
 
 def _looks_like_image(name):
     """Image files, decodable or not; other files (a labels.csv) are not samples."""
-    return name.lower().endswith(ALLOWLIST_FORMATS + (".gif", ".heic", ".avif"))
+    return name.lower().endswith(IMAGE_EXTENSIONS + UNDECODABLE_EXTENSIONS)
 
 
 def _warn_ignored(ignored, directory):
@@ -329,7 +320,7 @@ def _warn_ignored(ignored, directory):
         listed = listing(ignored)
         warnings.warn(
             f"Ignored {len(ignored)} image file(s) in {directory!r}: only files in a "
-            f"class subfolder with an extension DALI decodes {ALLOWLIST_FORMATS} are "
+            f"class subfolder with an extension DALI decodes {IMAGE_EXTENSIONS} are "
             f"samples. Ignored: {listed}",
             stacklevel=4,
         )
@@ -338,7 +329,7 @@ def _warn_ignored(ignored, directory):
 def _check_not_empty(file_paths, directory):
     if not file_paths:
         raise ValueError(
-            f"No images found in directory {directory!r}. Allowed formats: {ALLOWLIST_FORMATS}"
+            f"No images found in directory {directory!r}. Allowed formats: {IMAGE_EXTENSIONS}"
         )
 
 

@@ -35,12 +35,11 @@ import json
 import os
 import stat
 import struct
-import sys
 from typing import NamedTuple, Optional
 
 import numpy as np
 
-from dalipipe.checks import cache_dir, progress_bar
+from dalipipe.utils import IMAGE_EXTENSIONS, UNDECODABLE_EXTENSIONS, cache_dir, progress
 
 __all__ = [
     "ENCODED", "LABEL", "TEXT", "Records", "ensure_indexes", "index_path_for", "is_tfrecord",
@@ -154,9 +153,7 @@ def tfrecord_files(source):
         return None
     paths = [os.fsdecode(os.fspath(p)) for p in source]
     # Images are told by name, not opened: a list of a million images stays cheap.
-    from dalipipe.sources import ALLOWLIST_FORMATS
-
-    images = ALLOWLIST_FORMATS + (".gif", ".heic", ".avif")
+    images = IMAGE_EXTENSIONS + UNDECODABLE_EXTENSIONS
     found = [not p.lower().endswith(images) and is_tfrecord(p) for p in paths]
     if not any(found):
         return None
@@ -318,7 +315,7 @@ def read_index(index_path):
     return refs.reshape(-1, 2)
 
 
-def ensure_indexes(paths, progress=False):
+def ensure_indexes(paths, verbose=False):
     """Makes sure every TFRecord file has an up-to-date index; returns their paths.
 
     An up-to-date index is used beside the shard as `<shard>.idx` (also in a
@@ -329,46 +326,44 @@ def ensure_indexes(paths, progress=False):
 
     Args:
         paths: paths of TFRecord files.
-        progress: draw a progress bar over the files on stderr.
+        verbose: draw a progress bar over the files on stderr.
 
     Returns:
         The path of each file's index, in the order of `paths`.
     """
-    return [index for index, _ in _ensure_indexes(paths, progress)]
+    return [index for index, _ in _ensure_indexes(paths, verbose)]
 
 
-def _ensure_indexes(paths, progress):
+def _ensure_indexes(paths, verbose):
     """(index path, offsets and sizes) for each shard."""
     paths = [os.fspath(p) for p in paths]
-    bar = progress_bar("TFRecord files indexed") if progress else None
     result = []
-    for i, path in enumerate(paths):
-        info = os.stat(path)
-        beside = path + ".idx"
-        found = None
-        candidates = (beside, index_path_for(path), _cached_index_path(path))
-        for candidate in dict.fromkeys(candidates):
-            refs = _fresh_index(candidate, info)
-            if refs is not None:
-                found = candidate, refs
-                break
-        if found is None:
-            walked = _walk_records(path)
-            refs = np.array(walked, np.int64).reshape(-1, 2)
-            data = _index_bytes(walked)
-            index = index_path_for(path)
-            try:
-                _write_index(index, data, info.st_mtime_ns)
-            except OSError:  # a folder that says it is writable and is not
-                index = _cached_index_path(path)
-                _write_index(index, data, info.st_mtime_ns)
-            found = index, refs
-        result.append(found)
-        if bar:
-            bar(i + 1, len(paths))
-    if bar:
-        print(file=sys.stderr)
+    with progress(len(paths), "TFRecord files indexed", enabled=verbose) as bar:
+        for path in paths:
+            result.append(_ensure_index(path))
+            bar.update(1)
     return result
+
+
+def _ensure_index(path):
+    """(index path, offsets and sizes) of one shard, made if missing or stale."""
+    info = os.stat(path)
+    beside = path + ".idx"
+    candidates = (beside, index_path_for(path), _cached_index_path(path))
+    for candidate in dict.fromkeys(candidates):
+        refs = _fresh_index(candidate, info)
+        if refs is not None:
+            return candidate, refs
+    walked = _walk_records(path)
+    refs = np.array(walked, np.int64).reshape(-1, 2)
+    data = _index_bytes(walked)
+    index = index_path_for(path)
+    try:
+        _write_index(index, data, info.st_mtime_ns)
+    except OSError:  # a folder that says it is writable and is not
+        index = _cached_index_path(path)
+        _write_index(index, data, info.st_mtime_ns)
+    return index, refs
 
 
 def _fresh_index(index_path, shard_info):
@@ -635,7 +630,7 @@ class Records(NamedTuple):
         return len(self.refs)
 
 
-def scan(paths, progress=False):
+def scan(paths, verbose=False):
     """Indexes TFRecord files and reads the label and class text of every record.
 
     Every record is read once (its length checksum verified, not its data checksum);
@@ -645,7 +640,7 @@ def scan(paths, progress=False):
 
     Args:
         paths: paths of TFRecord files (see `tfrecord_files`).
-        progress: draw progress bars over the files on stderr.
+        verbose: draw progress bars over the files on stderr.
 
     Returns:
         `Records`.
@@ -661,18 +656,15 @@ def scan(paths, progress=False):
     shards = [os.path.abspath(os.fspath(p)) for p in paths]
     if not shards:
         raise ValueError("`paths` must name at least one TFRecord file. Received: paths=[]")
-    indexed = _ensure_indexes(shards, progress)
-    bar = progress_bar("TFRecord files scanned") if progress else None
+    indexed = _ensure_indexes(shards, verbose)
     refs, labels, texts = [], [], []
-    for i, (path, (_, offsets)) in enumerate(zip(shards, indexed)):
-        found = _scan_shard(path, offsets)
-        refs.append(np.column_stack([np.full(len(offsets), i, np.int64), offsets]))
-        labels.append(found["labels"])
-        texts.append(found["texts"])
-        if bar:
-            bar(i + 1, len(shards))
-    if bar:
-        print(file=sys.stderr)
+    with progress(len(shards), "TFRecord files scanned", enabled=verbose) as bar:
+        for i, (path, (_, offsets)) in enumerate(zip(shards, indexed)):
+            found = _scan_shard(path, offsets)
+            refs.append(np.column_stack([np.full(len(offsets), i, np.int64), offsets]))
+            labels.append(found["labels"])
+            texts.append(found["texts"])
+            bar.update(1)
     return Records(
         shards,
         np.concatenate(refs).astype(np.int64),
@@ -738,7 +730,7 @@ def _scan_shard(path, offsets):
 
 
 def write_tfrecords(file_paths, labels, class_names, out_dir, *, num_shards=1, prefix="train",
-                    progress=False):
+                    verbose=False):
     """Writes image files into ImageNet-style TFRecord files, with their indexes.
 
     Each file becomes one `tf.train.Example` record with the features
@@ -772,7 +764,7 @@ def write_tfrecords(file_paths, labels, class_names, out_dir, *, num_shards=1, p
         out_dir: folder to write to; made if missing.
         num_shards: number of TFRecord files, at most `len(file_paths)`. Defaults to 1.
         prefix: start of the file names. Defaults to `"train"`.
-        progress: draw a progress bar over the records on stderr.
+        verbose: draw a progress bar over the records on stderr.
 
     Returns:
         list of the paths of the TFRecord files written.
@@ -787,19 +779,16 @@ def write_tfrecords(file_paths, labels, class_names, out_dir, *, num_shards=1, p
     os.makedirs(out_dir, exist_ok=True)
     per_shard, extra = divmod(len(file_paths), num_shards)
     bounds = [i * per_shard + min(i, extra) for i in range(num_shards + 1)]
-    bar = progress_bar("records written") if progress else None
     written = []
-    for shard in range(num_shards):
-        path = os.path.join(out_dir, f"{prefix}-{shard:05d}-of-{num_shards:05d}.tfrecord")
-        with _replacing(path) as temporary, tf.io.TFRecordWriter(temporary) as writer:
-            for i in range(bounds[shard], bounds[shard + 1]):
-                writer.write(_example(tf, file_paths[i], labels, class_names, i))
-                if bar and (i % 64 == 0 or i == len(file_paths) - 1):
-                    bar(i + 1, len(file_paths))
-        write_index(path, index_path_for(path))
-        written.append(path)
-    if bar:
-        print(file=sys.stderr)
+    with progress(len(file_paths), "records written", enabled=verbose) as bar:
+        for shard in range(num_shards):
+            path = os.path.join(out_dir, f"{prefix}-{shard:05d}-of-{num_shards:05d}.tfrecord")
+            with _replacing(path) as temporary, tf.io.TFRecordWriter(temporary) as writer:
+                for i in range(bounds[shard], bounds[shard + 1]):
+                    writer.write(_example(tf, file_paths[i], labels, class_names, i))
+                    bar.update(1)
+            write_index(path, index_path_for(path))
+            written.append(path)
     return written
 
 

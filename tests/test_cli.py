@@ -60,7 +60,8 @@ def test_convert_writes_shards_whose_records_are_the_files(indexed_dir, tmp_path
     size = sum(os.path.getsize(s) for s in shards)
     assert (f"wrote {len(index)} records in 3 classes to 4 TFRecord file(s), {size:,} bytes"
             in printed.out)
-    assert f"{len(index)}/{len(index)} records written" in printed.err  # the progress bar
+    assert "records written: 100%" in printed.err  # the progress bar
+    assert f"{len(index)}/{len(index)}" in printed.err
     records = tfrecord.scan(shards)
     originals = []
     for path in index.file_paths:

@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from dalipipe.bench import loaders as loaders_lib
-from dalipipe.checks import usable_cores
+from dalipipe.utils import usable_cores
 
 QUALITY_IMAGES = 32
 

@@ -1,0 +1,56 @@
+"""Small helpers shared by every module: cache folder, progress, cores, extensions.
+
+The lowest module of the package: it imports nothing else from dalipipe.
+"""
+
+import os
+import sys
+
+# What DALI's image decoders read, by extension. GIF is not among them.
+IMAGE_EXTENSIONS = (
+    ".bmp", ".jpeg", ".jpg", ".jp2", ".j2k", ".png", ".pbm", ".pgm", ".ppm", ".pnm",
+    ".tif", ".tiff", ".webp",
+)
+# Image files that DALI does not decode: reported, never taken as samples.
+UNDECODABLE_EXTENSIONS = (".gif", ".heic", ".avif")
+_MAX_LISTED = 10
+
+
+def cache_dir():
+    """The folder for dalipipe's caches and reports.
+
+    `$DALIPIPE_CACHE_DIR` if set, else `$XDG_CACHE_HOME/dalipipe`, else
+    `~/.cache/dalipipe`.
+    """
+    explicit = os.environ.get("DALIPIPE_CACHE_DIR")
+    if explicit:
+        return explicit
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "dalipipe")
+
+
+def usable_cores():
+    """The CPU cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
+def progress(total, description, *, enabled=None):
+    """A tqdm progress bar on stderr over `total` items, labelled `description`.
+
+    Shown when `enabled`, or by default when stderr is a terminal; otherwise a bar
+    that draws nothing. Use as a context manager and call `update(n)`.
+    """
+    from tqdm import tqdm
+
+    if enabled is None:
+        enabled = sys.stderr.isatty()
+    return tqdm(total=total, desc=description, disable=not enabled, file=sys.stderr,
+                dynamic_ncols=True, leave=True)
+
+
+def listing(items):
+    """The first `_MAX_LISTED` items, comma-separated, with "..." when there are more."""
+    items = [str(item) for item in items]
+    return ", ".join(items[:_MAX_LISTED]) + (", ..." if len(items) > _MAX_LISTED else "")
