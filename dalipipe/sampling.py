@@ -1,0 +1,68 @@
+"""What is random in an epoch, written once: the order of the samples and the crops.
+
+Both depend on `seed` and the epoch number only, so the native runner
+(`ImagePipeline.epoch`), the TensorFlow inputs (`dalipipe.dataset`) and the
+benchmarks draw the same order and the same crops for the same seed. NumPy only;
+`random_resized_crop_window` also runs on DALI's graph arithmetic.
+"""
+
+import math
+import types
+
+import numpy as np
+
+# Random-resized crop, as in Inception and torchvision: area fraction and aspect ratio.
+RANDOM_AREA = (0.08, 1.0)
+RANDOM_ASPECT_RATIO = (3 / 4, 4 / 3)
+# Uniform numbers per sample: area, log aspect ratio, x, y, flip.
+NUM_RANDOM = 5
+
+NUMPY_OPS = types.SimpleNamespace(min=np.minimum, max=np.maximum, sqrt=np.sqrt, exp=np.exp)
+
+
+def epoch_order(seed, epoch, num_samples, *, shuffle=True):
+    """The order in which epoch `epoch` visits the samples.
+
+    Returns:
+        int64 array `(num_samples,)`: a permutation of `range(num_samples)`, new for
+        each epoch (`shuffle=True`), else `range(num_samples)` itself.
+    """
+    if not shuffle:
+        return np.arange(num_samples, dtype=np.int64)
+    return np.random.default_rng([seed, epoch, 0]).permutation(num_samples).astype(np.int64)
+
+
+def epoch_random(seed, epoch, count):
+    """The uniform numbers that drive epoch `epoch`'s crops and flips.
+
+    Returns:
+        float32 array `(count, NUM_RANDOM)` in [0, 1): one row per loaded sample, in
+        loading order; column 4 below 0.5 flips the image.
+    """
+    return np.random.default_rng([seed, epoch, 1]).random((count, NUM_RANDOM), np.float32)
+
+
+def random_resized_crop_window(height, width, random, ops=NUMPY_OPS):
+    """The window of a random-resized crop, in pixels, from one row of `epoch_random`.
+
+    The area is a fraction of the image's, uniform in `RANDOM_AREA`; the aspect ratio
+    (width / height) is log-uniform in `RANDOM_ASPECT_RATIO`; the position is
+    uniform. A window larger than the image is clipped to it. Nothing is rounded.
+
+    Args:
+        height, width: the image's size (NumPy values, or DALI graph nodes).
+        random: the row's numbers; `random[0]` to `random[3]` are used.
+        ops: `min`, `max`, `sqrt` and `exp` for the values given: NumPy's by
+            default, `nvidia.dali.math` in a DALI graph.
+
+    Returns:
+        `(x, y, crop_width, crop_height)`, floats of the kind given.
+    """
+    area = height * width * (RANDOM_AREA[0] + random[0] * (RANDOM_AREA[1] - RANDOM_AREA[0]))
+    log_lo, log_hi = math.log(RANDOM_ASPECT_RATIO[0]), math.log(RANDOM_ASPECT_RATIO[1])
+    ratio = ops.exp(log_lo + random[1] * (log_hi - log_lo))
+    crop_width = ops.max(ops.min(ops.sqrt(area * ratio), width), 1.0)
+    crop_height = ops.max(ops.min(ops.sqrt(area / ratio), height), 1.0)
+    x = random[2] * (width - crop_width)
+    y = random[3] * (height - crop_height)
+    return x, y, crop_width, crop_height
