@@ -35,7 +35,8 @@ def stage_pipeline(files, *, workload, stage, batch_size, threads, prefetch=2,
     import nvidia.dali.math as dmath
     from nvidia.dali import fn, pipeline_def, types
 
-    from dalipipe.pipeline import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, RANDOM_AREA, RANDOM_ASPECT_RATIO
+    from dalipipe.options import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+    from dalipipe.sampling import RANDOM_AREA, RANDOM_ASPECT_RATIO
 
     @pipeline_def(batch_size=batch_size, num_threads=threads, device_id=None, seed=0,
                   prefetch_queue_depth=prefetch, exec_dynamic=exec_dynamic)

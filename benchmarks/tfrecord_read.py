@@ -110,10 +110,12 @@ def dali_reader_epoch(shards, options, num_records):
     from nvidia.dali import fn, pipeline_def, tfrecord as dali_tfrecord, types
 
     from dalipipe import tfrecord
-    from dalipipe.pipeline import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, _central_window
+    from dalipipe.graph import _central_window
+    from dalipipe.options import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, Options
 
     indexes = tfrecord.ensure_indexes(shards)
     batch_size = options["batch_size"]
+    window = Options(image_size=options["image_size"], crop_to_aspect_ratio=True)
 
     @pipeline_def(batch_size=batch_size, num_threads=os.cpu_count(), device_id=None, seed=0)
     def graph():
@@ -125,7 +127,7 @@ def dali_reader_epoch(shards, options, num_records):
         encoded = inputs[tfrecord.ENCODED]
         images = fn.decoders.image(encoded, device="cpu", output_type=types.RGB)
         images = fn.resize(images, size=options["image_size"], antialias=True,
-                           **_central_window(encoded, options["image_size"], True, 1.0))
+                           **_central_window(encoded, window))
         return fn.crop_mirror_normalize(images, mean=list(IMAGENET_DEFAULT_MEAN),
                                         std=list(IMAGENET_DEFAULT_STD), dtype=types.FLOAT,
                                         output_layout="HWC"), inputs[tfrecord.LABEL]

@@ -1,11 +1,20 @@
-"""`make_dali_dataset`: the DALI image pipeline as a `tf.data.Dataset` for Keras."""
+"""`make_dali_dataset`: the DALI image pipeline as a `tf.data.Dataset` for Keras.
 
+The TensorFlow adapter: DALI's TensorFlow dataset plugin, placement on the device,
+exact epochs from finite `tf.data` inputs, and `tf.distribute` sharding.
+"""
+
+import collections
+import threading
 import warnings
 
+import numpy as np
 import tensorflow as tf
 from nvidia.dali.plugin import tf as dali_tf
 
-from dalipipe import pipeline as pipeline_lib
+from dalipipe import graph, sampling
+from dalipipe.options import Options, check_global_batch
+from dalipipe.pipeline import image_pipelines
 
 
 def make_dali_dataset(
@@ -93,10 +102,8 @@ def make_dali_dataset(
         interpolation: resize filter: `"bilinear"`, `"nearest"`, `"bicubic"`,
             `"lanczos3"` or `"gaussian"`. Defaults to `"bilinear"`.
         antialias: widen the filter when shrinking, as PIL does, so that fine detail
-            does not alias. False is faster on the CPU (12-18 % more images/s
-            measured on 2 cores, `benchmarks/PERFORMANCE.md`) and is
-            `tf.image.resize`'s default.
-            Defaults to True.
+            does not alias. False is faster on the CPU (`benchmarks/PERFORMANCE.md`)
+            and is `tf.image.resize`'s default. Defaults to True.
         crop_to_aspect_ratio: if True, resize so that the image covers
             `image_size` and crop the center, keeping the aspect ratio; if False,
             stretch to `image_size`. Defaults to False.
@@ -162,23 +169,13 @@ def make_dali_dataset(
             a `batch_size` that the strategy's replicas do not divide.
         RuntimeError: for `device="gpu"` on a machine without a usable GPU.
     """
+    options = Options.from_arguments(locals())
     if strategy is not None:
-        _check_strategy(strategy, batch_size, label_mode, labels, seed)
-        device = _strategy_device(strategy, device)
+        _check_strategy(strategy, options)
+        options = options.replace(device=_strategy_device(strategy, device))
     elif device in ("auto", "gpu"):
-        device = _resolve_gpu(device)
-    result = pipeline_lib.make_dali_pipeline(
-        source, labels=labels, label_mode=label_mode, class_names=class_names,
-        path_column=path_column, root=root, image_size=image_size, batch_size=batch_size,
-        shuffle=shuffle, seed=seed, validation_split=validation_split, subset=subset,
-        interpolation=interpolation, antialias=antialias,
-        crop_to_aspect_ratio=crop_to_aspect_ratio,
-        central_fraction=central_fraction, augment=augment, normalization=normalization,
-        dtype=dtype,
-        data_format=data_format, drop_remainder=drop_remainder, device=device,
-        num_threads=num_threads, prefetch_queue_depth=prefetch_queue_depth, check=check,
-        on_bad_file=on_bad_file,
-    )
+        options = options.replace(device=_resolve_gpu(device))
+    result = image_pipelines(source, options)
     make = to_dataset if strategy is None else (lambda p: distribute(p, strategy))
     if isinstance(result, tuple):
         return tuple(make(p) for p in result)
@@ -233,26 +230,26 @@ def distribute(image_pipeline, strategy):
     return dataset
 
 
-def _check_strategy(strategy, batch_size, label_mode, labels, seed):
+def _check_strategy(strategy, options):
     if not isinstance(strategy, tf.distribute.Strategy):
         raise ValueError(
             "`strategy` must be a `tf.distribute.Strategy`, such as "
             f"`tf.distribute.MirroredStrategy()`. Received: strategy={strategy!r}"
         )
-    if seed is None and isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+    if options.seed is None and isinstance(strategy,
+                                           tf.distribute.MultiWorkerMirroredStrategy):
         raise ValueError(
             "Every worker of this strategy makes its own dataset, and they must draw "
             "the same order, split and augmentation: pass the same `seed` on every "
             f"worker. Received: seed=None, strategy={type(strategy).__name__}"
         )
-    if label_mode is None or labels is None:
+    if options.label_mode is None or options.labels is None:
         raise ValueError(
             "`strategy` pads the last step with zero-weight samples, which needs labels "
             "to weigh. To predict, make the dataset without `strategy`. "
-            f"Received: labels={labels!r}, label_mode={label_mode!r}"
+            f"Received: labels={options.labels!r}, label_mode={options.label_mode!r}"
         )
-    if isinstance(batch_size, int) and batch_size > 0:
-        pipeline_lib.check_global_batch(batch_size, strategy.num_replicas_in_sync)
+    check_global_batch(options.batch_size, strategy.num_replicas_in_sync)
 
 
 def _strategy_device(strategy, device):
@@ -294,7 +291,7 @@ def to_dataset(image_pipeline, device=None):
         shapes = tuple(tf.TensorShape(s) for s in image_pipeline.output_shapes)
         dataset = _DALIKerasDataset(
             steps=image_pipeline.steps,
-            pipeline=image_pipeline.build(),
+            pipeline=image_pipeline.dali_pipeline(),
             input_datasets={
                 name: dali_tf.experimental.Input(inputs[name], batch=True)
                 for name in image_pipeline.input_names
@@ -302,9 +299,9 @@ def to_dataset(image_pipeline, device=None):
             output_dtypes=dtypes if len(dtypes) > 1 else dtypes[0],
             output_shapes=shapes if len(shapes) > 1 else shapes[0],
             batch_size=image_pipeline.batch_size,
-            num_threads=image_pipeline.num_threads,
+            num_threads=image_pipeline.options.num_threads,
             device_id=image_pipeline.device_id,
-            prefetch_queue_depth=image_pipeline.options["prefetch_queue_depth"],
+            prefetch_queue_depth=image_pipeline.options.prefetch_queue_depth,
         )
         if image_pipeline.device == "cpu" and image_pipeline.num_batches == image_pipeline.steps:
             # A real cardinality for tf.data too (`.map`, `.prefetch` keep it). The op has
@@ -317,64 +314,87 @@ def to_dataset(image_pipeline, device=None):
     return dataset
 
 
-def input_datasets(image_pipeline, load=True):
+def input_datasets(image_pipeline):
     """The `tf.data` inputs of the graph by name, one batch per element.
 
-    `"samples"`: the rows of `ImagePipeline.load` in the epoch's order (a new
-    permutation every iteration when `shuffle=True`), or with `load=False` the
-    sample numbers themselves; `"random"`: `NUM_RANDOM` uniform float32 numbers
-    per sample, redrawn every iteration; `"weights"` (shards only): 1 per sample, 0
-    per padding. Each takes `image_pipeline.positions()` of the epoch's order, so the
-    shards of a distributed dataset split one common order. All are deterministic for
-    the pipeline's seed and end after one epoch.
+    Each iteration of an input is one epoch, numbered from 0 by the iterations that
+    input has started, and holds that epoch's `ImagePipeline.epoch_inputs`: the
+    `"samples"` rows (`ImagePipeline.load_samples`), the `"random"` numbers, and for
+    a shard the `"weights"`. So the n-th pass over the dataset loads what the native
+    `ImagePipeline.epoch(n)` loads, and the shards of a distributed dataset split one
+    common order.
     """
-    seed, batch_size = image_pipeline.seed, image_pipeline.batch_size
-    positions, weights = image_pipeline.positions()
-    n = len(image_pipeline.file_paths)
-    positions = tf.constant(positions)
+    feed = _EpochFeed(image_pipeline)
+    num_batches = image_pipeline.num_batches
 
-    def epoch_seeds():
-        # One fresh seed per iteration (epoch): the same in every shard.
-        return tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).take(1).map(
-            lambda s: tf.stack([s, tf.constant(0, tf.int64)])
-        )
+    def epochs(name, dtype, shape):
+        def start(_):
+            with tf.device("/cpu:0"):
+                return tf.numpy_function(lambda: feed.start(name), [], tf.int64,
+                                         stateful=True)
 
-    def order(epoch_seed):
-        if not image_pipeline.options["shuffle"]:
-            return positions
-        permutation = tf.random.experimental.stateless_shuffle(
-            tf.range(n, dtype=tf.int64), seed=epoch_seed
-        )
-        return tf.gather(permutation, positions)
-
-    samples = (
-        epoch_seeds()
-        .flat_map(lambda s: tf.data.Dataset.from_tensor_slices(order(s)))
-        .batch(batch_size)
-    )
-    if load:
-        # The rows DALI reads (`ImagePipeline.load`), two batches at a time, in order.
-        def load_rows(rows):
+        def batch(epoch, number):
             # Placed explicitly: once a strategy has distributed other datasets, Keras's
             # own distribution of this one otherwise gives the op a malformed device.
-            # Not stateful: equal rows give equal batches; the stat calls in `load`
-            # only raise, and order is kept (`map` is deterministic here).
+            # Not stateful: the same epoch and batch give the same rows (the stat calls
+            # in `load_samples` only raise).
             with tf.device("/cpu:0"):
-                loaded = tf.numpy_function(image_pipeline.load, [rows], tf.uint8, stateful=False)
-            return tf.ensure_shape(loaded, [None, None])
+                values = tf.numpy_function(getattr(feed, name), [epoch, number], dtype,
+                                           stateful=False)
+            return tf.ensure_shape(values, shape)
 
-        samples = samples.map(load_rows, num_parallel_calls=2)
-    random = (
-        epoch_seeds()
-        .flat_map(lambda s: tf.data.Dataset.from_tensor_slices(tf.random.stateless_uniform(
-            [len(positions), pipeline_lib.NUM_RANDOM], seed=s + [0, 1]
-        )))
-        .batch(batch_size)
-    )
-    inputs = {"samples": samples, "random": random}
+        return (
+            tf.data.Dataset.range(1).map(start)
+            .flat_map(lambda epoch: tf.data.Dataset.range(num_batches).map(
+                lambda number: (epoch, number)))
+            .map(batch, num_parallel_calls=2, deterministic=True)
+        )
+
+    inputs = {
+        "samples": epochs("samples", tf.uint8, [None, None]),
+        "random": epochs("random", tf.float32, [None, sampling.NUM_RANDOM]),
+    }
+    _, weights = image_pipeline.positions()
     if weights is not None:
-        inputs["weights"] = tf.data.Dataset.from_tensor_slices(weights).batch(batch_size)
+        inputs["weights"] = tf.data.Dataset.from_tensor_slices(weights).batch(
+            image_pipeline.batch_size)
     return inputs
+
+
+class _EpochFeed:
+    """The Python side of `input_datasets`: epoch numbers and each epoch's batches."""
+
+    def __init__(self, image_pipeline):
+        self.image_pipeline = image_pipeline
+        self.started = collections.Counter()
+        self.epochs = collections.OrderedDict()
+        self.lock = threading.Lock()
+
+    def start(self, name):
+        """The number of the epoch that input `name` starts now."""
+        with self.lock:
+            epoch = self.started[name]
+            self.started[name] += 1
+        return np.int64(epoch)
+
+    def _inputs(self, epoch):
+        with self.lock:
+            if epoch not in self.epochs:
+                self.epochs[epoch] = self.image_pipeline.epoch_inputs(epoch)
+                while len(self.epochs) > 3:
+                    self.epochs.popitem(last=False)
+            return self.epochs[epoch]
+
+    def _rows(self, epoch, number):
+        size = self.image_pipeline.batch_size
+        return slice(int(number) * size, (int(number) + 1) * size)
+
+    def samples(self, epoch, number):
+        sample_ids = self._inputs(int(epoch))[0][self._rows(epoch, number)]
+        return self.image_pipeline.load_samples(sample_ids)
+
+    def random(self, epoch, number):
+        return self._inputs(int(epoch))[1][self._rows(epoch, number)]
 
 
 class _DALIKerasDataset(dali_tf.experimental.DALIDatasetWithInputs):
@@ -396,7 +416,7 @@ class _DALIKerasDataset(dali_tf.experimental.DALIDatasetWithInputs):
 def _resolve_gpu(device):
     """`"gpu"` or `"cpu"` for `device` in ("auto", "gpu"); enables memory growth."""
     tf_gpus = tf.config.list_physical_devices("GPU")
-    dali_gpus = pipeline_lib.dali_gpu_count()
+    dali_gpus = graph.dali_gpu_count()
     if tf_gpus and dali_gpus:
         _enable_memory_growth(tf_gpus)
         return "gpu"

@@ -16,14 +16,10 @@ from typing import NamedTuple, Optional, Sequence
 import numpy as np
 
 from dalipipe import tfrecord
+from dalipipe.options import is_inferred
 from dalipipe.utils import IMAGE_EXTENSIONS, UNDECODABLE_EXTENSIONS, listing
 
 _MAX_LISTED = 10
-
-
-def is_inferred(labels):
-    """Whether `labels` is the default `"inferred"` (labels may also be an array)."""
-    return isinstance(labels, str) and labels == "inferred"
 
 
 class Index(NamedTuple):
@@ -444,11 +440,11 @@ def encode_samples(file_paths: Sequence[str], labels: Optional[np.ndarray]) -> n
     Returns:
         uint8 array of shape `(len(file_paths), 4 + longest path in bytes)`.
     """
-    return pack_rows(labels, [os.fsencode(p) for p in file_paths])
+    return pack_payloads(labels, [os.fsencode(p) for p in file_paths])
 
 
-def pack_rows(labels: Optional[np.ndarray], payloads: Sequence[bytes], *,
-              with_length: bool = False) -> np.ndarray:
+def pack_payloads(labels: Optional[np.ndarray], payloads: Sequence[bytes], *,
+                  with_length: bool = False) -> np.ndarray:
     """Packs a little-endian int32 label (0 when `labels` is None), with
     `with_length` the int32 length of the payload, then the payload, one uint8 row
     per sample, padded with zeros to the longest.
@@ -457,12 +453,12 @@ def pack_rows(labels: Optional[np.ndarray], payloads: Sequence[bytes], *,
         uint8 array of shape `(len(payloads), 4 [+ 4] + longest payload)`.
     """
     head = 8 if with_length else 4
-    rows = np.zeros((len(payloads), head + max(len(p) for p in payloads)), np.uint8)
+    packed = np.zeros((len(payloads), head + max(len(p) for p in payloads)), np.uint8)
     label_values = np.zeros(len(payloads), np.int32) if labels is None else np.asarray(labels)
-    rows[:, :4] = label_values.astype("<i4").reshape(-1, 1).view(np.uint8)
+    packed[:, :4] = label_values.astype("<i4").reshape(-1, 1).view(np.uint8)
     if with_length:
         lengths = np.array([len(p) for p in payloads], "<i4")
-        rows[:, 4:8] = lengths.reshape(-1, 1).view(np.uint8)
-    for row, payload in zip(rows, payloads):
+        packed[:, 4:8] = lengths.reshape(-1, 1).view(np.uint8)
+    for row, payload in zip(packed, payloads):
         row[head: head + len(payload)] = np.frombuffer(payload, np.uint8)
-    return rows
+    return packed

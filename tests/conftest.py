@@ -1,27 +1,35 @@
-"""Fixtures that write real image files, and the `gpu` marker's skip rule.
+"""Fixtures that write real image files, the test cache folder, and the `gpu` marker's
+skip rule. Shared values and readers of the images are in `helpers.py`.
 
 Nothing here imports TensorFlow: the `gpu` tests run on machines without it.
 """
 
 import os
 import shutil
+import tempfile
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from dalipipe.pipeline import dali_gpu_count
+from dalipipe.graph import dali_gpu_count
+from helpers import CLASSES, NUM_INDEXED, NUM_TAGGED, indexed_color
 
-NUM_INDEXED = 29  # not a multiple of the batch sizes used in the tests
-CLASSES = ("blue", "green", "red")
+_CACHE = None
 
 
 def pytest_configure(config):
-    # Pre-flight check results go to a fresh cache, not the user's.
+    # Caches and reports go to a fresh temporary folder, not the user's or the
+    # repository's.
+    global _CACHE
     if "DALIPIPE_CACHE_DIR" not in os.environ:
-        cache = os.path.join(str(config.rootpath), ".pytest_cache", "dalipipe")
-        shutil.rmtree(cache, ignore_errors=True)
-        os.environ["DALIPIPE_CACHE_DIR"] = cache
+        _CACHE = tempfile.mkdtemp(prefix="dalipipe-test-cache-")
+        os.environ["DALIPIPE_CACHE_DIR"] = _CACHE
+
+
+def pytest_unconfigure(config):
+    if _CACHE is not None:
+        shutil.rmtree(_CACHE, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -33,14 +41,11 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def indexed_color(i):
-    """The solid RGB colour of indexed image `i`; `i == round(R / 8)`."""
-    return (8 * i, 255 - 8 * i, (37 * i) % 256)
-
-
-def index_of(image):
-    """Recovers the index from an unnormalized HWC image of `indexed_color`."""
-    return int(round(float(np.mean(image[..., 0])) / 8))
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    """An empty cache folder for this test alone."""
+    monkeypatch.setenv("DALIPIPE_CACHE_DIR", str(tmp_path / "cache"))
+    return str(tmp_path / "cache")
 
 
 @pytest.fixture(scope="session")
@@ -57,12 +62,6 @@ def indexed_dir(tmp_path_factory):
         size = (20 + 3 * (i % 5), 16 + 2 * (i % 7))
         Image.new("RGB", size, indexed_color(i)).save(folder / f"img_{i:03d}.png")
     return str(root)
-
-
-def indexed_paths(indexed_dir):
-    """File paths of `indexed_dir` in index order, with their int labels."""
-    paths = [os.path.join(indexed_dir, CLASSES[i % 3], f"img_{i:03d}.png") for i in range(NUM_INDEXED)]
-    return paths, [i % 3 for i in range(NUM_INDEXED)]
 
 
 @pytest.fixture(scope="session")
@@ -91,14 +90,6 @@ def photo_path(tmp_path_factory):
     path = tmp_path_factory.mktemp("photo") / "gradient.png"
     Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(path)
     return str(path)
-
-
-NUM_TAGGED = 121  # 15 global batches of 8 and one sample: the last step is padding
-
-
-def tag_of(image):
-    """The index of a `tagged_dir` image, from an unnormalized HWC image of it."""
-    return int(round(float(np.mean(image[-2:])) / 2))
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(__file__))
-from conftest import tag_of  # noqa: E402
+from helpers import tag_of  # noqa: E402
 
 from dalipipe import make_dali_dataset  # noqa: E402
 

@@ -40,11 +40,6 @@ def test_demo_trains_and_reports(tmp_path, capsys):
     assert "32 training and 8 validation images" in out
 
 
-@pytest.fixture()
-def fresh_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("DALIPIPE_CACHE_DIR", str(tmp_path / "cache"))
-
-
 def test_convert_writes_shards_whose_records_are_the_files(indexed_dir, tmp_path, capsys,
                                                            fresh_cache):
     from dalipipe import sources, tfrecord

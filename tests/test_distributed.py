@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import NUM_TAGGED
+from helpers import NUM_TAGGED
 
 tf = pytest.importorskip("tensorflow")
 

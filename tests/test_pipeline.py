@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import CLASSES, NUM_INDEXED, index_of, indexed_color, indexed_paths
-from conftest import tag_of as index_of_tag
+from helpers import CLASSES, NUM_INDEXED, index_of, indexed_color, indexed_paths
+from helpers import tag_of as index_of_tag
 from dalipipe import make_dali_pipeline
-from dalipipe.pipeline import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from dalipipe.options import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 
 def collect(batches):
@@ -194,8 +194,8 @@ def test_subset_both_augments_and_trims_training_only(indexed_dir):
     train, val = make_dali_pipeline(indexed_dir, validation_split=np.float32(0.3), subset="both",
                                     augment=True, drop_remainder=True, batch_size=4,
                                     image_size=(4, 4), device="cpu")
-    assert train.options["augment"] and train.options["drop_remainder"]
-    assert not val.options["augment"] and not val.options["drop_remainder"]
+    assert train.options.augment and train.options.drop_remainder
+    assert not val.options.augment and not val.options.drop_remainder
     assert sum(len(b[0]) for b in val.epoch()) == len(val.file_paths) == int(0.3 * NUM_INDEXED)
     assert sum(len(b[0]) for b in train.epoch()) == len(train.file_paths) // 4 * 4
 

@@ -8,7 +8,7 @@ from PIL import Image
 
 pd = pytest.importorskip("pandas")
 
-from conftest import CLASSES, NUM_INDEXED, indexed_paths
+from helpers import CLASSES, NUM_INDEXED, indexed_paths
 from dalipipe import sources
 
 

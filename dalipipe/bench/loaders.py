@@ -14,12 +14,8 @@ import math
 
 import numpy as np
 
-from dalipipe.pipeline import (
-    IMAGENET_DEFAULT_MEAN,
-    IMAGENET_DEFAULT_STD,
-    RANDOM_AREA,
-    RANDOM_ASPECT_RATIO,
-)
+from dalipipe.options import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from dalipipe.sampling import RANDOM_AREA, RANDOM_ASPECT_RATIO
 
 class Loader:
     """`epoch()`: an iterator over one epoch; `dataset`: the `tf.data.Dataset` that

@@ -21,7 +21,7 @@ def run_bench(*, data, out, loaders=DEFAULT_LOADERS, workloads=loaders_lib.WORKL
         The results dict that is also written to `out/results.json`.
     """
     from dalipipe import sources
-    from dalipipe.pipeline import dali_gpu_count
+    from dalipipe.graph import dali_gpu_count
     from dalipipe.sample_data import dataset_stats, make_sample_dataset
 
     if quick:

@@ -1,0 +1,153 @@
+"""The DALI graph: read, decode, crop or resize, flip and normalize, on CPU or GPU.
+
+`define` is called inside a DALI `pipeline_def` function (see
+`ImagePipeline.dali_pipeline`). The same graph runs on both devices: on a GPU the
+decoders are `"mixed"` (nvJPEG and the hardware decoder) and everything after them
+runs on the GPU.
+
+The graph has named inputs, fed one batch at a time:
+- `"samples"`: uint8 rows, a little-endian int32 label then the file path padded
+  with NUL bytes (`sources.encode_samples`), or for TFRecord records the label, the
+  image's length and its bytes (`ImagePipeline.load_samples`). One row per sample
+  keeps each label with its image whatever the order.
+- `"random"`: float32 rows of `sampling.NUM_RANDOM` uniform numbers in [0, 1) per
+  sample that drive the random-resized crop and the flip (`sampling.epoch_random`).
+  Drawing them outside DALI gives fresh augmentation every epoch (DALI restarts its
+  own generators with each new iterator) and the same crops on CPU and GPU.
+- `"weights"` (only for one shard of a distributed dataset): float32, one per
+  sample, 0 for padding. It passes through to the last output, Keras's
+  `sample_weight`.
+"""
+
+import types
+
+from dalipipe import sampling
+from dalipipe.options import NORMALIZATIONS
+
+
+def dali_gpu_count():
+    """Number of CUDA devices DALI can use (0 on a machine without a driver)."""
+    from nvidia.dali import backend
+
+    try:
+        return backend.GetCUDADeviceCount()
+    except RuntimeError:
+        return 0
+
+
+def define(options, *, feed, weighted, from_tfrecord, num_classes):
+    """Defines the graph; returns its outputs (see `ImagePipeline` for their shapes).
+
+    Args:
+        options: resolved `Options` (`device` is "cpu" or "gpu"; `label_mode` is
+            None for images only).
+        feed: None for named placeholder inputs, which DALI's TensorFlow plugin
+            fills; or `feed(name)`, giving a callable that returns the next batch of
+            that input and raises StopIteration at the end of an epoch.
+        weighted: whether there is a `"weights"` input and output.
+        from_tfrecord: whether the samples hold image bytes (else file paths).
+        num_classes: the number of classes, for one-hot labels.
+    """
+    from nvidia.dali import fn, types as dali_types
+
+    def external(name, dali_type, ndim=1):
+        if feed is None:
+            return fn.external_source(name=name, dtype=dali_type, ndim=ndim, batch=True)
+        return fn.external_source(source=feed(name), dtype=dali_type, ndim=ndim, batch=True)
+
+    samples = external("samples", dali_types.UINT8)
+    label = fn.reinterpret(samples[0:4], dtype=dali_types.INT32, shape=[])
+    if from_tfrecord:
+        length = fn.reinterpret(samples[4:8], dtype=dali_types.INT32, shape=[])
+        encoded = samples[8:8 + length]
+    else:
+        encoded = fn.io.file.read(samples[4:])
+    images, mirror = _decode_and_resize(options, encoded, external)
+    mean, std = NORMALIZATIONS[options.normalization]
+    images = fn.crop_mirror_normalize(
+        images,
+        mirror=mirror,
+        mean=list(mean),
+        std=list(std),
+        dtype={"float32": dali_types.FLOAT, "float16": dali_types.FLOAT16,
+               "uint8": dali_types.UINT8}[options.dtype],
+        output_layout="HWC" if options.data_format == "channels_last" else "CHW",
+    )
+    outputs = [images]
+    if options.label_mode == "categorical":
+        outputs.append(fn.one_hot(label, num_classes=num_classes, dtype=dali_types.FLOAT))
+    elif options.label_mode == "binary":
+        outputs.append(fn.reshape(fn.cast(label, dtype=dali_types.FLOAT), shape=[1]))
+    elif options.label_mode == "int":
+        outputs.append(label)
+    if weighted:
+        outputs.append(external("weights", dali_types.FLOAT, ndim=0))
+    if options.device == "gpu":
+        outputs[1:] = [out.gpu() for out in outputs[1:]]
+    return tuple(outputs)
+
+
+def _decode_and_resize(options, encoded, external):
+    """Decoded images at `image_size`, and the per-sample flip (0 without `augment`)."""
+    from nvidia.dali import fn, types as dali_types
+
+    decoder_device = "mixed" if options.device == "gpu" else "cpu"
+    interp = {
+        "bilinear": dali_types.INTERP_LINEAR,
+        "nearest": dali_types.INTERP_NN,
+        "bicubic": dali_types.INTERP_CUBIC,
+        "lanczos3": dali_types.INTERP_LANCZOS3,
+        "gaussian": dali_types.INTERP_GAUSSIAN,
+    }[options.interpolation]
+    resize = dict(size=options.image_size, interp_type=interp, antialias=options.antialias)
+    if options.augment:
+        random = external("random", dali_types.FLOAT)
+        shape = fn.peek_image_shape(encoded, dtype=dali_types.FLOAT)
+        x, y, width, height = sampling.random_resized_crop_window(
+            shape[0], shape[1], random, ops=_dali_ops()
+        )
+        images = fn.decoders.image_slice(
+            encoded, fn.stack(x, y), fn.stack(width, height), device=decoder_device,
+            output_type=dali_types.RGB, normalized_anchor=False, normalized_shape=False,
+            axis_names="WH",
+        )
+        mirror = fn.cast(random[4] < 0.5, dtype=dali_types.INT32)
+        return fn.resize(images, **resize), mirror
+    images = fn.decoders.image(encoded, device=decoder_device, output_type=dali_types.RGB)
+    if options.crop_to_aspect_ratio or options.central_fraction < 1:
+        resize.update(_central_window(encoded, options))
+    return fn.resize(images, **resize), 0
+
+
+def _dali_ops():
+    import nvidia.dali.math as dmath
+
+    return types.SimpleNamespace(min=dmath.min, max=dmath.max, sqrt=dmath.sqrt, exp=dmath.exp)
+
+
+def _central_window(encoded, options):
+    """`fn.resize` arguments that resize only the central window, in one step.
+
+    The window has the output's aspect ratio when `crop_to_aspect_ratio` (the largest
+    such window), else the whole image, scaled by `central_fraction` about the center.
+    Exact in continuous coordinates: no size or offset is rounded to whole pixels.
+    """
+    import nvidia.dali.math as dmath
+    from nvidia.dali import fn, types as dali_types
+
+    shape = fn.peek_image_shape(encoded, dtype=dali_types.FLOAT)
+    image_h, image_w = shape[0], shape[1]
+    window_h, window_w = image_h, image_w
+    if options.crop_to_aspect_ratio:
+        height, width = options.image_size
+        aspect = width / height
+        window_w = dmath.min(image_w, image_h * aspect)
+        window_h = dmath.min(image_h, image_w / aspect)
+    fraction = options.central_fraction
+    window_h, window_w = window_h * fraction, window_w * fraction
+    top, left = (image_h - window_h) / 2, (image_w - window_w) / 2
+    return {
+        "roi_start": fn.stack(top, left),
+        "roi_end": fn.stack(top + window_h, left + window_w),
+        "roi_relative": False,
+    }

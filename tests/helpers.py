@@ -1,0 +1,31 @@
+"""What the tests share besides fixtures: the images' known values and how to read
+them back (`conftest.py` writes the images)."""
+
+import os
+
+import numpy as np
+
+NUM_INDEXED = 29  # not a multiple of the batch sizes used in the tests
+CLASSES = ("blue", "green", "red")
+NUM_TAGGED = 121  # 15 global batches of 8 and one sample: the last step is padding
+
+
+def indexed_color(i):
+    """The solid RGB colour of indexed image `i`; `i == round(R / 8)`."""
+    return (8 * i, 255 - 8 * i, (37 * i) % 256)
+
+
+def index_of(image):
+    """Recovers the index from an unnormalized HWC image of `indexed_color`."""
+    return int(round(float(np.mean(image[..., 0])) / 8))
+
+
+def indexed_paths(indexed_dir):
+    """File paths of `indexed_dir` in index order, with their int labels."""
+    paths = [os.path.join(indexed_dir, CLASSES[i % 3], f"img_{i:03d}.png") for i in range(NUM_INDEXED)]
+    return paths, [i % 3 for i in range(NUM_INDEXED)]
+
+
+def tag_of(image):
+    """The index of a `tagged_dir` image, from an unnormalized HWC image of it."""
+    return int(round(float(np.mean(image[-2:])) / 2))
