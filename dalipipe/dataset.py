@@ -23,22 +23,27 @@ def make_dali_dataset(
     labels="inferred",
     label_mode="int",
     class_names=None,
-    path_column="path",
-    root=None,
-    image_size=(256, 256),
+    color_mode="rgb",
     batch_size=32,
+    image_size=(256, 256),
     shuffle=True,
     seed=None,
     validation_split=None,
     subset=None,
     interpolation="bilinear",
-    antialias=True,
+    follow_links=False,
     crop_to_aspect_ratio=False,
+    pad_to_aspect_ratio=False,
+    data_format=None,
+    format="tf",
+    verbose=True,
+    path_column="path",
+    root=None,
+    antialias=True,
     central_fraction=1.0,
     augment=False,
     normalization="imagenet",
     dtype="float32",
-    data_format="channels_last",
     drop_remainder=False,
     device="auto",
     num_threads=None,
@@ -49,12 +54,18 @@ def make_dali_dataset(
 ):
     """Generates a `tf.data.Dataset` of images loaded by an NVIDIA DALI pipeline.
 
+    Takes the arguments of `keras.utils.image_dataset_from_directory`, with its
+    defaults and results, and adds sources (tables, lists of files, TFRecord files),
+    augmentation, normalization, the check of every file before training, devices
+    and `tf.distribute` sharding.
+
     DALI reads the files on its CPU threads, decodes them (nvJPEG and the hardware
     JPEG decoder on a GPU), crops or resizes, flips and normalizes, and prefetches
     `prefetch_queue_depth` batches ahead. Keras's `fit`, `evaluate` and `predict`
     take the dataset directly: each pass over it is one exact epoch, every sample
     once, in a new order when `shuffle=True`, and the last batch is a true partial
-    batch (unless `drop_remainder=True`).
+    batch (unless `drop_remainder=True`). Pass `n` loads what
+    `make_dali_pipeline(...).epoch(n)` loads: the same order and crops for a seed.
 
     A directory source looks like this (the `image_dataset_from_directory` layout):
 
@@ -70,43 +81,66 @@ def make_dali_dataset(
     Args:
         source: a directory with one subfolder per class; a `pandas.DataFrame` or the
             path of a CSV file with a column of file paths (`path_column`) and label
-            columns; or a list of file paths.
+            columns; a list of file paths; or TFRecord files of `tf.train.Example`
+            images (a glob pattern, a file or a list of files).
         labels: which labels to use. For a directory: `"inferred"` (the subfolder
-            names, sorted), None, or a list of labels in `file_paths` order (folders
-            and files walked in sorted order). For a table: the name of the label
-            column, or None. For a list of paths: a list of labels of the same
-            length, or None. Integer labels in a
-            list are class indices; string labels, and all labels of a table, are
-            class names, sorted (numerically when they are all integers) unless
-            `class_names` orders them. None yields images only (for `predict`).
+            names, sorted), None, or a list of integer labels in the order of the
+            image paths (folders sorted by path, their files by name), as Keras
+            takes it. For a table: the name of the label column, or None. For a
+            list of paths: a list of labels of the same length, or None. Integer
+            labels in a list are class indices; string labels, and all labels of a
+            table, are class names, sorted (numerically when they are all integers)
+            unless `class_names` orders them. None yields images only.
         label_mode: `"int"` (int32, shape `(batch,)`), `"categorical"` (float32
             one-hot, `(batch, num_classes)`), `"binary"` (float32 0 or 1,
             `(batch, 1)`, exactly two classes) or None (images only). Defaults to
             `"int"`.
-        class_names: class names and their order: for a directory the subfolders to
-            use; for string labels the mapping to integers. Defaults to the sorted
-            labels.
+        class_names: class names and their order. For a directory, only with
+            `labels="inferred"`: the subfolders to use. For string labels, the
+            mapping to integers. Defaults to the sorted labels.
+        color_mode: `"rgb"`, `"grayscale"` or `"rgba"`: 3, 1 or 4 channels. In
+            `"rgba"`, PNG files with an alpha channel keep it, and every other image
+            gets an opaque alpha (255). Defaults to `"rgb"`.
+        batch_size: samples per batch, or None for single samples (no batch
+            dimension). Defaults to 32.
+        image_size: `(height, width)` of the output images, or one integer for
+            both. Defaults to `(256, 256)`.
+        shuffle: whether to visit the samples in a new random order every epoch.
+            As in Keras, it also permutes `file_paths` with `seed` before the
+            validation split; if False, the samples stay in sorted order. Defaults
+            to True.
+        seed: seed for the order, augmentation and the validation split. Needed
+            with `validation_split` and `shuffle` unless `subset="both"`.
+        validation_split: fraction of the samples (between 0 and 1) held out for
+            validation: the last ones of `file_paths`, as in Keras.
+        subset: `"training"`, `"validation"` or `"both"` (returns a pair: the
+            training dataset, shuffled if `shuffle`, and the validation dataset in
+            `file_paths` order). Only with `validation_split`.
+        interpolation: the resize filter, by Keras's names: `"bilinear"`,
+            `"nearest"`, `"bicubic"`, `"area"`, `"lanczos3"`, `"lanczos5"`,
+            `"gaussian"` or `"mitchellcubic"`. DALI's closest filter is used:
+            "area" is antialiased linear, "lanczos5" is Lanczos-3 and
+            "mitchellcubic" is cubic. Defaults to `"bilinear"`.
+        follow_links: whether to walk into symbolic links to folders inside the
+            class folders. Defaults to False.
+        crop_to_aspect_ratio: if True, resize the largest central window with the
+            aspect ratio of `image_size`, so the image is not distorted; if False,
+            stretch the whole image. Defaults to False.
+        pad_to_aspect_ratio: if True, resize the whole image to fit `image_size`
+            without distortion and pad it with zeros, centered (letterboxing, as
+            `tf.image.resize_with_pad`). Defaults to False.
+        data_format: `"channels_last"` (`(batch, height, width, channels)`),
+            `"channels_first"` (`(batch, channels, height, width)`), or None for
+            `keras.config.image_data_format()`. Defaults to None.
+        format: `"tf"`: a `tf.data.Dataset`. Defaults to `"tf"`.
+        verbose: print how many files and classes were found and how many each
+            subset uses, and show the check's progress. Defaults to True.
         path_column: the column of a table holding file paths. Defaults to `"path"`.
         root: folder that relative paths in a table or list resolve against.
             Defaults to the CSV file's folder, else the current directory.
-        image_size: `(height, width)` of the output images. Defaults to `(256, 256)`.
-        batch_size: samples per batch. Defaults to 32.
-        shuffle: whether to visit the samples in a new random order every epoch.
-            Defaults to True.
-        seed: seed for shuffling, augmentation and the validation split. Needed
-            with `validation_split` unless `subset="both"`.
-        validation_split: fraction of the samples (between 0 and 1) held out for
-            validation. The split is drawn with `seed`, independently of `shuffle`.
-        subset: `"training"`, `"validation"` or `"both"` (returns a pair). Only with
-            `validation_split`.
-        interpolation: resize filter: `"bilinear"`, `"nearest"`, `"bicubic"`,
-            `"lanczos3"` or `"gaussian"`. Defaults to `"bilinear"`.
         antialias: widen the filter when shrinking, as PIL does, so that fine detail
             does not alias. False is faster on the CPU (`benchmarks/PERFORMANCE.md`)
             and is `tf.image.resize`'s default. Defaults to True.
-        crop_to_aspect_ratio: if True, resize so that the image covers
-            `image_size` and crop the center, keeping the aspect ratio; if False,
-            stretch to `image_size`. Defaults to False.
         central_fraction: keep only this central fraction of the image (of the
             aspect-ratio window with `crop_to_aspect_ratio=True`) and resize it to
             `image_size`, in one step with no rounding. With
@@ -118,12 +152,9 @@ def make_dali_dataset(
             augmented. Defaults to False.
         normalization: `"imagenet"` (subtract ImageNet mean, divide by std),
             `"unit"` (`[0, 1]`), `"symmetric"` (`[-1, 1]`) or None (pixel values
-            0-255). Defaults to `"imagenet"`.
+            0-255, as Keras gives them). Defaults to `"imagenet"`.
         dtype: `"float32"`, `"float16"` or `"uint8"` (needs `normalization=None`).
             Defaults to `"float32"`.
-        data_format: `"channels_last"` (`(batch, height, width, 3)`) or
-            `"channels_first"` (`(batch, 3, height, width)`). Defaults to
-            `"channels_last"`.
         drop_remainder: drop the last partial batch of each epoch. Defaults to False.
         device: `"auto"` (the GPU when both TensorFlow and DALI see one, else the
             CPU), `"gpu"` or `"cpu"` (DALI's CPU operators, no CUDA needed).
@@ -154,14 +185,16 @@ def make_dali_dataset(
             Defaults to None (one device).
 
     Returns:
-        A `tf.data.Dataset` yielding `(images, labels)` batches, or 1-tuples
-        `(images,)` when there are no labels (Keras's `predict` takes both); a pair
-        of them for `subset="both"`. The images have the shape given by
-        `data_format` and the type `dtype`. It has the attributes
-        `class_names` (None without labels) and `file_paths` (in `shuffle=False`
-        order), and `cardinality()` is the number of batches per epoch. On a GPU it
-        is placed on `/gpu:0` and its tensors live there. With `strategy`, a
-        `tf.distribute.DistributedDataset` (see `strategy`) with the same attributes.
+        A `tf.data.Dataset` yielding `(images, labels)` batches, or the images alone
+        when there are no labels; a pair of them for `subset="both"`. Images are
+        `dtype` of shape `(batch, height, width, channels)` (`"channels_last"`) or
+        `(batch, channels, height, width)`; labels as `label_mode` says. With
+        `batch_size=None`, single samples without the batch dimension. It has the
+        attributes `class_names` (None without labels) and `file_paths` (in the
+        order that `shuffle` and `seed` give, as Keras's), and `cardinality()` is
+        the number of batches per epoch. On a GPU it is placed on `/gpu:0` and its
+        tensors live there. With `strategy`, a `tf.distribute.DistributedDataset`
+        (see `strategy`) with the same attributes.
 
     Raises:
         ValueError: for an invalid argument, an empty source, an unknown column,
@@ -398,16 +431,25 @@ class _EpochFeed:
 
 
 class _DALIKerasDataset(dali_tf.experimental.DALIDatasetWithInputs):
-    """DALI's dataset, whose `cardinality()` is the number of steps per epoch.
+    """DALI's dataset, whose `cardinality()` is the number of steps per epoch, and
+    whose elements are the images themselves when they are the only output.
 
     DALI reports an infinite cardinality; Keras reads `cardinality()` (through a
     distributed dataset too) to end each epoch and to make a new iterator (a new
-    order) for the next. The dataset really ends when its inputs do.
+    order) for the next. The dataset really ends when its inputs do. DALI's
+    elements are always tuples; a single output is given as the tensor alone, as
+    Keras's `image_dataset_from_directory` gives it (only the element's structure
+    changes: no op runs on it).
     """
 
     def __init__(self, steps, **kwargs):
         super().__init__(**kwargs)
         self._steps = steps
+
+    @property
+    def element_spec(self):
+        spec = super().element_spec
+        return spec[0] if isinstance(spec, tuple) and len(spec) == 1 else spec
 
     def cardinality(self):
         return tf.constant(self._steps, tf.int64)

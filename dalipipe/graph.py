@@ -22,7 +22,21 @@ The graph has named inputs, fed one batch at a time:
 import types
 
 from dalipipe import sampling
-from dalipipe.options import NORMALIZATIONS
+from dalipipe.options import normalization_stats
+
+# Keras's interpolation names -> the closest DALI filter, and whether it must
+# antialias. DALI has no area, Lanczos-5 or Mitchell-Netravali filter: "area" is the
+# antialiased linear (triangular) filter, "lanczos5" Lanczos-3, "mitchellcubic" cubic.
+INTERPOLATION_FILTERS = {
+    "bilinear": ("INTERP_LINEAR", False),
+    "nearest": ("INTERP_NN", False),
+    "bicubic": ("INTERP_CUBIC", False),
+    "area": ("INTERP_LINEAR", True),
+    "lanczos3": ("INTERP_LANCZOS3", False),
+    "lanczos5": ("INTERP_LANCZOS3", False),
+    "gaussian": ("INTERP_GAUSSIAN", False),
+    "mitchellcubic": ("INTERP_CUBIC", False),
+}
 
 
 def dali_gpu_count():
@@ -43,7 +57,8 @@ def define(options, *, feed, weighted, from_tfrecord, num_classes):
             None for images only).
         feed: None for named placeholder inputs, which DALI's TensorFlow plugin
             fills; or `feed(name)`, giving a callable that returns the next batch of
-            that input and raises StopIteration at the end of an epoch.
+            that input and raises StopIteration at the end of an epoch (decorated
+            with DALI's `do_not_convert`: it is Python, not graph code).
         weighted: whether there is a `"weights"` input and output.
         from_tfrecord: whether the samples hold image bytes (else file paths).
         num_classes: the number of classes, for one-hot labels.
@@ -63,7 +78,7 @@ def define(options, *, feed, weighted, from_tfrecord, num_classes):
     else:
         encoded = fn.io.file.read(samples[4:])
     images, mirror = _decode_and_resize(options, encoded, external)
-    mean, std = NORMALIZATIONS[options.normalization]
+    mean, std = normalization_stats(options.normalization, options.channels)
     images = fn.crop_mirror_normalize(
         images,
         mirror=mirror,
@@ -91,32 +106,85 @@ def _decode_and_resize(options, encoded, external):
     """Decoded images at `image_size`, and the per-sample flip (0 without `augment`)."""
     from nvidia.dali import fn, types as dali_types
 
-    decoder_device = "mixed" if options.device == "gpu" else "cpu"
-    interp = {
-        "bilinear": dali_types.INTERP_LINEAR,
-        "nearest": dali_types.INTERP_NN,
-        "bicubic": dali_types.INTERP_CUBIC,
-        "lanczos3": dali_types.INTERP_LANCZOS3,
-        "gaussian": dali_types.INTERP_GAUSSIAN,
-    }[options.interpolation]
-    resize = dict(size=options.image_size, interp_type=interp, antialias=options.antialias)
+    name, always_antialias = INTERPOLATION_FILTERS[options.interpolation]
+    resize = dict(interp_type=getattr(dali_types, name),
+                  antialias=options.antialias or always_antialias)
     if options.augment:
         random = external("random", dali_types.FLOAT)
         shape = fn.peek_image_shape(encoded, dtype=dali_types.FLOAT)
         x, y, width, height = sampling.random_resized_crop_window(
             shape[0], shape[1], random, ops=_dali_ops()
         )
-        images = fn.decoders.image_slice(
-            encoded, fn.stack(x, y), fn.stack(width, height), device=decoder_device,
-            output_type=dali_types.RGB, normalized_anchor=False, normalized_shape=False,
-            axis_names="WH",
-        )
+        window = dict(anchor=fn.stack(x, y), shape=fn.stack(width, height))
+        images = _decode(options, encoded, window)
         mirror = fn.cast(random[4] < 0.5, dtype=dali_types.INT32)
-        return fn.resize(images, **resize), mirror
-    images = fn.decoders.image(encoded, device=decoder_device, output_type=dali_types.RGB)
+        return fn.resize(images, size=options.image_size, **resize), mirror
+    images = _decode(options, encoded)
+    if options.pad_to_aspect_ratio:
+        return _letterbox(images, encoded, options, resize), 0
     if options.crop_to_aspect_ratio or options.central_fraction < 1:
         resize.update(_central_window(encoded, options))
-    return fn.resize(images, **resize), 0
+    return fn.resize(images, size=options.image_size, **resize), 0
+
+
+def _decode(options, encoded, window=None):
+    """Decodes `encoded` (only `window`, x/y anchor and width/height, if given) to
+    `options.channels` channels: RGB, grey, or RGBA."""
+    from nvidia.dali import fn, types as dali_types
+
+    device = "mixed" if options.device == "gpu" else "cpu"
+
+    def decode(output_type):
+        if window is None:
+            return fn.decoders.image(encoded, device=device, output_type=output_type)
+        return fn.decoders.image_slice(
+            encoded, window["anchor"], window["shape"], device=device,
+            output_type=output_type, normalized_anchor=False, normalized_shape=False,
+            axis_names="WH",
+        )
+
+    if options.color_mode == "grayscale":
+        return decode(dali_types.GRAY)
+    if options.color_mode == "rgb":
+        return decode(dali_types.RGB)
+    # RGBA: DALI's decoders have no RGBA output, so a PNG with an alpha channel
+    # (colour type 6) is decoded as it is stored, and any other image as RGB with an
+    # opaque alpha (pipelines with this mode run with conditionals enabled).
+    if _png_with_alpha(encoded):
+        images = decode(dali_types.ANY_DATA)
+    else:
+        rgb = decode(dali_types.RGB)
+        opaque = fn.cast(fn.slice(rgb, [0], [1], axes=[2]) * 0 + 255, dtype=dali_types.UINT8)
+        images = fn.cat(rgb, opaque, axis=2)
+    return images
+
+
+def _png_with_alpha(encoded):
+    """Per sample: whether `encoded` is a PNG of colour type 6 (RGBA)."""
+    from nvidia.dali import fn
+
+    def byte(i):
+        found = fn.slice(encoded, [i], [1], axes=[0], out_of_bounds_policy="pad")
+        return fn.reshape(found, shape=[])
+
+    return (byte(0) == 0x89) & (byte(25) == 6)
+
+
+def _letterbox(images, encoded, options, resize):
+    """`pad_to_aspect_ratio`: the whole image resized to fit `image_size`, centered and
+    padded with zeros, with the sizes and offsets of `tf.image.resize_with_pad`."""
+    import nvidia.dali.math as dmath
+    from nvidia.dali import fn, types as dali_types
+
+    height, width = options.image_size
+    shape = fn.peek_image_shape(encoded, dtype=dali_types.FLOAT)
+    ratio = dmath.max(shape[1] / width, shape[0] / height)
+    fit_h, fit_w = shape[0] / ratio, shape[1] / ratio
+    images = fn.resize(images, size=fn.stack(dmath.floor(fit_h), dmath.floor(fit_w)), **resize)
+    top, left = dmath.floor((height - fit_h) / 2), dmath.floor((width - fit_w) / 2)
+    return fn.slice(images, fn.stack(0 - top, 0 - left), [float(height), float(width)], axes=[0, 1],
+                    normalized_anchor=False, normalized_shape=False,
+                    out_of_bounds_policy="pad", fill_values=0)
 
 
 def _dali_ops():

@@ -32,7 +32,9 @@ class Runner:
             if weights is None else np.asarray(weights, np.float32),
         }
         if self.pipe is None:
-            self.pipe = self.image_pipeline.dali_pipeline(feed=self.source)
+            from nvidia.dali.pipeline import do_not_convert
+
+            self.pipe = self.image_pipeline.dali_pipeline(feed=do_not_convert(self.source))
             self.pipe.build()
         size = self.image_pipeline.batch_size
         self.batches = {
@@ -46,11 +48,21 @@ class Runner:
                 outputs = self.pipe.run()
             except StopIteration:
                 return
-            yield tuple(_to_numpy(out) for out in outputs) if copy_to_host else tuple(outputs)
+            if not copy_to_host:
+                yield tuple(outputs)
+            elif self.image_pipeline.unbatched:  # batches of one: single samples
+                yield tuple(_to_numpy(out)[0] for out in outputs)
+            else:
+                yield tuple(_to_numpy(out) for out in outputs)
 
     def source(self, name):
-        """The callable that gives the next batch of input `name`."""
+        """The callable that gives the next batch of input `name`.
 
+        Not graph code: DALI's conditionals (`color_mode="rgba"`) must not convert it.
+        """
+        from nvidia.dali.pipeline import do_not_convert
+
+        @do_not_convert
         def next_batch():
             i = self.position[name]
             if i >= len(self.batches[name]):

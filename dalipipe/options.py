@@ -23,14 +23,37 @@ NORMALIZATIONS = {
     "symmetric": ((127.5, 127.5, 127.5), (127.5, 127.5, 127.5)),
     None: ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)),
 }
-INTERPOLATIONS = ("bilinear", "nearest", "bicubic", "lanczos3", "gaussian")
+# Keras's interpolation names (`image_dataset_from_directory`) and the DALI filter
+# closest to each (`dalipipe.graph`): DALI has no area, Lanczos-5 or Mitchell filter.
+INTERPOLATIONS = ("bilinear", "nearest", "bicubic", "area", "lanczos3", "lanczos5",
+                  "gaussian", "mitchellcubic")
 LABEL_MODES = ("int", "categorical", "binary", None)
+# color_mode -> channels.
+COLOR_MODES = {"rgb": 3, "grayscale": 1, "rgba": 4}
+FORMATS = ("tf",)
 DTYPES = ("float32", "float16", "uint8")
-DATA_FORMATS = ("channels_last", "channels_first")
+DATA_FORMATS = ("channels_last", "channels_first", None)
 DEVICES = ("auto", "gpu", "cpu")
 SUBSETS = ("training", "validation", "both")
 CHECKS = ("structure", "full", None)
 ON_BAD_FILE = ("raise", "skip")
+
+
+def normalization_stats(normalization, channels):
+    """Per-channel `(mean, std)` on the 0-255 scale for `channels` 3, 1 or 4.
+
+    Grey images take the mean of the three colour statistics; the alpha channel of
+    RGBA images is scaled to [0, 1] for "imagenet" and "unit", to [-1, 1] for
+    "symmetric", and left at 0-255 for None.
+    """
+    mean, std = NORMALIZATIONS[normalization]
+    if channels == 1:
+        return (sum(mean) / 3,), (sum(std) / 3,)
+    if channels == 4:
+        alpha = {"imagenet": (0.0, 255.0), "unit": (0.0, 255.0),
+                 "symmetric": (127.5, 127.5), None: (0.0, 1.0)}[normalization]
+        return mean + (alpha[0],), std + (alpha[1],)
+    return mean, std
 
 
 def is_inferred(labels):
@@ -47,25 +70,32 @@ class Options:
     `resolved()` fills the defaults that depend on the machine or on chance.
     """
 
+    # Keras's `image_dataset_from_directory` arguments, in its order.
     labels: Any = "inferred"
     label_mode: Optional[str] = "int"
     class_names: Optional[Any] = None
-    path_column: str = "path"
-    root: Optional[Any] = None
+    color_mode: str = "rgb"
+    batch_size: Optional[int] = 32
     image_size: Any = (256, 256)
-    batch_size: int = 32
     shuffle: bool = True
     seed: Optional[int] = None
     validation_split: Optional[float] = None
     subset: Optional[str] = None
     interpolation: str = "bilinear"
-    antialias: bool = True
+    follow_links: bool = False
     crop_to_aspect_ratio: bool = False
+    pad_to_aspect_ratio: bool = False
+    data_format: Optional[str] = None
+    format: str = "tf"
+    verbose: bool = True
+    # What dalipipe adds.
+    path_column: str = "path"
+    root: Optional[Any] = None
+    antialias: bool = True
     central_fraction: float = 1.0
     augment: bool = False
     normalization: Optional[str] = "imagenet"
     dtype: str = "float32"
-    data_format: str = "channels_last"
     drop_remainder: bool = False
     device: str = "auto"
     num_threads: Optional[int] = None
@@ -88,14 +118,20 @@ class Options:
         return dataclasses.replace(self, **changes)
 
     def resolved(self):
-        """A copy with `seed` drawn at random if None and `num_threads` set to the
-        usable cores if None."""
+        """A copy with `seed` drawn at random if None, `num_threads` set to the usable
+        cores if None, and `data_format` to Keras's `image_data_format()` if None."""
         seed, num_threads = self.seed, self.num_threads
         if seed is None:
             seed = int(np.random.SeedSequence().generate_state(1)[0] & 0x7FFFFFFF)
         if num_threads is None:
             num_threads = usable_cores()
-        return self.replace(seed=seed, num_threads=num_threads)
+        data_format = self.data_format or keras_image_data_format()
+        return self.replace(seed=seed, num_threads=num_threads, data_format=data_format)
+
+    @property
+    def channels(self):
+        """Channels of the output images: 3, 1 or 4 (`color_mode`)."""
+        return COLOR_MODES[self.color_mode]
 
     def __post_init__(self):
         self._check_choices()
@@ -103,8 +139,11 @@ class Options:
         self._check_combinations()
         # Canonical types: NumPy integers and lists become plain ints and tuples.
         set_ = object.__setattr__.__get__(self)
-        set_("image_size", (int(self.image_size[0]), int(self.image_size[1])))
-        set_("batch_size", int(self.batch_size))
+        size = self.image_size
+        set_("image_size", (int(size), int(size)) if _is_int(size) else (int(size[0]), int(size[1])))
+        if self.batch_size is not None:
+            set_("batch_size", int(self.batch_size))
+        set_("interpolation", self.interpolation.lower())
         set_("prefetch_queue_depth", int(self.prefetch_queue_depth))
         set_("central_fraction", float(self.central_fraction))
         if self.seed is not None:
@@ -115,30 +154,56 @@ class Options:
             set_("class_names", list(self.class_names))
 
     def _check_choices(self):
+        # Keras's own wording where Keras has the argument, so that code matching its
+        # messages matches these too.
+        if self.label_mode not in LABEL_MODES:
+            raise ValueError(
+                '`label_mode` argument must be one of "int", "categorical", "binary", '
+                f"or None. Received: label_mode={self.label_mode!r}"
+            )
+        if self.color_mode not in COLOR_MODES:
+            raise ValueError(
+                '`color_mode` must be one of {"rgb", "rgba", "grayscale"}. '
+                f"Received: color_mode={self.color_mode!r}"
+            )
+        interpolation = self.interpolation
+        if not isinstance(interpolation, str) or interpolation.lower() not in INTERPOLATIONS:
+            raise ValueError(
+                f"Argument `interpolation` should be one of {INTERPOLATIONS}. "
+                f"Received: interpolation={interpolation!r}"
+            )
+        if self.format not in FORMATS:
+            raise ValueError(
+                '`format` must be "tf": dalipipe returns a `tf.data.Dataset` fed by DALI '
+                f"(`make_dali_pipeline` runs the graph without TensorFlow). "
+                f"Received: format={self.format!r}"
+            )
         for name, allowed in (
-            ("check", CHECKS), ("on_bad_file", ON_BAD_FILE), ("label_mode", LABEL_MODES),
-            ("interpolation", INTERPOLATIONS), ("normalization", tuple(NORMALIZATIONS)),
-            ("dtype", DTYPES), ("data_format", DATA_FORMATS), ("device", DEVICES),
+            ("check", CHECKS), ("on_bad_file", ON_BAD_FILE),
+            ("normalization", tuple(NORMALIZATIONS)), ("dtype", DTYPES),
+            ("data_format", DATA_FORMATS), ("device", DEVICES),
         ):
             _one_of(name, getattr(self, name), allowed)
         for name in ("shuffle", "augment", "antialias", "crop_to_aspect_ratio",
-                     "drop_remainder"):
+                     "pad_to_aspect_ratio", "follow_links", "verbose", "drop_remainder"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
 
     def _check_numbers(self):
         size = self.image_size
+        sides = (size, size) if _is_int(size) else size
         if (
-            not isinstance(size, (tuple, list))
-            or len(size) != 2
-            or any(not _is_int(v) or v <= 0 for v in size)
+            not isinstance(sides, (tuple, list))
+            or len(sides) != 2
+            or any(not _is_int(v) or v <= 0 for v in sides)
         ):
             raise ValueError(
-                "`image_size` must be a tuple of two positive integers (height, width). "
-                f"Received: image_size={size!r}"
+                "Invalid `image_size` value. Expected a tuple of 2 integers: (height, "
+                f"width), positive, or one integer for both. Received: image_size={size!r}"
             )
-        _positive_int("batch_size", self.batch_size)
+        if self.batch_size is not None:
+            _positive_int("batch_size", self.batch_size)
         _positive_int("prefetch_queue_depth", self.prefetch_queue_depth)
         if self.num_threads is not None:
             _positive_int("num_threads", self.num_threads)
@@ -163,10 +228,27 @@ class Options:
                 "`augment=True` crops at random and `central_fraction` crops the center: "
                 f"choose one. Received: augment=True, central_fraction={self.central_fraction}"
             )
-        if self.augment and self.crop_to_aspect_ratio:
+        if self.pad_to_aspect_ratio and self.crop_to_aspect_ratio:
             raise ValueError(
-                "`augment=True` crops at random and `crop_to_aspect_ratio=True` crops the "
-                "center: choose one. Received: augment=True, crop_to_aspect_ratio=True"
+                "Only one of `pad_to_aspect_ratio`, `crop_to_aspect_ratio` can be set to "
+                "`True`. Received: pad_to_aspect_ratio=True, crop_to_aspect_ratio=True"
+            )
+        for name in ("crop_to_aspect_ratio", "pad_to_aspect_ratio"):
+            if self.augment and getattr(self, name):
+                raise ValueError(
+                    f"`augment=True` crops at random and `{name}=True` keeps the whole "
+                    f"frame: choose one. Received: augment=True, {name}=True"
+                )
+        if self.pad_to_aspect_ratio and self.central_fraction != 1:
+            raise ValueError(
+                "`central_fraction` crops the center and `pad_to_aspect_ratio=True` pads "
+                "the whole image: choose one. Received: pad_to_aspect_ratio=True, "
+                f"central_fraction={self.central_fraction}"
+            )
+        if self.drop_remainder and self.batch_size is None:
+            raise ValueError(
+                "`drop_remainder=True` drops the last partial batch, and `batch_size=None` "
+                "yields single samples. Received: batch_size=None, drop_remainder=True"
             )
         labels = self.labels
         if self.label_mode is None and labels is not None and not is_inferred(labels):
@@ -197,25 +279,48 @@ class Options:
 
     def _check_split(self):
         split, subset = self.validation_split, self.subset
-        if split is None:
-            if subset is not None:
-                raise ValueError(
-                    "`subset` is only valid together with `validation_split`. "
-                    f"Received: subset={subset!r}, validation_split=None"
-                )
-            return
-        if not _is_number(split) or not 0 < split < 1:
+        if split is not None and (not _is_number(split) or not 0 <= split < 1):
             raise ValueError(
                 "`validation_split` must be between 0 and 1 (exclusive). "
                 f"Received: validation_split={split!r}"
             )
-        _one_of("subset", subset, SUBSETS)
-        if self.seed is None and subset != "both":
+        if bool(split) != (subset is not None):
             raise ValueError(
-                "`validation_split` with `subset='training'` or 'validation' needs a "
-                "`seed`, so that the two subsets, made by two calls, do not overlap. "
+                "If `subset` is set, `validation_split` must be set, and inversely. "
+                f"Received: subset={subset!r}, validation_split={split!r}"
+            )
+        if not split:
+            return
+        if subset not in SUBSETS:
+            raise ValueError(
+                '`subset` must be either "training", "validation" or "both". '
+                f"Received: subset={subset!r}"
+            )
+        if self.seed is None and self.shuffle and subset != "both":
+            raise ValueError(
+                "If using `validation_split` and shuffling the data, you must provide a "
+                "`seed` argument, to make sure that there is no overlap between the "
+                "training and validation subset made by two calls. "
                 f"Received: validation_split={split}, subset={subset!r}, seed=None"
             )
+
+
+def keras_image_data_format():
+    """`keras.config.image_data_format()`, read without importing Keras when it is not
+    yet imported (from `$KERAS_HOME/keras.json`, else `~/.keras/keras.json`)."""
+    import json
+    import os
+    import sys
+
+    if "keras" in sys.modules:
+        return sys.modules["keras"].config.image_data_format()
+    home = os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
+    try:
+        with open(os.path.join(home, "keras.json")) as f:
+            value = json.load(f).get("image_data_format", "channels_last")
+    except (OSError, ValueError, AttributeError):
+        return "channels_last"
+    return value if value in DATA_FORMATS[:2] else "channels_last"
 
 
 def check_global_batch(batch_size, num_replicas):

@@ -24,22 +24,27 @@ def make_dali_pipeline(
     labels="inferred",
     label_mode="int",
     class_names=None,
-    path_column="path",
-    root=None,
-    image_size=(256, 256),
+    color_mode="rgb",
     batch_size=32,
+    image_size=(256, 256),
     shuffle=True,
     seed=None,
     validation_split=None,
     subset=None,
     interpolation="bilinear",
-    antialias=True,
+    follow_links=False,
     crop_to_aspect_ratio=False,
+    pad_to_aspect_ratio=False,
+    data_format=None,
+    format="tf",
+    verbose=True,
+    path_column="path",
+    root=None,
+    antialias=True,
     central_fraction=1.0,
     augment=False,
     normalization="imagenet",
     dtype="float32",
-    data_format="channels_last",
     drop_remainder=False,
     device="auto",
     num_threads=None,
@@ -64,6 +69,8 @@ def image_pipelines(source, options):
     """`make_dali_pipeline` for validated `Options`: index, check, split.
 
     `options.device` may be "auto" (the GPU when DALI sees one), "gpu" or "cpu".
+    With `verbose`, prints what Keras's `image_dataset_from_directory` prints and
+    shows the check's progress.
     """
     options = options.resolved().replace(device=_dali_device(options.device))
     is_directory = isinstance(source, (str, os.PathLike)) and os.path.isdir(source)
@@ -73,27 +80,48 @@ def image_pipelines(source, options):
     index = sources.index_source(
         source, labels=labels, class_names=options.class_names,
         path_column=options.path_column, root=options.root,
-        allow_missing=options.check is not None,
+        follow_links=options.follow_links, allow_missing=options.check is not None,
+        verbose=options.verbose,
     )
+    if options.label_mode is None:
+        index = sources.Index(index.file_paths, None, None, index.shards, index.refs)
+    if options.verbose:
+        _print_found(index)
     if options.check is not None:
         bad, index = checks.check_index(index, check=options.check,
-                                        read_records=tfrecord.load_encoded)
+                                        read_records=tfrecord.load_encoded,
+                                        verbose=options.verbose)
         index = checks.apply_policy(index, bad, on_bad_file=options.on_bad_file,
                                     keep_classes=options.class_names is not None)
     if index.labels is None:
         options = options.replace(labels=None, label_mode=None, class_names=None)
     elif options.label_mode == "binary" and len(index.class_names) != 2:
         raise ValueError(
-            f"`label_mode='binary'` needs exactly 2 classes. Found {len(index.class_names)}: "
-            f"{listing(index.class_names)}"
+            'When passing `label_mode="binary"`, there must be exactly 2 class_names. '
+            f"Received: class_names={index.class_names}"
         )
     parts = sources.split_index(index, validation_split=options.validation_split,
-                                subset=options.subset, seed=options.seed)
+                                subset=options.subset, seed=options.seed,
+                                shuffle=options.shuffle)
+    if options.verbose and options.validation_split:
+        subsets = ("training", "validation") if options.subset == "both" else (options.subset,)
+        for name, part in zip(subsets, parts):
+            print(f"Using {len(part)} files for {name}.")
     if options.subset != "both":
         return ImagePipeline(parts[0], options)
-    # Validation data is neither augmented nor trimmed to whole batches.
-    validation = options.replace(augment=False, drop_remainder=False)
+    # Validation data is neither augmented nor trimmed to whole batches, and it is
+    # read in `file_paths` order, as Keras reads it.
+    validation = options.replace(augment=False, drop_remainder=False, shuffle=False)
     return ImagePipeline(parts[0], options), ImagePipeline(parts[1], validation)
+
+
+def _print_found(index):
+    """Keras's "Found N files belonging to K classes." (records for TFRecord files)."""
+    what = "files" if index.refs is None else f"records in {len(index.shards)} TFRecord files"
+    if index.labels is None:
+        print(f"Found {len(index)} {what}.")
+    else:
+        print(f"Found {len(index)} {what} belonging to {len(index.class_names)} classes.")
 
 
 def _dali_device(device):
@@ -120,14 +148,16 @@ class ImagePipeline:
 
     Outputs per batch, `n <= batch_size` samples (`n < batch_size` only for the last
     batch of an epoch, unless `drop_remainder=True`):
-    - images: `(n, height, width, 3)` for `"channels_last"`, `(n, 3, height, width)`
-      for `"channels_first"`, of `dtype`;
+    - images: `(n, height, width, channels)` for `"channels_last"`,
+      `(n, channels, height, width)` for `"channels_first"`, of `dtype`; 3, 1 or 4
+      channels for `color_mode` "rgb", "grayscale" or "rgba";
     - labels (unless `label_mode` is None): int32 `(n,)` for `"int"`, float32
       `(n, num_classes)` for `"categorical"`, float32 `(n, 1)` for `"binary"`;
     - weights, only for a shard of a distributed dataset (`shard`): float32 `(n,)`,
       1 for a sample and 0 for padding; then `n` is always the replica's batch size.
 
-    `len()` is the number of steps per epoch.
+    With `batch_size=None` the outputs are single samples, without the batch
+    dimension (DALI runs batches of one). `len()` is the number of steps per epoch.
 
     Attributes:
         options: the resolved `Options` (`device` is "cpu" or "gpu"; `label_mode`
@@ -152,7 +182,8 @@ class ImagePipeline:
         self.labels = index.labels
         self.class_names = index.class_names
         self.device = options.device
-        n, global_batch = len(self.file_paths), options.batch_size
+        self.unbatched = options.batch_size is None
+        n, global_batch = len(self.file_paths), options.batch_size or 1
         # Steps of the global batch. A shard's replicas all run this many full
         # batches: the last step is padded with zero-weight samples.
         self.steps = n // global_batch if options.drop_remainder else -(-n // global_batch)
@@ -180,8 +211,9 @@ class ImagePipeline:
     def _outputs(self):
         options = self.options
         height, width = options.image_size
-        image_shape = ((None, height, width, 3) if options.data_format == "channels_last"
-                       else (None, 3, height, width))
+        channels = options.channels
+        image_shape = ((None, height, width, channels) if options.data_format == "channels_last"
+                       else (None, channels, height, width))
         dtypes, shapes = [options.dtype], [image_shape]
         if options.label_mode is not None:
             dtypes.append("int32" if options.label_mode == "int" else "float32")
@@ -193,6 +225,8 @@ class ImagePipeline:
         if self.sharding is not None:
             dtypes.append("float32")
             shapes.append((None,))
+        if self.unbatched:
+            shapes = [shape[1:] for shape in shapes]
         return tuple(dtypes), tuple(shapes)
 
     def __len__(self):
@@ -225,6 +259,11 @@ class ImagePipeline:
         Raises:
             ValueError: when `batch_size` is not a multiple of `num_replicas`.
         """
+        if self.unbatched:
+            raise ValueError(
+                "A distributed dataset splits each global batch over the replicas, so it "
+                "needs a `batch_size`. Received: batch_size=None"
+            )
         check_global_batch(self.options.batch_size, num_replicas)
         replica_ids = tuple(int(r) for r in replica_ids)
         return ImagePipeline(self.index, self.options,
@@ -313,6 +352,7 @@ class ImagePipeline:
             device_id=self.device_id,
             seed=self.options.seed,
             prefetch_queue_depth=self.options.prefetch_queue_depth,
+            enable_conditionals=self.options.color_mode == "rgba",
         )
         def image_graph():
             return graph.define(

@@ -71,7 +71,7 @@ class Index(NamedTuple):
 
 
 def index_source(source, *, labels="inferred", class_names=None, path_column="path", root=None,
-                 allow_missing=False, verbose=None):
+                 follow_links=False, allow_missing=False, verbose=None):
     """Lists the images of `source` with their labels.
 
     Args:
@@ -88,6 +88,8 @@ def index_source(source, *, labels="inferred", class_names=None, path_column="pa
             select and order the subfolders; for string labels they fix the mapping
             from label to integer; for integer labels they name the integers.
         path_column: the column of a table that holds the file paths.
+        follow_links: for a directory, whether to walk into symbolic links to
+            folders (class folders that are links are always walked).
         root: folder that relative paths of a table or list resolve against.
             Defaults to the CSV file's folder, else the current directory.
         allow_missing: keep paths of a table or list that do not exist (for a
@@ -103,7 +105,7 @@ def index_source(source, *, labels="inferred", class_names=None, path_column="pa
             files or labels that do not match `class_names`.
     """
     if isinstance(source, (str, os.PathLike)) and os.path.isdir(source):
-        return _index_directory(os.fspath(source), labels, class_names)
+        return _index_directory(os.fspath(source), labels, class_names, follow_links)
     files = tfrecord.tfrecord_files(source)
     if files is not None:
         records = tfrecord.scan(files, verbose=verbose)
@@ -139,24 +141,27 @@ def index_source(source, *, labels="inferred", class_names=None, path_column="pa
     )
 
 
-def split_index(index, *, validation_split, subset, seed):
-    """Splits an index into training and validation parts.
+def split_index(index, *, validation_split, subset, seed, shuffle):
+    """Orders an index as `image_dataset_from_directory` orders `file_paths`, and
+    splits it into training and validation parts as Keras does.
 
-    The samples are permuted with `seed` before the split, so the two parts are
-    disjoint and together complete for any later `shuffle` setting; the last
-    `int(validation_split * len(index))` samples of the permutation form the
-    validation part.
+    With `shuffle`, the samples are permuted by `np.random.RandomState(seed)`, else
+    kept in order; the last `int(validation_split * len(index))` of them form the
+    validation part. The same `seed` thus gives the same parts as Keras, and two
+    calls with the same `seed` give disjoint parts.
 
     Returns:
         A list of one `Index` for `subset="training"` or `"validation"`, of two
         (training, validation) for `subset="both"`, or `[index]` when
-        `validation_split` is None.
+        `validation_split` is None or 0.
     """
-    if not validation_split:
-        return [index]
     n = len(index)
+    order = np.arange(n)
+    if shuffle:
+        np.random.RandomState(seed).shuffle(order)
+    if not validation_split:
+        return [index.take(order)]
     num_val = int(validation_split * n)
-    order = np.random.default_rng(seed).permutation(n)
     parts = {"training": order[: n - num_val], "validation": order[n - num_val:]}
     names = ["training", "validation"] if subset == "both" else [subset]
     result = []
@@ -166,7 +171,7 @@ def split_index(index, *, validation_split, subset, seed):
                 f"`validation_split={validation_split}` leaves the {name} subset of "
                 f"{n} samples empty. Use more samples or another `validation_split`."
             )
-        result.append(index.take(np.sort(parts[name])))
+        result.append(index.take(parts[name]))
     return result
 
 
@@ -243,29 +248,41 @@ def _is_dataframe(obj):
     return isinstance(obj, pd.DataFrame)
 
 
-def _index_directory(directory, labels, class_names):
+def _index_directory(directory, labels, class_names, follow_links):
+    """The images of a directory, as `image_dataset_from_directory` lists them."""
     inferred = is_inferred(labels)
-    if not inferred and labels is not None and not isinstance(labels, (list, tuple, np.ndarray)):
-        raise ValueError(
-            "For a directory source, `labels` must be 'inferred', None, or a list of "
-            f"labels in the sorted order of the image paths. Received: labels={labels!r}"
-        )
+    if not inferred and labels is not None:
+        if not isinstance(labels, (list, tuple, np.ndarray)):
+            raise ValueError(
+                "`labels` argument should be a list/tuple of integer labels, of the same "
+                "size as the number of image files in the target directory. If you wish "
+                "to infer the labels from the subdirectory names in the target directory, "
+                'pass `labels="inferred"`. If you wish to get a dataset that only contains '
+                f"images (no labels), pass `labels=None`. Received: labels={labels!r}"
+            )
+        if class_names is not None:
+            raise ValueError(
+                'You can only pass `class_names` if `labels="inferred"`: a directory\'s '
+                "list of labels names its classes by their sorted values. Received: "
+                f"labels={list(labels)!r}, and class_names={list(class_names)!r}"
+            )
     if inferred:
         subdirs = sorted(
             d for d in os.listdir(directory)
             if os.path.isdir(os.path.join(directory, d)) and not d.startswith(".")
         )
         if class_names is not None:
-            missing = [c for c in class_names if c not in subdirs]
-            if missing:
+            if not set(class_names) <= set(subdirs):
                 raise ValueError(
-                    f"`class_names` must name subfolders of {directory!r}. Not found: "
-                    f"{missing}. Available: {subdirs}. Received: class_names={list(class_names)}"
+                    "The `class_names` passed did not match the names of the "
+                    f"subdirectories of the target directory {directory!r}. Expected: "
+                    f"{subdirs} (or a subset of it), but received: "
+                    f"class_names={list(class_names)!r}"
                 )
             subdirs = list(class_names)
         file_paths, targets, ignored = [], [], []
         for i, name in enumerate(subdirs):
-            found, skipped = _list_images(os.path.join(directory, name))
+            found, skipped = _list_images(os.path.join(directory, name), follow_links)
             file_paths += found
             targets += [i] * len(found)
             ignored += skipped
@@ -279,24 +296,37 @@ def _index_directory(directory, labels, class_names):
         _warn_ignored(ignored, directory)
         _check_not_empty(file_paths, directory)
         return Index(file_paths, np.asarray(targets, np.int32), list(subdirs))
-    file_paths, ignored = _list_images(directory)
+    file_paths, ignored = _list_images(directory, follow_links)
     _warn_ignored(ignored, directory)
     _check_not_empty(file_paths, directory)
     if labels is None:
         return Index(file_paths, None, None)
-    return Index(file_paths, *_encode_labels(labels, class_names, len(file_paths)))
+    if len(labels) != len(file_paths):
+        raise ValueError(
+            "Expected the lengths of `labels` to match the number of files in the target "
+            f"directory. len(labels) is {len(labels)} while we found {len(file_paths)} "
+            f"files in directory {directory!r}."
+        )
+    return Index(file_paths, *_encode_labels(labels, None, len(file_paths)))
 
 
-def _list_images(folder):
-    """Image files under `folder` (recursively, sorted), and images DALI cannot decode."""
+def _list_images(folder, follow_links):
+    """Image files under `folder`, and images DALI cannot decode, in Keras's order.
+
+    Keras's order: folders sorted by path, each folder's files sorted by name.
+    Symbolic links to folders are followed only with `follow_links` (a link back
+    into the tree is not followed twice); `folder` itself may be a link.
+    """
     images, others, seen = [], [], set()
-    for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
+    walk = []
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=follow_links):
         real = os.path.realpath(dirpath)
         if real in seen:  # a symbolic link back into the tree
             dirnames.clear()
             continue
         seen.add(real)
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        walk.append((dirpath, filenames))
+    for dirpath, filenames in sorted(walk, key=lambda entry: entry[0]):
         for f in sorted(filenames):
             path = os.path.abspath(os.path.join(dirpath, f))
             if f.lower().endswith(IMAGE_EXTENSIONS):

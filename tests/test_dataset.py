@@ -141,7 +141,8 @@ def test_subsets_from_a_csv_table(indexed_dir, tmp_path):
     kwargs = dict(labels="bi", label_mode="binary", validation_split=0.3, seed=3,
                   normalization=None, **SMALL)
     train = make_dali_dataset(str(csv_path), subset="training", **kwargs)
-    val = make_dali_dataset(str(csv_path), subset="validation", shuffle=False, **kwargs)
+    # As in Keras, the split follows `shuffle` and `seed`: the same in both calls.
+    val = make_dali_dataset(str(csv_path), subset="validation", **kwargs)
     assert train.class_names == val.class_names == ["cat", "dog"]
     assert not set(train.file_paths) & set(val.file_paths)
     assert sorted(train.file_paths + val.file_paths) == sorted(paths)

@@ -87,17 +87,24 @@ def test_list_source_with_int_and_string_labels(indexed_dir):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_split_disjoint_complete_reproducible(indexed_dir, seed):
     index = sources.index_source(indexed_dir)
-    train, val = sources.split_index(index, validation_split=0.25, subset="both", seed=seed)
+    train, val = sources.split_index(index, validation_split=0.25, subset="both", seed=seed,
+                                     shuffle=True)
     assert len(val) == int(0.25 * NUM_INDEXED)
     assert not set(train.file_paths) & set(val.file_paths)
     assert sorted(train.file_paths + val.file_paths) == sorted(index.file_paths)
     for part in (train, val):
         lookup = dict(zip(index.file_paths, index.labels))
         assert all(lookup[p] == label for p, label in zip(part.file_paths, part.labels))
-    (again,) = sources.split_index(index, validation_split=0.25, subset="validation", seed=seed)
+    (again,) = sources.split_index(index, validation_split=0.25, subset="validation", seed=seed,
+                                   shuffle=True)
     assert again.file_paths == val.file_paths
-    (other,) = sources.split_index(index, validation_split=0.25, subset="validation", seed=seed + 7)
+    (other,) = sources.split_index(index, validation_split=0.25, subset="validation",
+                                   seed=seed + 7, shuffle=True)
     assert other.file_paths != val.file_paths
+    # Without shuffling, as in Keras, the validation part is the end of the sorted order.
+    (last,) = sources.split_index(index, validation_split=0.25, subset="validation", seed=None,
+                                  shuffle=False)
+    assert last.file_paths == index.file_paths[-len(val):]
 
 
 def test_encode_samples_packs_label_and_path():

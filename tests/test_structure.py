@@ -1,0 +1,114 @@
+"""The package's shape: one definition of the options, imports that point one way."""
+
+import ast
+import inspect
+import pathlib
+import re
+
+import pytest
+
+from dalipipe import make_dali_pipeline
+from dalipipe.options import Options
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "dalipipe"
+# Arguments of make_dali_dataset that are not options of the graph.
+DATASET_ONLY = ("strategy",)
+
+
+def option_defaults():
+    return {name: Options.__dataclass_fields__[name].default for name in Options.names()}
+
+
+def signature_defaults(function, skip=()):
+    parameters = inspect.signature(function).parameters
+    return {name: p.default for name, p in parameters.items()
+            if name != "source" and name not in skip}
+
+
+def test_make_dali_pipeline_takes_exactly_the_options():
+    assert signature_defaults(make_dali_pipeline) == option_defaults()
+    assert list(signature_defaults(make_dali_pipeline)) == list(Options.names())
+
+
+def test_make_dali_dataset_takes_the_options_and_strategy():
+    pytest.importorskip("tensorflow")
+    from dalipipe import make_dali_dataset
+
+    defaults = signature_defaults(make_dali_dataset, skip=DATASET_ONLY)
+    assert defaults == option_defaults()
+    assert list(defaults) == list(Options.names())
+    assert inspect.signature(make_dali_dataset).parameters["strategy"].default is None
+
+
+def readme_options():
+    """`{name: default}` from the README's options table (defaults as Python literals)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Options", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        match = re.match(r"\|\s*`(\w+)`\s*\|\s*`([^`]*)`\s*\|", line)
+        if match:
+            rows[match.group(1)] = ast.literal_eval(match.group(2))
+    return rows
+
+
+def test_readme_options_table_names_every_option_with_its_default():
+    rows = readme_options()
+    expected = {**option_defaults(), "strategy": None}
+    assert rows == expected
+
+
+def imports_of(path):
+    """The dalipipe modules `path` imports, at any depth of the file."""
+    module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    if module.endswith(".__init__"):
+        module = module[: -len(".__init__")]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("dalipipe")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("dalipipe"):
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                is_module = (ROOT / submodule.replace(".", "/")).with_suffix(".py").exists() \
+                    or (ROOT / submodule.replace(".", "/")).is_dir()
+                found.add(submodule if is_module else node.module)
+    found.discard(module)
+    return module, found
+
+
+def test_the_import_graph_has_no_cycle():
+    graph = dict(imports_of(path) for path in PACKAGE.rglob("*.py"))
+    state, cycle = {}, []
+
+    def visit(node, stack):
+        state[node] = "open"
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == "open":
+                cycle.extend(stack[stack.index(target):] + [target])
+                return True
+            if target not in state and visit(target, stack + [target]):
+                return True
+        state[node] = "done"
+        return False
+
+    for module in sorted(graph):
+        if module not in state and visit(module, [module]):
+            break
+    assert not cycle, " -> ".join(cycle)
+
+
+def test_only_the_adapters_and_the_baselines_import_tensorflow():
+    allowed = {"dalipipe.dataset", "dalipipe.cli", "dalipipe.tfrecord",
+               "dalipipe.bench.harness", "dalipipe.bench.loaders"}
+    importers = set()
+    for path in PACKAGE.rglob("*.py"):
+        module, _ = imports_of(path)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            if any(n == "tensorflow" or n.startswith("tensorflow.") for n in names):
+                importers.add(module)
+    assert importers <= allowed, importers - allowed
