@@ -377,9 +377,19 @@ def test_write_argument_errors(images, tmp_path):
     assert not os.path.exists(out)
 
 
-def test_crc32c():
-    assert tfrecord.crc32c(b"123456789") == 0xE3069283  # the standard check value
-    assert tfrecord.crc32c(b"") == 0
+def test_checksums_are_the_ones_tensorflow_writes(written):
+    assert tfrecord.masked_crc32c(b"") == 0xA282EAD8  # the mask of CRC 0
+    with open(written[0], "rb") as f:
+        data = f.read()
+    offset = 0
+    while offset < len(data):
+        (length,) = struct.unpack_from("<Q", data, offset)
+        header_crc, = struct.unpack_from("<I", data, offset + 8)
+        data_crc, = struct.unpack_from("<I", data, offset + 12 + length)
+        assert tfrecord.masked_crc32c(data[offset: offset + 8]) == header_crc
+        assert tfrecord.masked_crc32c(data[offset + 12: offset + 12 + length]) == data_crc
+        offset += 12 + length + 4
+    assert offset == len(data)
 
 
 def test_bad_records_are_found_before_training_and_can_be_skipped(tmp_path):
