@@ -4,9 +4,11 @@ TensorFlow.
 dalipipe reads each record by its place in the file, so that records are shuffled
 over all shards each epoch and sharded exactly like image files. The places come
 from index files in the format of DALI's `tfrecord2idx` (one `offset size` line per
-record), made when missing or out of date. Records are read with `os.pread` and
-parsed by a small decoder of the `tf.train.Example` protocol buffer: no TensorFlow
-is needed to read, only to write (`write_tfrecords`).
+record), made when missing or out of date. Records are read with `os.pread`, their
+checksums verified with `google-crc32c`, and parsed with `protobuf` into message
+classes built here from a description of TensorFlow's `tf.train.Example` (in a
+descriptor pool of their own, so that TensorFlow's classes load beside them): no
+TensorFlow is needed to read, only to write (`write_tfrecords`).
 
 A TFRecord file is a sequence of records, each:
 
@@ -15,8 +17,9 @@ A TFRecord file is a sequence of records, each:
     bytes  data[length]      a serialized tf.train.Example
     uint32 masked CRC-32C    of the data
 
-The length checksum of every record read is verified; the data checksum is not
-(CRC-32C in pure Python would read at a few MB/s).
+Every record read (`read_example`, `load_encoded`, `scan`) has both checksums
+verified. Making an index reads the record headers only, and verifies their length
+checksums.
 
 Where files go:
 - an index is written next to its shard as `<shard>.idx` when that folder is
@@ -37,7 +40,9 @@ import stat
 import struct
 from typing import NamedTuple, Optional
 
+import google_crc32c
 import numpy as np
+from google.protobuf import descriptor_pb2, descriptor_pool, message, message_factory
 
 from dalipipe.utils import IMAGE_EXTENSIONS, UNDECODABLE_EXTENSIONS, cache_dir, progress
 
@@ -58,35 +63,76 @@ _SCAN_VERSION = 1  # bump when what `scan` caches changes
 _GLOB_CHARS = ("*", "?", "[")
 
 
-# --- CRC-32C (Castagnoli), as TFRecord files use it -------------------------------------
-
-
-def _crc_table():
-    table = []
-    for i in range(256):
-        crc = i
-        for _ in range(8):
-            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
-        table.append(crc)
-    return tuple(table)
-
-
-_CRC_TABLE = _crc_table()
-
-
-def crc32c(data):
-    """CRC-32C of `data` (bytes-like). Pure Python: for short data, such as headers."""
-    crc = 0xFFFFFFFF
-    table = _CRC_TABLE
-    for byte in bytes(data):
-        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
+# --- Checksums and messages ------------------------------------------------------------
 
 
 def masked_crc32c(data):
-    """The CRC-32C of `data`, masked the way TFRecord files store it."""
-    crc = crc32c(data)
+    """The CRC-32C (Castagnoli) of `data` (bytes), masked the way TFRecord files store it."""
+    crc = google_crc32c.value(data)
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _example_file():
+    """A `FileDescriptorProto` of the messages of a `tf.train.Example`, as TensorFlow's
+    `tensorflow/core/example/feature.proto` and `example.proto` define them (package
+    `tensorflow`, the same names and field numbers):
+
+        message BytesList { repeated bytes value = 1; }
+        message FloatList { repeated float value = 1 [packed = true]; }
+        message Int64List { repeated int64 value = 1 [packed = true, jstype = JS_STRING]; }
+        message Feature {
+          oneof kind { BytesList bytes_list = 1; FloatList float_list = 2;
+                       Int64List int64_list = 3; }
+        }
+        message Features { map<string, Feature> feature = 1; }
+        message Example { Features features = 1; }
+    """
+    field = descriptor_pb2.FieldDescriptorProto
+    file = descriptor_pb2.FileDescriptorProto(
+        name="dalipipe/tensorflow_example.proto", package="tensorflow", syntax="proto3"
+    )
+    messages = file.message_type
+    for name, kind in (("BytesList", field.TYPE_BYTES), ("FloatList", field.TYPE_FLOAT),
+                       ("Int64List", field.TYPE_INT64)):
+        value = messages.add(name=name).field.add(
+            name="value", number=1, type=kind, label=field.LABEL_REPEATED
+        )
+        if kind != field.TYPE_BYTES:
+            value.options.packed = True
+        if kind == field.TYPE_INT64:
+            value.options.jstype = value.options.JS_STRING  # for JavaScript only
+    feature = messages.add(name="Feature")
+    feature.oneof_decl.add(name="kind")
+    for name, number, list_type in (("bytes_list", 1, "BytesList"), ("float_list", 2, "FloatList"),
+                                    ("int64_list", 3, "Int64List")):
+        feature.field.add(name=name, number=number, type=field.TYPE_MESSAGE,
+                          label=field.LABEL_OPTIONAL, type_name=f".tensorflow.{list_type}",
+                          oneof_index=0)
+    features = messages.add(name="Features")
+    entry = features.nested_type.add(name="FeatureEntry")  # what a map field is made of
+    entry.options.map_entry = True
+    entry.field.add(name="key", number=1, type=field.TYPE_STRING, label=field.LABEL_OPTIONAL)
+    entry.field.add(name="value", number=2, type=field.TYPE_MESSAGE, label=field.LABEL_OPTIONAL,
+                    type_name=".tensorflow.Feature")
+    features.field.add(name="feature", number=1, type=field.TYPE_MESSAGE,
+                       label=field.LABEL_REPEATED, type_name=".tensorflow.Features.FeatureEntry")
+    messages.add(name="Example").field.add(
+        name="features", number=1, type=field.TYPE_MESSAGE, label=field.LABEL_OPTIONAL,
+        type_name=".tensorflow.Features",
+    )
+    return file
+
+
+def _message_class(descriptor):
+    if hasattr(message_factory, "GetMessageClass"):  # protobuf 4.22 and later
+        return message_factory.GetMessageClass(descriptor)
+    return message_factory.MessageFactory(descriptor.file.pool).GetPrototype(descriptor)
+
+
+# A pool of its own: TensorFlow adds its `tensorflow.Example` to the default pool.
+_POOL = descriptor_pool.DescriptorPool()
+_POOL.Add(_example_file())
+_Example = _message_class(_POOL.FindMessageTypeByName("tensorflow.Example"))
 
 
 def _data_length(header):
@@ -397,20 +443,20 @@ def read_example(path, offset, size):
         bytes: the record's data.
 
     Raises:
-        ValueError: naming the file and offset when the record is cut short or its
-            header is corrupt.
+        ValueError: naming the file and offset when the record is cut short, or its
+            header or data checksum is corrupt.
     """
     fd = os.open(path, os.O_RDONLY)
     try:
         record = os.pread(fd, size, offset)
     finally:
         os.close(fd)
-    return record[_HEADER: _HEADER + _check_record(record, path, offset, size)]
+    return _record_data(record, path, offset, size)
 
 
-def _check_record(record, path, offset, size):
-    """The data length of a whole record read from a file (`record[12:12 + length]`
-    holds the data), after checking its size and header."""
+def _record_data(record, path, offset, size):
+    """The data of a whole record read from a file, after checking its size, header
+    and data checksum."""
     if len(record) != size:
         raise ValueError(
             f"Truncated TFRecord file: read {len(record)} of {size} bytes of the record "
@@ -421,7 +467,13 @@ def _check_record(record, path, offset, size):
         raise ValueError(
             f"Corrupt TFRecord file (bad record header at byte {offset}): {path!r}"
         )
-    return length
+    data = record[_HEADER: _HEADER + length]
+    (crc,) = struct.unpack_from("<I", record, _HEADER + length)
+    if masked_crc32c(data) != crc:
+        raise ValueError(
+            f"Corrupt TFRecord file (data checksum of the record at byte {offset}): {path!r}"
+        )
+    return data
 
 
 def parse_example(payload):
@@ -436,127 +488,30 @@ def parse_example(payload):
         list for a feature without a value list.
 
     Raises:
-        ValueError: when `payload` is not a well-formed protocol buffer.
+        ValueError: when `payload` is not a well-formed `tf.train.Example`.
     """
-    payload = bytes(payload)
-    return _parse_example(payload, 0, len(payload), None)
+    features = _parse(bytes(payload)).features.feature
+    return {name: _values(feature) for name, feature in features.items()}
 
 
-def _parse_example(data, start, end, wanted):
-    """Like `parse_example` for `data[start:end]`, but decodes only the features named
-    in `wanted` (all if None).
-
-    Message fields: Example.features = 1; Features.feature = 1, a map whose entries
-    have key = 1 and value = 2; a later field of the same number updates an earlier
-    one, as protocol buffers merge them.
-    """
-    features = {}
-    for field, wire, a, b in _fields(data, start, end):
-        if field != 1 or wire != 2:
-            continue
-        for field2, wire2, c, d in _fields(data, a, b):
-            if field2 != 1 or wire2 != 2:
-                continue
-            key, value = "", None
-            for field3, wire3, e, f in _fields(data, c, d):
-                if wire3 == 2:
-                    if field3 == 1:
-                        key = data[e:f].decode("utf-8", "surrogateescape")
-                    elif field3 == 2:
-                        value = (e, f)
-            if wanted is None or key in wanted:
-                features[key] = [] if value is None else _parse_feature(data, *value)
-    return features
+def _parse(data):
+    """The `tf.train.Example` message of `data` (bytes)."""
+    try:
+        return _Example.FromString(data)
+    except message.DecodeError as e:
+        raise ValueError(f"Not a serialized tf.train.Example ({e})") from e
 
 
-def _parse_feature(data, start, end):
-    """Values of a Feature: bytes_list = 1, float_list = 2, int64_list = 3, each a
-    message whose field 1 holds the values."""
-    kind, values = None, []
-    for field, wire, list_start, list_end in _fields(data, start, end):
-        if wire != 2 or field not in (1, 2, 3):
-            continue
-        if field != kind:  # a later member of the oneof replaces the earlier one
-            kind, values = field, []
-        for value_field, value_wire, a, b in _fields(data, list_start, list_end):
-            if value_field != 1:
-                continue
-            if field == 1 and value_wire == 2:
-                values.append(data[a:b])
-            elif field == 2 and value_wire == 5:
-                values.append(struct.unpack_from("<f", data, a)[0])
-            elif field == 2 and value_wire == 2:
-                if (b - a) % 4:
-                    raise ValueError("Not a serialized tf.train.Example (bad packed floats)")
-                values.extend(struct.unpack_from(f"<{(b - a) // 4}f", data, a))
-            elif field == 3 and value_wire == 0:
-                values.append(_int64(a))
-            elif field == 3 and value_wire == 2:
-                pos = a
-                while pos < b:
-                    value, pos = _varint(data, pos, b)
-                    values.append(_int64(value))
-    return values
+def _values(feature):
+    """The values of a `Feature` message, as a list: empty without a value list."""
+    kind = feature.WhichOneof("kind")
+    return list(getattr(feature, kind).value) if kind else []
 
 
-def _int64(value):
-    value &= 0xFFFFFFFFFFFFFFFF
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
-def _varint(data, pos, end):
-    result = shift = 0
-    while True:
-        if pos >= end:
-            raise ValueError("Not a serialized tf.train.Example (truncated varint)")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("Not a serialized tf.train.Example (varint too long)")
-
-
-def _fields(data, pos, end):
-    """The fields of the message in `data[pos:end]`, as a list of (field number, wire
-    type, a, b): for a varint, a is its value; for length-delimited, 32-bit and 64-bit
-    fields, `data[a:b]` holds the value. A list, with one-byte varints read inline:
-    twice as fast as a generator of `_varint` calls."""
-    fields = []
-    while pos < end:
-        key = data[pos]
-        if key < 0x80:
-            pos += 1
-        else:
-            key, pos = _varint(data, pos, end)
-        wire = key & 7
-        if wire == 0:
-            if pos < end and data[pos] < 0x80:
-                fields.append((key >> 3, 0, data[pos], None))
-                pos += 1
-            else:
-                value, pos = _varint(data, pos, end)
-                fields.append((key >> 3, 0, value, None))
-            continue
-        if wire == 2:
-            if pos < end and data[pos] < 0x80:
-                length = data[pos]
-                pos += 1
-            else:
-                length, pos = _varint(data, pos, end)
-        elif wire == 5:
-            length = 4
-        elif wire == 1:
-            length = 8
-        else:
-            raise ValueError(f"Not a serialized tf.train.Example (wire type {wire})")
-        if pos + length > end:
-            raise ValueError("Not a serialized tf.train.Example (field runs past the end)")
-        fields.append((key >> 3, wire, pos, pos + length))
-        pos += length
-    return fields
+def _feature_values(features, name):
+    """The values of the feature `name` of a `Features` map, or None without it."""
+    feature = features.get(name)
+    return None if feature is None else _values(feature)
 
 
 def load_encoded(shards, refs):
@@ -576,9 +531,9 @@ def load_encoded(shards, refs):
 
     Raises:
         ValueError: naming the shard and offset of a record that is cut short, has a
-            corrupt header or has no `image/encoded` bytes.
+            corrupt header or data checksum, is not a `tf.train.Example` or has no
+            `image/encoded` bytes.
     """
-    wanted = {ENCODED}
     fds = {}
     images = []
     try:
@@ -587,16 +542,16 @@ def load_encoded(shards, refs):
             if fd is None:
                 fd = fds[shard] = os.open(shards[shard], os.O_RDONLY)
             path = shards[shard]
-            record = os.pread(fd, size, offset)
-            end = _HEADER + _check_record(record, path, offset, size)
+            data = _record_data(os.pread(fd, size, offset), path, offset, size)
             try:
-                value = _parse_example(record, _HEADER, end, wanted).get(ENCODED)
+                features = _parse(data).features.feature
             except ValueError as e:
                 raise ValueError(f"{e}: the record at byte {offset} of {path!r}") from None
+            value = _feature_values(features, ENCODED)
             if not value or not isinstance(value[0], bytes):
                 raise ValueError(
                     f"The record at byte {offset} of {path!r} has no {ENCODED!r} bytes "
-                    f"(features: {sorted(_parse_example(record, _HEADER, end, None))})"
+                    f"(features: {sorted(features)})"
                 )
             images.append(value[0])
     finally:
@@ -633,8 +588,8 @@ class Records(NamedTuple):
 def scan(paths, verbose=False):
     """Indexes TFRecord files and reads the label and class text of every record.
 
-    Every record is read once (its length checksum verified, not its data checksum);
-    what is found is cached per shard in `$DALIPIPE_CACHE_DIR/tfrecord-scan/` (default
+    Every record is read once (its length and data checksums verified); what is
+    found is cached per shard in `$DALIPIPE_CACHE_DIR/tfrecord-scan/` (default
     `~/.cache/dalipipe/tfrecord-scan/`), keyed on the shard's absolute path, size and
     modification time, so a second scan reads only the index files.
 
@@ -701,18 +656,16 @@ def _scan_shard(path, offsets):
     except (OSError, ValueError):
         pass
     found = {"labels": [], "texts": []}
-    wanted = {LABEL, TEXT}
     with open(path, "rb", buffering=1 << 20) as f:
         for record, (offset, size) in enumerate(offsets.tolist()):
             f.seek(offset)
-            data = f.read(size)
-            end = _HEADER + _check_record(data, path, offset, size)
+            data = _record_data(f.read(size), path, offset, size)
             where = f"record {record} (at byte {offset}) of {path!r}"
             try:
-                features = _parse_example(data, _HEADER, end, wanted)
+                features = _parse(data).features.feature
             except ValueError as e:
                 raise ValueError(f"{e}: {where}") from None
-            label, text = features.get(LABEL), features.get(TEXT)
+            label, text = _feature_values(features, LABEL), _feature_values(features, TEXT)
             if label is not None and (len(label) != 1 or not isinstance(label[0], int)):
                 raise ValueError(f"{LABEL!r} must hold one integer. Found {label!r} in {where}")
             if text is not None and (len(text) != 1 or not isinstance(text[0], bytes)):

@@ -1,10 +1,15 @@
 """TFRecord files: writing, indexes (checked against DALI's own reader), scanning and
 reading records without TensorFlow."""
 
+import hashlib
 import io
+import json
 import os
 import shutil
 import struct
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -180,6 +185,28 @@ def test_parse_example_reads_unpacked_lists_as_tensorflow_does():
     for broken in (payload[:-3], payload + b"\x0a\x05ab", b"\x0b"):
         with pytest.raises(ValueError, match="Not a serialized tf.train.Example"):
             tfrecord.parse_example(broken)
+
+
+def test_example_messages_are_tensorflows_own_in_a_pool_of_their_own():
+    """Same names, field numbers, types and options as TensorFlow's example.proto and
+    feature.proto, so the same wire format and text; other classes, so both load."""
+    import tensorflow as tf
+    from google.protobuf import descriptor_pb2, descriptor_pool
+
+    ours = tfrecord._Example
+    assert ours is not tf.train.Example
+    assert descriptor_pool.Default().FindMessageTypeByName("tensorflow.Example") is \
+        tf.train.Example.DESCRIPTOR
+    for name in ("BytesList", "FloatList", "Int64List", "Feature", "Features", "Example"):
+        protos = []
+        for pool in (ours.DESCRIPTOR.file.pool, descriptor_pool.Default()):
+            protos.append(descriptor_pb2.DescriptorProto())
+            pool.FindMessageTypeByName(f"tensorflow.{name}").CopyToProto(protos[-1])
+        assert protos[0] == protos[1], name
+    example = tf.train.Example(features=tf.train.Features(feature={
+        "x": tf.train.Feature(float_list=tf.train.FloatList(value=[1.5, -2.0])),
+    }))
+    assert str(ours.FromString(example.SerializeToString())) == str(example)
 
 
 def varint(value):
@@ -377,9 +404,92 @@ def test_write_argument_errors(images, tmp_path):
     assert not os.path.exists(out)
 
 
-def test_crc32c():
-    assert tfrecord.crc32c(b"123456789") == 0xE3069283  # the standard check value
-    assert tfrecord.crc32c(b"") == 0
+def test_checksums_are_the_ones_tensorflow_writes(written):
+    assert tfrecord.masked_crc32c(b"") == 0xA282EAD8  # the mask of CRC 0
+    with open(written[0], "rb") as f:
+        data = f.read()
+    offset = 0
+    while offset < len(data):
+        (length,) = struct.unpack_from("<Q", data, offset)
+        header_crc, = struct.unpack_from("<I", data, offset + 8)
+        data_crc, = struct.unpack_from("<I", data, offset + 12 + length)
+        assert tfrecord.masked_crc32c(data[offset: offset + 8]) == header_crc
+        assert tfrecord.masked_crc32c(data[offset + 12: offset + 12 + length]) == data_crc
+        offset += 12 + length + 4
+    assert offset == len(data)
+
+
+def test_damaged_image_bytes_are_named_by_the_reader_and_the_check(written, tmp_path):
+    """A byte of an image flipped (header intact): its data checksum names the record."""
+    from dalipipe import sources
+
+    shards = copy_shards(written, str(tmp_path / "shards"))
+    records = tfrecord.scan(shards)
+    shard, offset, size = (int(v) for v in records.refs[5])  # record 1 of the 2nd shard
+    path = shards[shard]
+    info = os.stat(path)
+    with open(path, "r+b") as f:
+        f.seek(offset + size // 2)
+        byte = f.read(1)
+        f.seek(offset + size // 2)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    # Rot that leaves the size and modification time: the cached scan still holds.
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+    message = rf"Corrupt TFRecord file \(data checksum of the record at byte {offset}\): '{path}'"
+    with pytest.raises(ValueError, match=message):
+        tfrecord.load_encoded(records.shards, records.refs)
+    with pytest.raises(ValueError, match=message):
+        tfrecord.read_example(path, offset, size)
+    index = sources.index_source(str(tmp_path / "shards" / "train-*"))
+    bad, _ = checks.check_index(index, read_records=tfrecord.load_encoded)
+    reason = f"Corrupt TFRecord file (data checksum of the record at byte {offset}): {path!r}"
+    assert bad == {f"{path}#1": f"not an image record ({reason})"}
+    # A new modification time: the shard is scanned again, and the record named.
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns + 10**9))
+    with pytest.raises(ValueError, match=message):
+        tfrecord.scan(shards)
+
+
+def test_records_are_read_where_tensorflow_cannot_be_imported(written, images):
+    """The records are written here (with TensorFlow), then read in a process where
+    `import tensorflow` fails."""
+    code = textwrap.dedent("""
+        import hashlib, json, sys
+        sys.modules["tensorflow"] = None  # makes `import tensorflow` raise ImportError
+        from google.protobuf import descriptor_pool
+        from dalipipe import tfrecord
+
+        records = tfrecord.scan(sys.argv[1:])
+        encoded = tfrecord.load_encoded(records.shards, records.refs)
+        shard, offset, size = records.refs[0].tolist()
+        payload = tfrecord.read_example(records.shards[shard], offset, size)
+        features = tfrecord.parse_example(payload)
+        try:
+            descriptor_pool.Default().FindMessageTypeByName("tensorflow.Example")
+            default_pool = "has tensorflow.Example"
+        except KeyError:
+            default_pool = "clean"
+        print(json.dumps({
+            "labels": records.labels.tolist(), "texts": records.texts,
+            "sha1": [hashlib.sha1(e).hexdigest() for e in encoded],
+            "features": sorted(features), "default_pool": default_pool,
+            "tensorflow": sorted(m for m in sys.modules if m.split(".")[0] == "tensorflow"
+                                 and sys.modules[m] is not None),
+        }))
+    """)
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(tfrecord.__file__)))
+    env = {**os.environ, "PYTHONPATH": package_root}
+    done = subprocess.run([sys.executable, "-c", code, *written], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    paths, labels, data = images
+    assert found == {
+        "labels": labels, "texts": [CLASS_NAMES[label] for label in labels],
+        "sha1": [hashlib.sha1(d).hexdigest() for d in data],
+        "features": sorted([tfrecord.ENCODED, tfrecord.FILENAME, tfrecord.LABEL, tfrecord.TEXT]),
+        "default_pool": "clean", "tensorflow": [],
+    }
 
 
 def test_bad_records_are_found_before_training_and_can_be_skipped(tmp_path):
