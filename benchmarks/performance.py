@@ -35,7 +35,8 @@ def stage_pipeline(files, *, workload, stage, batch_size, threads, prefetch=2,
     import nvidia.dali.math as dmath
     from nvidia.dali import fn, pipeline_def, types
 
-    from dalipipe.pipeline import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, RANDOM_AREA, RANDOM_ASPECT_RATIO
+    from dalipipe.pipeline import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+    from dalipipe.sampling import RANDOM_AREA, RANDOM_ASPECT_RATIO, random_resized_crop_window
 
     @pipeline_def(batch_size=batch_size, num_threads=threads, device_id=None, seed=0,
                   prefetch_queue_depth=prefetch, exec_dynamic=exec_dynamic)
@@ -52,13 +53,9 @@ def stage_pipeline(files, *, workload, stage, batch_size, threads, prefetch=2,
             roi = {}
         elif workload == "train":
             u = [fn.random.uniform(range=[0.0, 1.0]) for _ in range(4)]
-            area = h * w * (RANDOM_AREA[0] + u[0] * (RANDOM_AREA[1] - RANDOM_AREA[0]))
-            lo, hi = math.log(RANDOM_ASPECT_RATIO[0]), math.log(RANDOM_ASPECT_RATIO[1])
-            ratio = dmath.exp(lo + u[1] * (hi - lo))
-            cw = dmath.max(dmath.min(dmath.sqrt(area * ratio), w), 1.0)
-            ch = dmath.max(dmath.min(dmath.sqrt(area / ratio), h), 1.0)
+            x, y, cw, ch = random_resized_crop_window(h, w, u, dmath)
             images = fn.decoders.image_slice(
-                encoded, fn.stack(u[2] * (w - cw), u[3] * (h - ch)), fn.stack(cw, ch),
+                encoded, fn.stack(x, y), fn.stack(cw, ch),
                 device="cpu", output_type=types.RGB, normalized_anchor=False,
                 normalized_shape=False, axis_names="WH")
             roi = {}

@@ -10,15 +10,14 @@ Each `make_<loader>(files, labels, *, workload, batch_size, threads, seed)` retu
 batches (in file order for `"eval"`); `dataset` is what to hand to `model.fit`.
 """
 
-import math
-
 import numpy as np
 
-from dalipipe.pipeline import (
-    IMAGENET_DEFAULT_MEAN,
-    IMAGENET_DEFAULT_STD,
+from dalipipe.pipeline import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from dalipipe.sampling import (
+    NUM_RANDOM,
     RANDOM_AREA,
     RANDOM_ASPECT_RATIO,
+    random_resized_crop_window,
 )
 
 class Loader:
@@ -51,25 +50,12 @@ def pil_load(path, workload, rng):
         left, top = (new_w - SIZE) // 2, (new_h - SIZE) // 2
         image = image.resize((new_w, new_h), Image.BILINEAR).crop((left, top, left + SIZE, top + SIZE))
     else:
-        x, y, w, h = random_resized_crop_box(width, height, rng)
+        random = rng.random(NUM_RANDOM)
+        x, y, w, h = (float(v) for v in random_resized_crop_window(height, width, random))
         image = image.resize((SIZE, SIZE), Image.BILINEAR, box=(x, y, x + w, y + h))
-        if rng.random() < 0.5:
+        if random[4] < 0.5:
             image = image.transpose(Image.FLIP_LEFT_RIGHT)
     return (np.asarray(image, np.float32) - _MEAN) / _STD
-
-
-def random_resized_crop_box(width, height, rng):
-    """Inception-style crop box `(x, y, w, h)`: 10 tries, then the central crop."""
-    area = width * height
-    log_lo, log_hi = math.log(RANDOM_ASPECT_RATIO[0]), math.log(RANDOM_ASPECT_RATIO[1])
-    for _ in range(10):
-        target = area * rng.uniform(*RANDOM_AREA)
-        ratio = math.exp(rng.uniform(log_lo, log_hi))
-        w, h = round(math.sqrt(target * ratio)), round(math.sqrt(target / ratio))
-        if 0 < w <= width and 0 < h <= height:
-            return int(rng.integers(0, width - w + 1)), int(rng.integers(0, height - h + 1)), w, h
-    side = min(width, height)
-    return (width - side) // 2, (height - side) // 2, side, side
 
 
 def make_python_generator(files, labels, *, workload, batch_size, threads, seed, chunk_size=1000):
