@@ -1,5 +1,5 @@
 """Bounded resources over epochs and datasets, and prompt shutdown (small versions;
-`benchmarks/soak.py` runs 30 epochs and 50 datasets)."""
+`benchmarks/soak.py` runs `dalipipe.bench.soak` over 30 epochs and 50 datasets)."""
 
 import os
 import signal
@@ -12,10 +12,7 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-import soak  # noqa: E402
-
-sys.path.pop(0)
+from dalipipe.bench import soak  # noqa: E402
 
 
 def test_memory_and_file_descriptors_stay_bounded(color_dir):
