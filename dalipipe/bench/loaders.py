@@ -78,6 +78,12 @@ def make_python_generator(files, labels, *, workload, batch_size, threads, seed,
 def make_pydataset(files, labels, *, workload, batch_size, threads, seed):
     """`keras.utils.PyDataset` with `workers=threads` and `use_multiprocessing=True`."""
     import keras
+
+    # Private on purpose: Keras 3 exports only `keras.utils.PyDataset` (and its alias
+    # `Sequence`). Its public `__iter__` calls `__getitem__` in the calling thread,
+    # without the workers; the enqueuer that runs them (`OrderedEnqueuer`, public in
+    # Keras 2) and this adapter, which `fit` uses to run it for one epoch, are not
+    # exported. `fit` itself drives the workers but yields no batches to time.
     from keras.src.trainers.data_adapters.py_dataset_adapter import PyDatasetAdapter
 
     class ImageFiles(keras.utils.PyDataset):
