@@ -21,12 +21,30 @@ from dalipipe.sampling import (
 )
 
 class Loader:
-    """`epoch()`: an iterator over one epoch; `dataset`: the `tf.data.Dataset` that
-    `model.fit` takes, or None where `fit` is fed from `epoch()` as a generator."""
+    """One loader, as `dalipipe.bench.harness` measures it.
 
-    def __init__(self, epoch, dataset=None):
+    Attributes:
+        epoch: starts one epoch; returns an iterator of `(images, labels)` batches.
+        dataset: the `tf.data.Dataset` that `model.fit` takes, or None where `fit` is
+            fed from `epoch()` as a generator.
+        synchronize: None, or a callable that waits until the loader's GPU work is
+            done; the harness calls it before every timer read.
+        to_numpy: None, or a callable that turns a batch of images into a NumPy NHWC
+            array (for the quality check); by default `.numpy()` or `np.asarray`.
+        device: "gpu" where the loader's work runs on the GPU (the harness then
+            records GPU memory), else "cpu".
+        rebuild: None, or a callable that builds a second pipeline of the same graph
+            and runs it to its first batch (the harness times it).
+    """
+
+    def __init__(self, epoch, dataset=None, *, synchronize=None, to_numpy=None,
+                 device="cpu", rebuild=None):
         self.epoch = epoch
         self.dataset = dataset
+        self.synchronize = synchronize
+        self.to_numpy = to_numpy
+        self.device = device
+        self.rebuild = rebuild
 
 
 SIZE = 224
