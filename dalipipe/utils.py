@@ -1,4 +1,5 @@
-"""Small helpers shared by every module: cache folder, progress, cores, extensions.
+"""Small helpers shared by every module: cache folder, progress, cores, extensions,
+the environment of a child interpreter.
 
 The lowest module of the package: it imports nothing else from dalipipe.
 """
@@ -27,6 +28,17 @@ def cache_dir():
         return explicit
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "dalipipe")
+
+
+def child_env(**variables):
+    """This process's environment for a child Python interpreter, plus `variables`.
+
+    The folder that holds this `dalipipe` comes first on `PYTHONPATH`, so that the
+    child imports the same `dalipipe` (a checkout, say, rather than an installed one).
+    """
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path, **variables}
 
 
 def usable_cores():

@@ -25,6 +25,8 @@ import time
 
 import numpy as np
 
+from dalipipe.utils import child_env
+
 MUTATIONS = ("bit_flips", "truncate", "header_bytes", "marker", "zero_run")
 
 
@@ -99,7 +101,8 @@ def run_pipeline(paths, timeout):
     while pending:
         process = subprocess.Popen(
             [sys.executable, "-m", "dalipipe.bench.fuzz", "--worker"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=_worker_env(),
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            env=child_env(TF_CPP_MIN_LOG_LEVEL="3"),
         )
         for path in pending:
             process.stdin.write(path + "\n")
@@ -130,15 +133,6 @@ def run_pipeline(paths, timeout):
         process.wait()
         pending = [p for p in pending if p not in results]
     return results
-
-
-def _worker_env():
-    """The environment of a worker: this dalipipe first on its path, TF quiet."""
-    import dalipipe
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(dalipipe.__file__)))
-    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-    return {**os.environ, "PYTHONPATH": path, "TF_CPP_MIN_LOG_LEVEL": "3"}
 
 
 def fuzz(count, seed, check, timeout):

@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 from dalipipe.bench import loaders as loaders_lib
-from dalipipe.utils import usable_cores
+from dalipipe.utils import child_env, usable_cores
 
 QUALITY_IMAGES = 32
 
@@ -343,14 +343,13 @@ def run_task_in_subprocess(task, timeout=1800):
         Its result dict, or `{"loader", "workload", "error"}` when it failed or ran
         past `timeout` seconds (then it is killed).
     """
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     failed = {"loader": task.get("loader", f"dali_decode_only_{task.get('device')}"),
               "workload": task.get("workload", "decode")}
     # A session of its own, so that its workers go with it when it is killed.
     process = subprocess.Popen(
         [sys.executable, "-m", "dalipipe.bench.harness"], stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=child_env(TF_CPP_MIN_LOG_LEVEL="2"), start_new_session=True,
     )
     try:
         stdout, stderr = process.communicate(json.dumps(task), timeout=timeout)
