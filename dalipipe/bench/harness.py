@@ -64,8 +64,17 @@ def _descendants(pid):
 
 
 def peak_rss_mb():
-    """Peak resident memory of this process and of its largest reaped child, in MB."""
+    """Peak resident memory of this process and of its largest reaped child, in MB.
+
+    This process's is VmHWM from /proc: `ru_maxrss` would start at the size of the
+    process that started it (it survives `execve`).
+    """
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    try:
+        with open("/proc/self/status") as f:
+            own = next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration, ValueError):
+        pass
     child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     return own, child
 
