@@ -1,17 +1,21 @@
-"""The measuring harness behind `dalipipe bench`.
+"""The measuring harness behind `dalipipe bench` and `benchmarks/gpu_bench.py`.
 
 Every (loader, workload) runs in a fresh Python process, so that CPU time and peak
 memory belong to that loader alone. In it: one warm-up epoch, then `runs` timed
 epochs; images/s is the median. A loader with GPU work gives a `synchronize` that
 waits for it, called before every timer read. CPU seconds count the process, its
-threads and its child processes (PyDataset's and DataLoader's workers). For GPU
-loaders the harness also records the GPU memory in use after the timed epochs, and
-the time to the first batch of a freshly built pipeline: the loader's own (the first
-GPU pipeline of the process) and, where the loader can `rebuild`, a later one. Quality is measured on the eval workload as
-the mean absolute difference, in grey levels, between the loader's first batch and a
-PIL reference (antialiased bilinear, shorter side 256, center crop 224). Training
-input efficiency is images/s of a fixed Keras model fed by the loader for `steps`
-steps, divided by images/s of the same model fed the same batches from memory.
+threads and its child processes (PyDataset's and DataLoader's workers).
+
+Every loader also records the time to its first batch (which, for a DALI pipeline,
+includes building it); a GPU loader records the GPU memory in use after the timed
+epochs and, where it can `rebuild`, the time to the first batch of a second pipeline
+built later in the process.
+
+Quality is measured on the eval workload as the mean absolute difference, in grey
+levels, between the loader's first batch and a PIL reference (antialiased bilinear,
+shorter side 256, center crop 224). Training input efficiency is images/s of a fixed
+Keras model fed by the loader for `steps` steps, divided by images/s of the same
+model fed the same batches from memory.
 """
 
 import importlib.util
@@ -140,7 +144,8 @@ def measure(task):
                   threads=task["threads"], seed=task["seed"])
     if task["loader"] == "image_dataset_from_directory":
         kwargs["directory"] = task["directory"]
-    memory_before = gpu_memory_used_mb()
+    on_gpu = loaders_lib.uses_gpu(task["loader"])
+    memory_before = gpu_memory_used_mb() if on_gpu else None
     start = time.perf_counter()
     loader = loaders_lib.LOADERS[task["loader"]](files, labels, **kwargs)
     synchronize = loader.synchronize or _no_sync
@@ -174,14 +179,15 @@ def measure(task):
         images_per_s=len(files) / statistics.median(times),
         cpu_s_per_1000=1000 * cpu / (len(files) * task["runs"]),
     )
-    if loader.device == "gpu":
-        result.update(_gpu_memory_fields(memory_before))
     if task["workload"] == "eval":
         n = min(QUALITY_IMAGES, len(first))
         got = first[:n] * np.asarray(loaders_lib._STD) + np.asarray(loaders_lib._MEAN)
         result["mean_abs_error_vs_pil"] = float(np.abs(got - pil_reference(files[:n])).mean())
-    # Memory of the loader alone, before the training measurement adds a model.
+    # Memory of the loader alone, before the training measurement adds a model, and
+    # before nvidia-smi runs as a child (which starts at this process's size).
     result["peak_rss_mb"], result["peak_rss_child_mb"] = peak_rss_mb()
+    if on_gpu:
+        result.update(_gpu_memory_fields(memory_before))
     if loader.rebuild is not None:
         synchronize()
         start = time.perf_counter()

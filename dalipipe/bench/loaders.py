@@ -38,19 +38,15 @@ class Loader:
             done; the harness calls it before every timer read.
         to_numpy: None, or a callable that turns a batch of images into a NumPy NHWC
             array (for the quality check); by default `.numpy()` or `np.asarray`.
-        device: "gpu" where the loader's work runs on the GPU (the harness then
-            records GPU memory), else "cpu".
         rebuild: None, or a callable that builds a second pipeline of the same graph
             and runs it to its first batch (the harness times it).
     """
 
-    def __init__(self, epoch, dataset=None, *, synchronize=None, to_numpy=None,
-                 device="cpu", rebuild=None):
+    def __init__(self, epoch, dataset=None, *, synchronize=None, to_numpy=None, rebuild=None):
         self.epoch = epoch
         self.dataset = dataset
         self.synchronize = synchronize
         self.to_numpy = to_numpy
-        self.device = device
         self.rebuild = rebuild
 
 
@@ -306,7 +302,7 @@ def make_dalipipe_native(files, labels, *, workload, batch_size, threads, seed, 
         for _batch in build(batch_size).epoch():
             pass
 
-    return Loader(epoch, to_numpy=None if copy_to_host else _dali_to_numpy, device=device,
+    return Loader(epoch, to_numpy=None if copy_to_host else _dali_to_numpy,
                   rebuild=rebuild if device == "gpu" else None)
 
 
@@ -379,6 +375,11 @@ REQUIREMENTS = {
     "torch_dataloader": ("torch", "torchvision"),
     "torchvision_gpu": ("torch", "torchvision", "torch_cuda"),
 }
+
+
+def uses_gpu(name):
+    """Whether loader `name` (or decode ceiling) works on a CUDA GPU."""
+    return bool({"dali_gpu", "torch_cuda"} & set(REQUIREMENTS.get(name, ())))
 
 
 def unavailable(name):

@@ -128,5 +128,4 @@ def make_torchvision_gpu(files, labels, *, workload, batch_size, threads, seed):
             yield _normalize(torch, images), torch.as_tensor(labels[rows.start:rows.stop],
                                                              device="cuda")
 
-    return Loader(epoch, synchronize=torch.cuda.synchronize, to_numpy=_nchw_to_numpy,
-                  device="gpu")
+    return Loader(epoch, synchronize=torch.cuda.synchronize, to_numpy=_nchw_to_numpy)
