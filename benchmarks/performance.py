@@ -22,6 +22,7 @@ import math
 import os
 import statistics
 import time
+from functools import partial
 
 import numpy as np
 
@@ -95,42 +96,20 @@ def stage_pipeline(files, *, workload, stage, batch_size, threads, prefetch=2,
     return epoch
 
 
-def dalipipe_native(files, labels, *, workload, batch_size, threads):
-    from dalipipe import make_dali_pipeline
-    from dalipipe.bench.loaders import dalipipe_options
-
-    options = dalipipe_options(workload)
-    pipe = make_dali_pipeline(list(files), labels=list(labels), image_size=(SIZE, SIZE),
-                              batch_size=batch_size, shuffle=False, seed=0, device="cpu",
-                              num_threads=threads, **options)
-    state = {"epoch": 0}
+def dalipipe_epoch(make, files, labels, *, workload, batch_size, threads):
+    """An epoch of a dalipipe bench loader (`dalipipe.bench.loaders.make_dalipipe*`)."""
+    loader = make(list(files), list(labels), workload=workload, batch_size=batch_size,
+                  threads=threads, seed=0)
 
     def epoch():
-        count = 0
-        for images, _ in pipe.run(*pipe.epoch_inputs(state["epoch"]), copy_to_host=False):
-            count += len(images)
-        state["epoch"] += 1
-        return count
-
-    return epoch
-
-
-def dalipipe_tf(files, labels, *, workload, batch_size, threads):
-    from dalipipe import make_dali_dataset
-    from dalipipe.bench.loaders import dalipipe_options
-
-    options = dalipipe_options(workload)
-    dataset = make_dali_dataset(list(files), labels=list(labels), image_size=(SIZE, SIZE),
-                                batch_size=batch_size, shuffle=False, seed=0, device="cpu",
-                                num_threads=threads, **options)
-
-    def epoch():
-        return sum(len(images) for images, _ in dataset)
+        return sum(len(images) for images, *_ in loader.epoch())
 
     return epoch
 
 
 def variants(files, labels, workload, threads, batch_size, with_tf):
+    from dalipipe.bench import loaders
+
     stage = dict(workload=workload, batch_size=batch_size, threads=threads)
     full = dict(stage, stage="normalize")
     result = {
@@ -138,8 +117,9 @@ def variants(files, labels, workload, threads, batch_size, with_tf):
         "stage: + decode": lambda: stage_pipeline(files, stage="decode", **stage),
         "stage: + crop/resize": lambda: stage_pipeline(files, stage="resize", **stage),
         "stage: + normalize (full graph, file reader)": lambda: stage_pipeline(files, **full),
-        "dalipipe graph (external source + io.file.read), native": lambda: dalipipe_native(
-            files, labels, workload=workload, batch_size=batch_size, threads=threads),
+        "dalipipe graph (external source + io.file.read), native": lambda: dalipipe_epoch(
+            partial(loaders.make_dalipipe_native, copy_to_host=False), files, labels,
+            **stage),
         "lever: resize without antialiasing": lambda: stage_pipeline(files, antialias=False, **full),
         f"lever: threads {threads * 2}": lambda: stage_pipeline(files, **{**full, "threads": threads * 2}),
         "lever: threads 1": lambda: stage_pipeline(files, **{**full, "threads": 1}),
@@ -157,8 +137,8 @@ def variants(files, labels, workload, threads, batch_size, with_tf):
         result["lever: decoders.image_random_crop (DALI's RNG)"] = lambda: stage_pipeline(
             files, dali_random_crop=True, **full)
     if with_tf:
-        result["dalipipe through the TF plugin (make_dali_dataset)"] = lambda: dalipipe_tf(
-            files, labels, workload=workload, batch_size=batch_size, threads=threads)
+        result["dalipipe through the TF plugin (make_dali_dataset)"] = lambda: dalipipe_epoch(
+            loaders.make_dalipipe, files, labels, **stage)
     return result
 
 
