@@ -51,15 +51,29 @@ def usable_cores():
 def progress(total, description, *, enabled=None):
     """A tqdm progress bar on stderr over `total` items, labelled `description`.
 
-    Shown when `enabled`, or by default when stderr is a terminal; otherwise a bar
-    that draws nothing. Use as a context manager and call `update(n)`.
+    Shown when `enabled`, or by default when stderr is a terminal; otherwise, or
+    where tqdm is not installed (a GPU machine with PyTorch only, say), a bar that
+    draws nothing. Use as a context manager and call `update(n)`.
     """
-    from tqdm import tqdm
-
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _NoBar()
     if enabled is None:
         enabled = sys.stderr.isatty()
     return tqdm(total=total, desc=description, disable=not enabled, file=sys.stderr,
                 dynamic_ncols=True, leave=True)
+
+
+class _NoBar:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def update(self, n=1):
+        pass
 
 
 def listing(items):

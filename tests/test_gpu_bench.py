@@ -1,5 +1,5 @@
 """`benchmarks/gpu_bench.py --quick` rehearsed without TensorFlow, pandas, scikit-image,
-scikit-learn and matplotlib, as on the GPU machine; its GPU sections skip here."""
+scikit-learn, matplotlib and tqdm, as on the GPU machine; its GPU sections skip here."""
 
 import json
 import os
@@ -11,7 +11,7 @@ from dalipipe.bench.loaders import unavailable
 from dalipipe.pipeline import dali_gpu_count
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BLOCKED = ("tensorflow", "pandas", "sklearn", "skimage", "matplotlib")
+BLOCKED = ("tensorflow", "pandas", "sklearn", "skimage", "matplotlib", "tqdm")
 
 
 def test_gpu_bench_runs_without_tensorflow_and_records_what_it_skipped(tmp_path):
