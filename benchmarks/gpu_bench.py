@@ -12,10 +12,10 @@ absent), for these loaders:
 - a torch `DataLoader` with a worker per core, decoding with `decode_jpeg` on the CPU;
 - dalipipe's CPU graph run natively, and DALI's decoding alone (CPU and GPU).
 
-Each (loader, workload) runs in a fresh process with `--section-timeout` seconds; none
-starts after `--time-budget` seconds. One whose requirements are absent (torch, a
-GPU) is recorded as skipped with the reason, so the script also runs on a CPU-only
-machine as a rehearsal. Writes `results.json` and `results.md` (and `chart.png`
+Each (loader, workload) runs in a fresh process with `--section-timeout` seconds, and
+all of them within `--time-budget` seconds (the sample images are made before). One
+whose requirements are absent (torch, a GPU) is recorded as skipped with the reason,
+so the script also runs on a CPU-only machine as a rehearsal. Writes `results.json` and `results.md` (and `chart.png`
 where matplotlib is installed) to `--out`.
 
     python benchmarks/gpu_bench.py [--out DIR] [--num-images 2000] [--batch-size 128]
@@ -49,7 +49,8 @@ def parse_args(argv=None):
     parser.add_argument("--section-timeout", type=float, default=120,
                         help="seconds after which a (loader, workload) is stopped")
     parser.add_argument("--time-budget", type=float, default=240,
-                        help="seconds after the start past which nothing more starts")
+                        help="seconds for all the measurements; what is left then is "
+                             "stopped or not started")
     args = parser.parse_args(argv)
     for name in ("num_images", "batch_size", "runs"):
         if getattr(args, name) <= 0:

@@ -24,7 +24,8 @@ def run_bench(*, data, out, loaders=DEFAULT_LOADERS, workloads=loaders_lib.WORKL
     process (`harness.run_task_in_subprocess`). One that cannot run here
     (`loaders.unavailable`) is recorded as `{"skipped": reason}`, as is every one
     not started before `time_budget` seconds have passed (None: no budget); one
-    that fails or runs past `timeout` seconds is recorded as `{"error": message}`.
+    that fails, runs past `timeout` seconds or past the budget is recorded as
+    `{"error": message}`.
     `out/results.json` is rewritten after each; `results.md` and, where matplotlib
     is installed, `chart.png` are written at the end.
 
@@ -79,12 +80,14 @@ def run_bench(*, data, out, loaders=DEFAULT_LOADERS, workloads=loaders_lib.WORKL
         _progress(stream, i, len(tasks), f"{name} {workload}", started)
         if name not in reasons:
             reasons[name] = loaders_lib.unavailable(name)
-        if time_budget is not None and time.perf_counter() - started > time_budget:
+        left = None if time_budget is None else time_budget - (time.perf_counter() - started)
+        if left is not None and left <= 0:
             reasons[name] = f"time budget of {time_budget:g} s spent"
         if reasons[name]:
             result = {"loader": name, "workload": workload, "skipped": reasons[name]}
         else:
-            result = harness.run_task_in_subprocess(task, timeout=timeout)
+            result = harness.run_task_in_subprocess(
+                task, timeout=timeout if left is None else min(timeout, left))
         report["results"].append(result)
         _write_json(report, os.path.join(out, "results.json"))
     _progress(stream, len(tasks), len(tasks), "done", started)
