@@ -373,7 +373,7 @@ def run_task_in_subprocess(task, timeout=1800):
         process.communicate()
         if not isinstance(e, subprocess.TimeoutExpired):
             raise
-        return {**failed, "error": f"no result within {timeout:g} s (killed)"}
+        return {**failed, "error": f"no result within {round(timeout, 1):g} s (killed)"}
     lines = stdout.strip().splitlines()
     if process.returncode != 0 or not lines:
         tail = (stderr or stdout).strip().splitlines()[-5:]
