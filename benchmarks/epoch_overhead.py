@@ -29,7 +29,8 @@ def main():
 
     make_sample_dataset(args.directory, num_images=args.num_images)
     ds = make_dali_dataset(args.directory, image_size=(args.image_size,) * 2,
-                           batch_size=args.batch_size, augment=True, seed=0, device=args.device)
+                           batch_size=args.batch_size, augment=True, seed=0, device=args.device,
+                           verbose=False)
     first, rest, epochs = [], [], []
     for _ in range(args.epochs):
         start = time.perf_counter()

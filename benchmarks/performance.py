@@ -22,6 +22,7 @@ import math
 import os
 import statistics
 import time
+from functools import partial
 
 import numpy as np
 
@@ -36,7 +37,7 @@ def stage_pipeline(files, *, workload, stage, batch_size, threads, prefetch=2,
     from nvidia.dali import fn, pipeline_def, types
 
     from dalipipe.options import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
-    from dalipipe.sampling import RANDOM_AREA, RANDOM_ASPECT_RATIO
+    from dalipipe.sampling import RANDOM_AREA, RANDOM_ASPECT_RATIO, random_resized_crop_window
 
     @pipeline_def(batch_size=batch_size, num_threads=threads, device_id=None, seed=0,
                   prefetch_queue_depth=prefetch, exec_dynamic=exec_dynamic)
@@ -53,13 +54,9 @@ def stage_pipeline(files, *, workload, stage, batch_size, threads, prefetch=2,
             roi = {}
         elif workload == "train":
             u = [fn.random.uniform(range=[0.0, 1.0]) for _ in range(4)]
-            area = h * w * (RANDOM_AREA[0] + u[0] * (RANDOM_AREA[1] - RANDOM_AREA[0]))
-            lo, hi = math.log(RANDOM_ASPECT_RATIO[0]), math.log(RANDOM_ASPECT_RATIO[1])
-            ratio = dmath.exp(lo + u[1] * (hi - lo))
-            cw = dmath.max(dmath.min(dmath.sqrt(area * ratio), w), 1.0)
-            ch = dmath.max(dmath.min(dmath.sqrt(area / ratio), h), 1.0)
+            x, y, cw, ch = random_resized_crop_window(h, w, u, dmath)
             images = fn.decoders.image_slice(
-                encoded, fn.stack(u[2] * (w - cw), u[3] * (h - ch)), fn.stack(cw, ch),
+                encoded, fn.stack(x, y), fn.stack(cw, ch),
                 device="cpu", output_type=types.RGB, normalized_anchor=False,
                 normalized_shape=False, axis_names="WH")
             roi = {}
@@ -99,42 +96,20 @@ def stage_pipeline(files, *, workload, stage, batch_size, threads, prefetch=2,
     return epoch
 
 
-def dalipipe_native(files, labels, *, workload, batch_size, threads):
-    from dalipipe import make_dali_pipeline
-    from dalipipe.bench.loaders import dalipipe_options
-
-    options = dalipipe_options(workload)
-    pipe = make_dali_pipeline(list(files), labels=list(labels), image_size=(SIZE, SIZE),
-                              batch_size=batch_size, shuffle=False, seed=0, device="cpu",
-                              num_threads=threads, **options)
-    state = {"epoch": 0}
+def dalipipe_epoch(make, files, labels, *, workload, batch_size, threads):
+    """An epoch of a dalipipe bench loader (`dalipipe.bench.loaders.make_dalipipe*`)."""
+    loader = make(list(files), list(labels), workload=workload, batch_size=batch_size,
+                  threads=threads, seed=0)
 
     def epoch():
-        count = 0
-        for images, _ in pipe.run(*pipe.epoch_inputs(state["epoch"]), copy_to_host=False):
-            count += len(images)
-        state["epoch"] += 1
-        return count
-
-    return epoch
-
-
-def dalipipe_tf(files, labels, *, workload, batch_size, threads):
-    from dalipipe import make_dali_dataset
-    from dalipipe.bench.loaders import dalipipe_options
-
-    options = dalipipe_options(workload)
-    dataset = make_dali_dataset(list(files), labels=list(labels), image_size=(SIZE, SIZE),
-                                batch_size=batch_size, shuffle=False, seed=0, device="cpu",
-                                num_threads=threads, **options)
-
-    def epoch():
-        return sum(len(images) for images, _ in dataset)
+        return sum(len(images) for images, *_ in loader.epoch())
 
     return epoch
 
 
 def variants(files, labels, workload, threads, batch_size, with_tf):
+    from dalipipe.bench import loaders
+
     stage = dict(workload=workload, batch_size=batch_size, threads=threads)
     full = dict(stage, stage="normalize")
     result = {
@@ -142,8 +117,9 @@ def variants(files, labels, workload, threads, batch_size, with_tf):
         "stage: + decode": lambda: stage_pipeline(files, stage="decode", **stage),
         "stage: + crop/resize": lambda: stage_pipeline(files, stage="resize", **stage),
         "stage: + normalize (full graph, file reader)": lambda: stage_pipeline(files, **full),
-        "dalipipe graph (external source + io.file.read), native": lambda: dalipipe_native(
-            files, labels, workload=workload, batch_size=batch_size, threads=threads),
+        "dalipipe graph (external source + io.file.read), native": lambda: dalipipe_epoch(
+            partial(loaders.make_dalipipe_native, copy_to_host=False), files, labels,
+            **stage),
         "lever: resize without antialiasing": lambda: stage_pipeline(files, antialias=False, **full),
         f"lever: threads {threads * 2}": lambda: stage_pipeline(files, **{**full, "threads": threads * 2}),
         "lever: threads 1": lambda: stage_pipeline(files, **{**full, "threads": 1}),
@@ -161,8 +137,8 @@ def variants(files, labels, workload, threads, batch_size, with_tf):
         result["lever: decoders.image_random_crop (DALI's RNG)"] = lambda: stage_pipeline(
             files, dali_random_crop=True, **full)
     if with_tf:
-        result["dalipipe through the TF plugin (make_dali_dataset)"] = lambda: dalipipe_tf(
-            files, labels, workload=workload, batch_size=batch_size, threads=threads)
+        result["dalipipe through the TF plugin (make_dali_dataset)"] = lambda: dalipipe_epoch(
+            loaders.make_dalipipe, files, labels, **stage)
     return result
 
 

@@ -191,8 +191,9 @@ def _demo(args):
         image_size=(args.image_size, args.image_size), batch_size=args.batch_size,
         validation_split=0.2, seed=42, device=args.device,
     )
-    train_ds = make_dali_dataset(args.directory, subset="training", augment=True, **common)
-    val_ds = make_dali_dataset(args.directory, subset="validation", shuffle=False, **common)
+    # Augmentation and shuffling apply to the training half; the validation half is
+    # read in file order.
+    train_ds, val_ds = make_dali_dataset(args.directory, subset="both", augment=True, **common)
     print(
         f"classes: {train_ds.class_names}; {len(train_ds.file_paths)} training and "
         f"{len(val_ds.file_paths)} validation images; {int(train_ds.cardinality())} batches "

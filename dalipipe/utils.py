@@ -1,4 +1,5 @@
-"""Small helpers shared by every module: cache folder, progress, cores, extensions.
+"""Small helpers shared by every module: cache folder, progress, cores, extensions,
+the environment of a child interpreter.
 
 The lowest module of the package: it imports nothing else from dalipipe.
 """
@@ -29,6 +30,17 @@ def cache_dir():
     return os.path.join(base, "dalipipe")
 
 
+def child_env(**variables):
+    """This process's environment for a child Python interpreter, plus `variables`.
+
+    The folder that holds this `dalipipe` comes first on `PYTHONPATH`, so that the
+    child imports the same `dalipipe` (a checkout, say, rather than an installed one).
+    """
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path, **variables}
+
+
 def usable_cores():
     """The CPU cores this process may run on."""
     if hasattr(os, "sched_getaffinity"):
@@ -39,15 +51,29 @@ def usable_cores():
 def progress(total, description, *, enabled=None):
     """A tqdm progress bar on stderr over `total` items, labelled `description`.
 
-    Shown when `enabled`, or by default when stderr is a terminal; otherwise a bar
-    that draws nothing. Use as a context manager and call `update(n)`.
+    Shown when `enabled`, or by default when stderr is a terminal; otherwise, or
+    where tqdm is not installed (a GPU machine with PyTorch only, say), a bar that
+    draws nothing. Use as a context manager and call `update(n)`.
     """
-    from tqdm import tqdm
-
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _NoBar()
     if enabled is None:
         enabled = sys.stderr.isatty()
     return tqdm(total=total, desc=description, disable=not enabled, file=sys.stderr,
                 dynamic_ncols=True, leave=True)
+
+
+class _NoBar:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def update(self, n=1):
+        pass
 
 
 def listing(items):

@@ -32,13 +32,13 @@ def main(mode, data_dir, out):
     else:
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
     try:
-        make_dali_dataset(data_dir, batch_size=8, strategy=strategy, device="cpu")
+        make_dali_dataset(data_dir, batch_size=8, strategy=strategy, device="cpu", verbose=False)
         seed_error = None
     except ValueError as e:
         seed_error = str(e)
     dataset = make_dali_dataset(
         data_dir, image_size=(8, 8), batch_size=8, normalization=None, seed=5,
-        strategy=strategy, device="cpu", num_threads=1,
+        strategy=strategy, device="cpu", num_threads=1, verbose=False,
     )
     epochs = []
     for _ in range(EPOCHS):

@@ -291,14 +291,9 @@ def test_file_replaced_during_fit_is_named(tmp_path):
 
 def test_fuzz_corpus_never_crashes_or_hangs_and_full_check_catches_all(monkeypatch, tmp_path):
     """A small fixed corpus (the script `benchmarks/fuzz.py` runs 1,000)."""
-    import sys
+    from dalipipe.bench import fuzz
 
     monkeypatch.setenv("DALIPIPE_CACHE_DIR", str(tmp_path / "cache"))
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-    try:
-        import fuzz
-    finally:
-        sys.path.pop(0)
     structure = fuzz.fuzz(60, 1, "structure", timeout=30)["summary"]
     assert structure["no_crash_no_hang"], structure
     assert structure["outcomes"].get("reported", 0) > 0

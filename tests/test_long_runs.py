@@ -1,5 +1,5 @@
 """Bounded resources over epochs and datasets, and prompt shutdown (small versions;
-`benchmarks/soak.py` runs 30 epochs and 50 datasets)."""
+`benchmarks/soak.py` runs `dalipipe.bench.soak` over 30 epochs and 50 datasets)."""
 
 import os
 import signal
@@ -12,10 +12,7 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-import soak  # noqa: E402
-
-sys.path.pop(0)
+from dalipipe.bench import soak  # noqa: E402
 
 
 def test_memory_and_file_descriptors_stay_bounded(color_dir):
@@ -33,7 +30,8 @@ SCRIPT = textwrap.dedent("""
     import sys, time
     import keras
     from dalipipe import make_dali_dataset
-    ds = make_dali_dataset(sys.argv[1], image_size=(32, 32), batch_size=4, device="cpu", seed=0)
+    ds = make_dali_dataset(sys.argv[1], image_size=(32, 32), batch_size=4, device="cpu", seed=0,
+                           verbose=False)
     model = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Flatten(),
                               keras.layers.Dense(3, activation="softmax")])
     model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")

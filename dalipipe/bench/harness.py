@@ -1,19 +1,30 @@
-"""The measuring harness behind `dalipipe bench`.
+"""The measuring harness behind `dalipipe bench` and `benchmarks/gpu_bench.py`.
 
 Every (loader, workload) runs in a fresh Python process, so that CPU time and peak
 memory belong to that loader alone. In it: one warm-up epoch, then `runs` timed
-epochs; images/s is the median. CPU seconds count the process, its threads and its
-child processes (PyDataset's workers). Quality is measured on the eval workload as
-the mean absolute difference, in grey levels, between the loader's first batch and a
-PIL reference (antialiased bilinear, shorter side 256, center crop 224). Training
-input efficiency is images/s of a fixed Keras model fed by the loader for `steps`
-steps, divided by images/s of the same model fed the same batches from memory.
+epochs; images/s is the median. A loader with GPU work gives a `synchronize` that
+waits for it, called before every timer read. CPU seconds count the process, its
+threads and its child processes (PyDataset's and DataLoader's workers).
+
+Every loader also records the time to its first batch (which, for a DALI pipeline,
+includes building it); a GPU loader records the GPU memory in use after the timed
+epochs and, where it can `rebuild`, the time to the first batch of a second pipeline
+built later in the process.
+
+Quality is measured on the eval workload as the mean absolute difference, in grey
+levels, between the loader's first batch and a PIL reference (antialiased bilinear,
+shorter side 256, center crop 224). Training input efficiency is images/s of a fixed
+Keras model fed by the loader for `steps` steps, divided by images/s of the same
+model fed the same batches from memory.
 """
 
+import importlib.util
 import json
 import os
 import platform
 import resource
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -22,7 +33,7 @@ import time
 import numpy as np
 
 from dalipipe.bench import loaders as loaders_lib
-from dalipipe.utils import usable_cores
+from dalipipe.utils import child_env, usable_cores
 
 QUALITY_IMAGES = 32
 
@@ -57,8 +68,17 @@ def _descendants(pid):
 
 
 def peak_rss_mb():
-    """Peak resident memory of this process and of its largest reaped child, in MB."""
+    """Peak resident memory of this process and of its largest reaped child, in MB.
+
+    This process's is VmHWM from /proc: `ru_maxrss` would start at the size of the
+    process that started it (it survives `execve`).
+    """
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    try:
+        with open("/proc/self/status") as f:
+            own = next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration, ValueError):
+        pass
     child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     return own, child
 
@@ -89,6 +109,34 @@ def to_numpy(x):
     return x.numpy() if hasattr(x, "numpy") else np.asarray(x)
 
 
+def gpu_memory_used_mb():
+    """Memory in use on GPU 0, in MB, or None where nvidia-smi is absent.
+
+    nvidia-smi counts the whole device (every process), so it measures a loader on a
+    GPU that runs nothing else. DALI's own `Pipeline.executor_statistics()` is not
+    used: it reports only for `exec_dynamic=False`, and dalipipe runs DALI's default
+    (dynamic) executor.
+    """
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--id=0", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=20, check=True,
+        ).stdout
+        return float(out.split()[0])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def _gpu_memory_fields(before):
+    after = gpu_memory_used_mb()
+    return {"gpu_memory_used_mb_before": before, "gpu_memory_used_mb_after": after,
+            "gpu_memory_mb": None if None in (before, after) else after - before}
+
+
+def _no_sync():
+    pass
+
+
 def measure(task):
     """Runs one (loader, workload) task in this process; returns its result dict."""
     files, labels = task["files"], np.asarray(task["labels"], np.int32)
@@ -96,25 +144,33 @@ def measure(task):
                   threads=task["threads"], seed=task["seed"])
     if task["loader"] == "image_dataset_from_directory":
         kwargs["directory"] = task["directory"]
+    on_gpu = loaders_lib.uses_gpu(task["loader"])
+    memory_before = gpu_memory_used_mb() if on_gpu else None
     start = time.perf_counter()
     loader = loaders_lib.LOADERS[task["loader"]](files, labels, **kwargs)
-    setup_s = time.perf_counter() - start
-    result = {"loader": task["loader"], "workload": task["workload"], "setup_s": setup_s}
+    synchronize = loader.synchronize or _no_sync
+    synchronize()
+    result = {"loader": task["loader"], "workload": task["workload"],
+              "setup_s": time.perf_counter() - start}
 
     first = None
     count = 0
     for images, _ in loader.epoch():
         if first is None:
-            first = to_numpy(images)
+            synchronize()
+            result["first_batch_s"] = time.perf_counter() - start
+            first = (loader.to_numpy or to_numpy)(images)
         count += len(images)
     if count != len(files):
         raise RuntimeError(f"{task['loader']} gave {count} images for {len(files)} files")
     cpu_before = cpu_seconds()
     times = []
     for _ in range(task["runs"]):
+        synchronize()
         start = time.perf_counter()
         for _batch in loader.epoch():
             pass
+        synchronize()
         times.append(time.perf_counter() - start)
     cpu = cpu_seconds() - cpu_before
     result.update(
@@ -127,8 +183,17 @@ def measure(task):
         n = min(QUALITY_IMAGES, len(first))
         got = first[:n] * np.asarray(loaders_lib._STD) + np.asarray(loaders_lib._MEAN)
         result["mean_abs_error_vs_pil"] = float(np.abs(got - pil_reference(files[:n])).mean())
-    # Memory of the loader alone, before the training measurement adds a model.
+    # Memory of the loader alone, before the training measurement adds a model, and
+    # before nvidia-smi runs as a child (which starts at this process's size).
     result["peak_rss_mb"], result["peak_rss_child_mb"] = peak_rss_mb()
+    if on_gpu:
+        result.update(_gpu_memory_fields(memory_before))
+    if loader.rebuild is not None:
+        synchronize()
+        start = time.perf_counter()
+        loader.rebuild()
+        synchronize()
+        result["rebuild_first_batch_s"] = time.perf_counter() - start
     if task.get("train_steps"):
         result.update(training_efficiency(loader, task))
     return result
@@ -182,7 +247,13 @@ def training_efficiency(loader, task):
 
 
 def decode_ceiling(files, batch_size, threads, runs, device="cpu"):
-    """images/s of DALI decoding alone (file reader + decoder) over one epoch."""
+    """images/s of DALI decoding alone (file reader + decoder) over one epoch.
+
+    `pipe.run()` returns each batch host-synchronous (DALI waits for its GPU work),
+    so the timer reads need no further synchronization. On the GPU it also records
+    the build time of the pipeline, the first of the process, and of a second one,
+    and the GPU memory in use once the epochs have run.
+    """
     from nvidia.dali import fn, pipeline_def
 
     @pipeline_def(batch_size=batch_size, num_threads=threads,
@@ -191,8 +262,14 @@ def decode_ceiling(files, batch_size, threads, runs, device="cpu"):
         data, _ = fn.readers.file(files=list(files))
         return fn.decoders.image(data, device="mixed" if device == "gpu" else "cpu")
 
-    pipe = decode()
-    pipe.build()
+    def build():
+        start = time.perf_counter()
+        pipe = decode()
+        pipe.build()
+        return pipe, time.perf_counter() - start
+
+    memory_before = gpu_memory_used_mb()
+    pipe, build_s = build()
     iterations = -(-len(files) // batch_size)
     for _ in range(iterations):  # warm-up epoch
         pipe.run()
@@ -203,8 +280,13 @@ def decode_ceiling(files, batch_size, threads, runs, device="cpu"):
             pipe.run()
         times.append(time.perf_counter() - start)
     images = iterations * batch_size
-    return {"loader": f"dali_decode_only_{device}", "workload": "decode", "images": images,
-            "run_s": times, "images_per_s": images / statistics.median(times)}
+    result = {"loader": f"dali_decode_only_{device}", "workload": "decode", "images": images,
+              "run_s": times, "images_per_s": images / statistics.median(times),
+              "build_s": build_s}
+    if device == "gpu":
+        result.update(_gpu_memory_fields(memory_before))
+        result["rebuild_s"] = build()[1]
+    return result
 
 
 def cpu_model():
@@ -219,46 +301,83 @@ def cpu_model():
     return platform.processor() or platform.machine()
 
 
-def machine_info():
-    """CPU model, cores, GPU and library versions."""
-    import importlib.metadata as metadata
-
-    cpu = cpu_model()
+def gpu_name():
+    """"name, driver" of the GPUs from nvidia-smi, else torch's name of GPU 0, else "none"."""
     try:
         gpu = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
             capture_output=True, text=True, timeout=20, check=True,
-        ).stdout.strip() or "none"
+        ).stdout.strip()
+        if gpu:
+            return gpu
     except (OSError, subprocess.SubprocessError):
-        gpu = "none"
+        pass
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        if torch.cuda.is_available():
+            return f"{torch.cuda.get_device_name(0)} (torch)"
+    return "none"
+
+
+def machine_info():
+    """CPU model, cores, GPU, /dev/shm size and library versions.
+
+    `versions["dali"]` is the version of whichever DALI wheel is installed (CUDA 12
+    or CUDA 13 build); packages not installed have the version None.
+    """
+    import importlib.metadata as metadata
+
     versions = {}
-    for package in ("nvidia-dali-cuda120", "nvidia-dali-tf-plugin-cuda120", "tensorflow",
-                    "keras", "numpy", "pillow"):
+    for package in ("nvidia-dali-cuda120", "nvidia-dali-cuda130",
+                    "nvidia-dali-tf-plugin-cuda120", "tensorflow", "keras", "torch",
+                    "torchvision", "numpy", "pillow"):
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             versions[package] = None
+    versions["dali"] = versions["nvidia-dali-cuda120"] or versions["nvidia-dali-cuda130"]
+    try:  # where torch DataLoader workers pass their batches
+        dev_shm_gb = round(shutil.disk_usage("/dev/shm").total / 1e9, 2)
+    except OSError:
+        dev_shm_gb = None
     return {
-        "cpu": cpu,
+        "cpu": cpu_model(),
         "cores": usable_cores(),
-        "gpu": gpu,
+        "gpu": gpu_name(),
         "python": platform.python_version(),
+        "dev_shm_gb": dev_shm_gb,
         "versions": versions,
     }
 
 
 def run_task_in_subprocess(task, timeout=1800):
-    """Runs `measure(task)` (or the decode ceiling) in a fresh interpreter."""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    completed = subprocess.run(
-        [sys.executable, "-m", "dalipipe.bench.harness"], input=json.dumps(task),
-        capture_output=True, text=True, timeout=timeout, env=env,
+    """Runs `measure(task)` (or the decode ceiling) in a fresh interpreter.
+
+    Returns:
+        Its result dict, or `{"loader", "workload", "error"}` when it failed or ran
+        past `timeout` seconds (then it is killed).
+    """
+    failed = {"loader": task.get("loader", f"dali_decode_only_{task.get('device')}"),
+              "workload": task.get("workload", "decode")}
+    # A session of its own, so that its workers go with it when it is killed.
+    process = subprocess.Popen(
+        [sys.executable, "-m", "dalipipe.bench.harness"], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=child_env(TF_CPP_MIN_LOG_LEVEL="2"), start_new_session=True,
     )
-    lines = completed.stdout.strip().splitlines()
-    if completed.returncode != 0 or not lines:
-        tail = (completed.stderr or completed.stdout).strip().splitlines()[-5:]
-        return {"loader": task.get("loader", task["kind"]), "workload": task.get("workload"),
-                "error": " | ".join(tail) or f"exit status {completed.returncode}"}
+    try:
+        stdout, stderr = process.communicate(json.dumps(task), timeout=timeout)
+    except BaseException as e:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        if not isinstance(e, subprocess.TimeoutExpired):
+            raise
+        return {**failed, "error": f"no result within {round(timeout, 1):g} s (killed)"}
+    lines = stdout.strip().splitlines()
+    if process.returncode != 0 or not lines:
+        tail = (stderr or stdout).strip().splitlines()[-5:]
+        return {**failed, "error": " | ".join(tail) or f"exit status {process.returncode}"}
     return json.loads(lines[-1])
 
 

@@ -8,22 +8,46 @@ Workloads, both ending in float32 NHWC batches normalized with ImageNet mean/std
 Each `make_<loader>(files, labels, *, workload, batch_size, threads, seed)` returns a
 `Loader`: `epoch()` starts one epoch and returns an iterator of `(images, labels)`
 batches (in file order for `"eval"`); `dataset` is what to hand to `model.fit`.
+`LOADERS` maps the names to them, with the PyTorch loaders of
+`dalipipe.bench.torch_loaders` imported only when asked for; `unavailable(name)`
+says what a loader lacks on this machine.
 """
 
-import math
+import importlib
+import importlib.util
+import itertools
 
 import numpy as np
 
 from dalipipe.options import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
-from dalipipe.sampling import RANDOM_AREA, RANDOM_ASPECT_RATIO
+from dalipipe.sampling import (
+    NUM_RANDOM,
+    RANDOM_AREA,
+    RANDOM_ASPECT_RATIO,
+    random_resized_crop_window,
+)
 
 class Loader:
-    """`epoch()`: an iterator over one epoch; `dataset`: the `tf.data.Dataset` that
-    `model.fit` takes, or None where `fit` is fed from `epoch()` as a generator."""
+    """One loader, as `dalipipe.bench.harness` measures it.
 
-    def __init__(self, epoch, dataset=None):
+    Attributes:
+        epoch: starts one epoch; returns an iterator of `(images, labels)` batches.
+        dataset: the `tf.data.Dataset` that `model.fit` takes, or None where `fit` is
+            fed from `epoch()` as a generator.
+        synchronize: None, or a callable that waits until the loader's GPU work is
+            done; the harness calls it before every timer read.
+        to_numpy: None, or a callable that turns a batch of images into a NumPy NHWC
+            array (for the quality check); by default `.numpy()` or `np.asarray`.
+        rebuild: None, or a callable that builds a second pipeline of the same graph
+            and runs it to its first batch (the harness times it).
+    """
+
+    def __init__(self, epoch, dataset=None, *, synchronize=None, to_numpy=None, rebuild=None):
         self.epoch = epoch
         self.dataset = dataset
+        self.synchronize = synchronize
+        self.to_numpy = to_numpy
+        self.rebuild = rebuild
 
 
 SIZE = 224
@@ -47,25 +71,12 @@ def pil_load(path, workload, rng):
         left, top = (new_w - SIZE) // 2, (new_h - SIZE) // 2
         image = image.resize((new_w, new_h), Image.BILINEAR).crop((left, top, left + SIZE, top + SIZE))
     else:
-        x, y, w, h = random_resized_crop_box(width, height, rng)
+        random = rng.random(NUM_RANDOM)
+        x, y, w, h = (float(v) for v in random_resized_crop_window(height, width, random))
         image = image.resize((SIZE, SIZE), Image.BILINEAR, box=(x, y, x + w, y + h))
-        if rng.random() < 0.5:
+        if random[4] < 0.5:
             image = image.transpose(Image.FLIP_LEFT_RIGHT)
     return (np.asarray(image, np.float32) - _MEAN) / _STD
-
-
-def random_resized_crop_box(width, height, rng):
-    """Inception-style crop box `(x, y, w, h)`: 10 tries, then the central crop."""
-    area = width * height
-    log_lo, log_hi = math.log(RANDOM_ASPECT_RATIO[0]), math.log(RANDOM_ASPECT_RATIO[1])
-    for _ in range(10):
-        target = area * rng.uniform(*RANDOM_AREA)
-        ratio = math.exp(rng.uniform(log_lo, log_hi))
-        w, h = round(math.sqrt(target * ratio)), round(math.sqrt(target / ratio))
-        if 0 < w <= width and 0 < h <= height:
-            return int(rng.integers(0, width - w + 1)), int(rng.integers(0, height - h + 1)), w, h
-    side = min(width, height)
-    return (width - side) // 2, (height - side) // 2, side, side
 
 
 def make_python_generator(files, labels, *, workload, batch_size, threads, seed, chunk_size=1000):
@@ -88,6 +99,12 @@ def make_python_generator(files, labels, *, workload, batch_size, threads, seed,
 def make_pydataset(files, labels, *, workload, batch_size, threads, seed):
     """`keras.utils.PyDataset` with `workers=threads` and `use_multiprocessing=True`."""
     import keras
+
+    # Private on purpose: Keras 3 exports only `keras.utils.PyDataset` (and its alias
+    # `Sequence`). Its public `__iter__` calls `__getitem__` in the calling thread,
+    # without the workers; the enqueuer that runs them (`OrderedEnqueuer`, public in
+    # Keras 2) and this adapter, which `fit` uses to run it for one epoch, are not
+    # exported. `fit` itself drives the workers but yields no batches to time.
     from keras.src.trainers.data_adapters.py_dataset_adapter import PyDatasetAdapter
 
     class ImageFiles(keras.utils.PyDataset):
@@ -237,7 +254,7 @@ def make_dalipipe(files, labels, *, workload, batch_size, threads, seed, device=
     dataset = make_dali_dataset(
         list(files), labels=list(labels), image_size=(SIZE, SIZE), batch_size=batch_size,
         shuffle=False, seed=seed, device=device, num_threads=threads, antialias=antialias,
-        **dalipipe_options(workload),
+        verbose=False, **dalipipe_options(workload),
     )
     return Loader(lambda: iter(dataset), dataset)
 
@@ -251,6 +268,61 @@ def make_dalipipe_gpu(files, labels, **kwargs):
     return make_dalipipe(files, labels, device="gpu", **kwargs)
 
 
+def _dali_to_numpy(images):
+    return np.array((images.as_cpu() if hasattr(images, "as_cpu") else images).as_tensor())
+
+
+def make_dalipipe_native(files, labels, *, workload, batch_size, threads, seed, device="cpu",
+                         copy_to_host=True):
+    """`make_dali_pipeline` run without TensorFlow (`ImagePipeline.run`): batches
+    copied to the host as NumPy arrays, or left where DALI made them
+    (`copy_to_host=False`: GPU memory on the GPU).
+
+    No `synchronize`: `ImagePipeline.run` takes each batch from DALI's
+    `Pipeline.run()` without a CUDA stream, which returns it host-synchronous (DALI
+    waits for its GPU work first), so an epoch's GPU work is done when its last batch
+    arrives. On the GPU, `rebuild` builds a second pipeline over the first batch.
+    """
+    from dalipipe import make_dali_pipeline
+
+    def build(count):
+        return make_dali_pipeline(
+            list(files[:count]), labels=list(labels[:count]), image_size=(SIZE, SIZE),
+            batch_size=batch_size, shuffle=False, seed=seed, device=device,
+            num_threads=threads, verbose=False, **dalipipe_options(workload),
+        )
+
+    pipe = build(len(files))
+    epochs = itertools.count()
+
+    def epoch():
+        return pipe.run(*pipe.epoch_inputs(next(epochs)), copy_to_host=copy_to_host)
+
+    def rebuild():
+        for _batch in build(batch_size).epoch():
+            pass
+
+    return Loader(epoch, to_numpy=None if copy_to_host else _dali_to_numpy,
+                  rebuild=rebuild if device == "gpu" else None)
+
+
+def make_dalipipe_native_gpu(files, labels, **kwargs):
+    return make_dalipipe_native(files, labels, device="gpu", **kwargs)
+
+
+def make_dalipipe_native_gpu_on_device(files, labels, **kwargs):
+    return make_dalipipe_native(files, labels, device="gpu", copy_to_host=False, **kwargs)
+
+
+def _imported_on_call(module, name):
+    """`module.name(...)`, with `module` imported only when it is called."""
+    def make(files, labels, **kwargs):
+        return getattr(importlib.import_module(module), name)(files, labels, **kwargs)
+
+    make.__name__ = name
+    return make
+
+
 LOADERS = {
     "python_generator": make_python_generator,
     "pydataset": make_pydataset,
@@ -260,6 +332,11 @@ LOADERS = {
     "dalipipe_cpu": make_dalipipe,
     "dalipipe_cpu_no_antialias": make_dalipipe_no_antialias,
     "dalipipe_gpu": make_dalipipe_gpu,
+    "dalipipe_native_cpu": make_dalipipe_native,
+    "dalipipe_native_gpu": make_dalipipe_native_gpu,
+    "dalipipe_native_gpu_on_device": make_dalipipe_native_gpu_on_device,
+    "torch_dataloader": _imported_on_call("dalipipe.bench.torch_loaders", "make_torch_dataloader"),
+    "torchvision_gpu": _imported_on_call("dalipipe.bench.torch_loaders", "make_torchvision_gpu"),
 }
 DESCRIPTIONS = {
     "python_generator": "PIL in a Python loop, a chunk of 1,000 images at a time (1 core)",
@@ -270,4 +347,65 @@ DESCRIPTIONS = {
     "dalipipe_cpu": "make_dali_dataset(device='cpu')",
     "dalipipe_cpu_no_antialias": "make_dali_dataset(device='cpu', antialias=False)",
     "dalipipe_gpu": "make_dali_dataset(device='gpu')",
+    "dalipipe_native_cpu": "make_dali_pipeline(device='cpu') run natively, NHWC to host",
+    "dalipipe_native_gpu": "make_dali_pipeline(device='gpu') run natively, NHWC copied to host",
+    "dalipipe_native_gpu_on_device": "make_dali_pipeline(device='gpu') run natively, "
+                                     "NHWC left on the GPU",
+    "torch_dataloader": "torch DataLoader, a worker per core, torchvision decode_jpeg on "
+                        "the CPU, NCHW to host",
+    "torchvision_gpu": "batched torchvision decode_jpeg(device='cuda'), crop, resize and "
+                       "normalize on the GPU, NCHW left there",
 }
+# What each loader (and DALI's decode-only ceiling, `harness.decode_ceiling`) needs
+# beyond NumPy and PIL: packages, or "dali_gpu" / "torch_cuda" for a CUDA GPU that
+# DALI / torch can use.
+REQUIREMENTS = {
+    "dali_decode_only_cpu": ("nvidia.dali",),
+    "dali_decode_only_gpu": ("nvidia.dali", "dali_gpu"),
+    "pydataset": ("keras",),
+    "image_dataset_from_directory": ("tensorflow",),
+    "tf_data": ("tensorflow",),
+    "tf_data_antialias": ("tensorflow",),
+    "dalipipe_cpu": ("nvidia.dali", "tensorflow"),
+    "dalipipe_cpu_no_antialias": ("nvidia.dali", "tensorflow"),
+    "dalipipe_gpu": ("nvidia.dali", "tensorflow", "dali_gpu"),
+    "dalipipe_native_cpu": ("nvidia.dali",),
+    "dalipipe_native_gpu": ("nvidia.dali", "dali_gpu"),
+    "dalipipe_native_gpu_on_device": ("nvidia.dali", "dali_gpu"),
+    "torch_dataloader": ("torch", "torchvision"),
+    "torchvision_gpu": ("torch", "torchvision", "torch_cuda"),
+}
+
+
+def uses_gpu(name):
+    """Whether loader `name` (or decode ceiling) works on a CUDA GPU."""
+    return bool({"dali_gpu", "torch_cuda"} & set(REQUIREMENTS.get(name, ())))
+
+
+def unavailable(name):
+    """Why loader `name` cannot run on this machine, or None when it can.
+
+    Packages are looked up without importing them; a GPU requirement imports DALI
+    or torch to ask for a CUDA device.
+    """
+    for need in REQUIREMENTS.get(name, ()):
+        if need == "dali_gpu":
+            from dalipipe.graph import dali_gpu_count
+
+            if dali_gpu_count() == 0:
+                return "DALI sees no CUDA GPU"
+        elif need == "torch_cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                return "torch sees no CUDA GPU (torch.cuda.is_available() is False)"
+        elif not _installed(need):
+            return f"{need} is not installed"
+    return None
+
+
+def _installed(module):
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a missing parent package, or a blocked module
+        return False

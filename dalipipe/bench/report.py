@@ -1,4 +1,5 @@
-"""`dalipipe bench`: runs every loader on both workloads and writes JSON, Markdown and PNG."""
+"""`dalipipe bench` and `benchmarks/gpu_bench.py`: run loaders on both workloads and
+write JSON, Markdown and PNG."""
 
 import json
 import os
@@ -6,6 +7,7 @@ import sys
 import time
 
 from dalipipe.bench import harness, loaders as loaders_lib
+from dalipipe.utils import usable_cores
 
 DEFAULT_LOADERS = ("python_generator", "pydataset", "image_dataset_from_directory", "tf_data",
                    "tf_data_antialias", "dalipipe_cpu", "dalipipe_cpu_no_antialias",
@@ -14,86 +16,121 @@ DEFAULT_LOADERS = ("python_generator", "pydataset", "image_dataset_from_director
 
 def run_bench(*, data, out, loaders=DEFAULT_LOADERS, workloads=loaders_lib.WORKLOADS,
               batch_size=64, num_images=5000, runs=3, train_steps=30, threads=None, seed=0,
-              quick=False, stream=sys.stderr):
+              quick=False, reference="tf_data", timeout=1800, time_budget=None,
+              stream=sys.stderr):
     """Measures `loaders` on `workloads` over the images in `data` (made if absent).
+
+    Each (loader, workload) and DALI's decode-only ceilings (CPU, GPU) run in a fresh
+    process (`harness.run_task_in_subprocess`). One that cannot run here
+    (`loaders.unavailable`) is recorded as `{"skipped": reason}`, as is every one
+    not started before `time_budget` seconds have passed (None: no budget); one
+    that fails, runs past `timeout` seconds or past the budget is recorded as
+    `{"error": message}`.
+    `out/results.json` is rewritten after each; `results.md` and, where matplotlib
+    is installed, `chart.png` are written at the end.
+
+    Args:
+        reference: the loader whose images/s the others are divided by in the
+            Markdown tables.
+        quick: a smoke run: at most 64 images, batch 16, 1 timed epoch, 2 train steps.
 
     Returns:
         The results dict that is also written to `out/results.json`.
     """
     from dalipipe import sources
-    from dalipipe.graph import dali_gpu_count
     from dalipipe.sample_data import dataset_stats, make_sample_dataset
 
+    unknown = sorted(set(loaders) - set(loaders_lib.LOADERS))
+    if unknown:
+        raise ValueError(
+            f"`loaders` must be among {sorted(loaders_lib.LOADERS)}. Received unknown: {unknown}"
+        )
     if quick:
-        num_images, runs, train_steps = min(num_images, 64), 1, 2
+        num_images, runs, train_steps = min(num_images, 64), 1, min(train_steps, 2)
         batch_size = min(batch_size, 16)
     labels_csv = os.path.join(data, "labels.csv")
     if not os.path.exists(labels_csv):
         print(f"making {num_images} sample images in {data} ...", file=stream)
         make_sample_dataset(data, num_images=num_images, num_classes=10 if num_images >= 10 else 1)
     index = sources.index_source(data)
-    threads = threads or harness.machine_info()["cores"]
-    unknown = sorted(set(loaders) - set(loaders_lib.LOADERS))
-    if unknown:
-        raise ValueError(
-            f"`loaders` must be among {sorted(loaders_lib.LOADERS)}. Received unknown: {unknown}"
-        )
-    if "dalipipe_gpu" in loaders and dali_gpu_count() == 0:
-        loaders = [name for name in loaders if name != "dalipipe_gpu"]
-        print("no GPU: skipping dalipipe_gpu", file=stream)
-
+    threads = threads or usable_cores()
     common = dict(files=index.file_paths, labels=index.labels.tolist(), batch_size=batch_size,
                   threads=threads, seed=seed, runs=runs, directory=os.path.abspath(data),
                   num_classes=len(index.class_names))
-    tasks = [dict(kind="decode", device="cpu", **common)]
-    if dali_gpu_count() > 0:
-        tasks.append(dict(kind="decode", device="gpu", **common))
+    tasks = [dict(kind="decode", device=device, **common) for device in ("cpu", "gpu")]
     for workload in workloads:
         for loader in loaders:
             tasks.append(dict(kind="measure", loader=loader, workload=workload,
                               train_steps=train_steps if workload == "train" else 0, **common))
-    results = []
-    started = time.perf_counter()
-    for i, task in enumerate(tasks):
-        name = task.get("loader", f"dali_decode_only_{task.get('device')}")
-        _progress(stream, i, len(tasks), f"{name} {task.get('workload', 'decode')}", started)
-        result = harness.run_task_in_subprocess(task)
-        results.append(result)
-    _progress(stream, len(tasks), len(tasks), "done", started)
-    print(file=stream)
-
     report = {
         "machine": harness.machine_info(),
         "config": dict(batch_size=batch_size, images=len(index), runs=runs,
-                       train_steps=train_steps, threads=threads, seed=seed, quick=quick),
+                       train_steps=train_steps, threads=threads, seed=seed, quick=quick,
+                       reference=reference, timeout=timeout, time_budget=time_budget),
         "dataset": {**dataset_stats(labels_csv), "directory": os.path.abspath(data)},
         "loaders": {name: loaders_lib.DESCRIPTIONS[name] for name in loaders},
-        "results": results,
+        "results": [],
     }
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "results.json"), "w") as f:
-        json.dump(report, f, indent=2)
+    reasons = {}
+    started = time.perf_counter()
+    for i, task in enumerate(tasks):
+        name = task.get("loader", f"dali_decode_only_{task.get('device')}")
+        workload = task.get("workload", "decode")
+        _progress(stream, i, len(tasks), f"{name} {workload}", started)
+        if name not in reasons:
+            reasons[name] = loaders_lib.unavailable(name)
+        left = None if time_budget is None else time_budget - (time.perf_counter() - started)
+        if left is not None and left <= 0:
+            reasons[name] = f"time budget of {time_budget:g} s spent"
+        if reasons[name]:
+            result = {"loader": name, "workload": workload, "skipped": reasons[name]}
+        else:
+            result = harness.run_task_in_subprocess(
+                task, timeout=timeout if left is None else min(timeout, left))
+        report["results"].append(result)
+        _write_json(report, os.path.join(out, "results.json"))
+    _progress(stream, len(tasks), len(tasks), "done", started)
+    print(file=stream)
+    report["seconds"] = time.perf_counter() - started
+    _write_json(report, os.path.join(out, "results.json"))
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write(markdown(report))
-    chart(report, os.path.join(out, "chart.png"))
+    try:
+        chart(report, os.path.join(out, "chart.png"))
+    except ImportError as e:
+        print(f"no chart.png: {e}", file=stream)
     return report
 
 
+def _write_json(report, path):
+    with open(path + ".tmp", "w") as f:
+        json.dump(report, f, indent=2)
+    os.replace(path + ".tmp", path)
+
+
 def _progress(stream, done, total, label, started):
+    """A progress bar redrawn in place on a terminal, else one line per step."""
     width = 30
     filled = width * done // total
     elapsed = time.perf_counter() - started
-    print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {elapsed:5.0f}s {label:<40}",
-          end="", file=stream, flush=True)
+    redraw = stream.isatty()
+    print(("\r" if redraw else "") + f"[{'#' * filled}{'.' * (width - filled)}] "
+          f"{done}/{total} {elapsed:5.0f}s {label:<40}",
+          end="" if redraw else "\n", file=stream, flush=True)
 
 
 def markdown(report):
     """The results as Markdown tables, one per workload."""
     machine, config, data = report["machine"], report["config"], report["dataset"]
+    versions = machine["versions"]
+    libraries = ", ".join(f"{label} {versions.get(key)}" for label, key in (
+        ("DALI", "dali"), ("TensorFlow", "tensorflow"), ("torch", "torch"))
+        if versions.get(key)) or "no DALI"
+    reference = config.get("reference", "tf_data")
     lines = [
         f"Machine: {machine['cpu']}, {machine['cores']} cores, GPU: {machine['gpu']}; "
-        f"DALI {machine['versions'].get('nvidia-dali-cuda120')}, "
-        f"TensorFlow {machine['versions'].get('tensorflow')}, Python {machine['python']}.",
+        f"{libraries}, Python {machine['python']}.",
         f"Data: {data['images']} JPEGs, mean {data['mean_width']:.0f}x{data['mean_height']:.0f} px, "
         f"{data['mean_bytes'] / 1024:.0f} KB. Batch {config['batch_size']}, {config['threads']} "
         f"threads or workers per loader, median of {config['runs']} timed epochs after a warm-up.",
@@ -101,26 +138,28 @@ def markdown(report):
     ]
     by_key = {(r.get("loader"), r.get("workload")): r for r in report["results"]}
     for r in report["results"]:
-        if r.get("workload") == "decode" and "images_per_s" in r:
-            lines.append(f"Decode-only ceiling ({r['loader']}): {r['images_per_s']:.0f} images/s.")
+        if r.get("workload") == "decode":
+            lines.append(f"Decode-only ceiling ({r['loader']}): " + (
+                f"{r['images_per_s']:.0f} images/s." if "images_per_s" in r
+                else _not_run(r) + "."))
     lines.append("")
     for workload in ("train", "eval"):
         rows = [r for (name, w), r in by_key.items() if w == workload]
         if not rows:
             continue
-        reference = by_key.get(("tf_data", workload), {}).get("images_per_s")
+        reference_ips = by_key.get((reference, workload), {}).get("images_per_s")
         extra = "error vs PIL (grey levels)" if workload == "eval" else "input efficiency"
         lines += [
             f"### {workload}",
             "",
-            f"| loader | images/s | × tf_data | CPU s / 1000 images | peak RSS (MB) | {extra} |",
+            f"| loader | images/s | × {reference} | CPU s / 1000 images | peak RSS (MB) | {extra} |",
             "|---|---|---|---|---|---|",
         ]
         for r in rows:
-            if "error" in r:
-                lines.append(f"| {r['loader']} | error: {r['error'][:120]} | | | | |")
+            if "images_per_s" not in r:
+                lines.append(f"| {r['loader']} | {_not_run(r)} | | | | |")
                 continue
-            ratio = f"{r['images_per_s'] / reference:.2f}" if reference else "–"
+            ratio = f"{r['images_per_s'] / reference_ips:.2f}" if reference_ips else "–"
             value = (r.get("mean_abs_error_vs_pil") if workload == "eval"
                      else r.get("input_efficiency"))
             lines.append(
@@ -129,8 +168,39 @@ def markdown(report):
                 f"{'–' if value is None else f'{value:.2f}'} |"
             )
         lines.append("")
+    gpu_rows = [r for r in report["results"] if "gpu_memory_used_mb_after" in r]
+    if gpu_rows:
+        lines += [
+            "### GPU pipelines",
+            "",
+            "| loader | workload | first batch of the first pipeline (s) | of a rebuilt one (s) "
+            "| GPU memory in use after (MB) | of it since the start (MB) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in gpu_rows:
+            first = r.get("first_batch_s", r.get("build_s"))
+            later = r.get("rebuild_first_batch_s", r.get("rebuild_s"))
+            lines.append(
+                f"| {r['loader']} | {r['workload']} | {_number(first, '.2f')} | "
+                f"{_number(later, '.2f')} | {_number(r['gpu_memory_used_mb_after'], '.0f')} | "
+                f"{_number(r.get('gpu_memory_mb'), '.0f')} |"
+            )
+        lines.append("")
     lines += ["Loaders:", ""] + [f"- `{k}`: {v}" for k, v in report["loaders"].items()]
     return "\n".join(lines) + "\n"
+
+
+def _not_run(result):
+    """Why a result has no images/s, shortened to fit a table cell."""
+    if "skipped" in result:
+        text = f"skipped: {result['skipped']}"
+    else:
+        text = f"error: {result.get('error', 'no result')}"
+    return text[:160].replace("|", "/")
+
+
+def _number(value, spec):
+    return "–" if value is None else format(value, spec)
 
 
 def chart(report, path):
