@@ -31,7 +31,7 @@ SIZE, RESIZE = 224, 256
 
 def stage_pipeline(files, *, workload, stage, batch_size, threads, prefetch=2,
                    exec_dynamic=False, antialias=True, dtype="float32", roi_decode=False,
-                   dali_random_crop=False):
+                   dali_random_crop=False, fast_idct=False, resize_crop_mirror=False):
     """A DALI pipeline over `files` up to `stage` (read, decode, resize, normalize)."""
     import nvidia.dali.math as dmath
     from nvidia.dali import fn, pipeline_def, types
@@ -60,6 +60,10 @@ def stage_pipeline(files, *, workload, stage, batch_size, threads, prefetch=2,
                 device="cpu", output_type=types.RGB, normalized_anchor=False,
                 normalized_shape=False, axis_names="WH")
             roi = {}
+        elif workload == "stretch":
+            images = fn.decoders.image(encoded, device="cpu", output_type=types.RGB,
+                                       use_fast_idct=fast_idct)
+            roi = {}
         else:
             side = dmath.min(h, w) * (SIZE / RESIZE)
             top, left = (h - side) / 2, (w - side) / 2
@@ -75,7 +79,11 @@ def stage_pipeline(files, *, workload, stage, batch_size, threads, prefetch=2,
                            roi_relative=False)
         if stage == "decode":
             return images
-        images = fn.resize(images, size=(SIZE, SIZE), antialias=antialias, **roi)
+        if resize_crop_mirror:
+            images = fn.resize_crop_mirror(images, size=(SIZE, SIZE), antialias=antialias,
+                                           crop=(SIZE, SIZE))
+        else:
+            images = fn.resize(images, size=(SIZE, SIZE), antialias=antialias, **roi)
         if stage == "resize":
             return images
         mirror = fn.random.coin_flip() if workload == "train" else 0
@@ -133,6 +141,11 @@ def variants(files, labels, workload, threads, batch_size, with_tf):
     }
     if workload == "eval":
         result["lever: ROI decode of the center crop"] = lambda: stage_pipeline(files, roi_decode=True, **full)
+    elif workload == "stretch":
+        result["lever: use_fast_idct (libjpeg-turbo's fast integer IDCT)"] = lambda: stage_pipeline(
+            files, fast_idct=True, **full)
+        result["lever: fn.resize_crop_mirror instead of fn.resize"] = lambda: stage_pipeline(
+            files, resize_crop_mirror=True, **full)
     else:
         result["lever: decoders.image_random_crop (DALI's RNG)"] = lambda: stage_pipeline(
             files, dali_random_crop=True, **full)
@@ -149,7 +162,7 @@ def main():
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--workload", default="both", choices=("train", "eval", "both"))
+    parser.add_argument("--workload", default="all", choices=("train", "eval", "stretch", "all"))
     parser.add_argument("--no-tf", action="store_true", help="skip the TensorFlow hand-off")
     parser.add_argument("--out", default="benchmarks/results/performance.json")
     args = parser.parse_args()
@@ -165,7 +178,7 @@ def main():
     labels = index.labels[::step][: args.num_images].tolist()
     report = {"machine": machine_info(), "images": len(files), "batch_size": args.batch_size,
               "threads": args.threads, "rounds": args.rounds, "workloads": {}}
-    workloads = ("train", "eval") if args.workload == "both" else (args.workload,)
+    workloads = ("train", "eval", "stretch") if args.workload == "all" else (args.workload,)
     for workload in workloads:
         rows = {}
         for name, make in variants(files, labels, workload, args.threads, args.batch_size,

@@ -39,7 +39,9 @@ def main(argv=None):
     bench.add_argument("--out", default="benchmarks/results/latest")
     bench.add_argument("--loaders", default=None,
                        help="comma-separated subset of the loaders (default: all)")
-    bench.add_argument("--workload", default="both", choices=("train", "eval", "both"))
+    bench.add_argument("--workload", default="all", choices=("train", "eval", "stretch", "all"),
+                       help="stretch: the whole image to 224x224, image_dataset_from_directory's "
+                            "default (default: all three)")
     bench.add_argument("--batch-size", type=int, default=64)
     bench.add_argument("--runs", type=int, default=3)
     bench.add_argument("--train-steps", type=int, default=30)
@@ -159,10 +161,10 @@ def _convert(args):
 
 
 def _bench(args):
-    from dalipipe.bench import report
+    from dalipipe.bench import loaders as loaders_lib, report
 
     loaders = args.loaders.split(",") if args.loaders else report.DEFAULT_LOADERS
-    workloads = ("train", "eval") if args.workload == "both" else (args.workload,)
+    workloads = loaders_lib.WORKLOADS if args.workload == "all" else (args.workload,)
     result = report.run_bench(
         data=args.data, out=args.out, loaders=loaders, workloads=workloads,
         batch_size=args.batch_size, num_images=args.num_images, runs=args.runs,

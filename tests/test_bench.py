@@ -9,6 +9,8 @@ import os
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow  # a quick benchmark run of every loader
+
 pytest.importorskip("tensorflow")
 
 from dalipipe.bench import harness, loaders, report  # noqa: E402

@@ -14,6 +14,8 @@ import pytest
 
 from helpers import NUM_TAGGED
 
+pytestmark = pytest.mark.slow  # strategies in subprocesses
+
 tf = pytest.importorskip("tensorflow")
 
 JOB = os.path.join(os.path.dirname(__file__), "distributed_job.py")

@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.slow  # soak and shutdown subprocesses
+
 pytest.importorskip("tensorflow")
 
 from dalipipe.bench import soak  # noqa: E402

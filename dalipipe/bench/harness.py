@@ -11,7 +11,7 @@ includes building it); a GPU loader records the GPU memory in use after the time
 epochs and, where it can `rebuild`, the time to the first batch of a second pipeline
 built later in the process.
 
-Quality is measured on the eval workload as the mean absolute difference, in grey
+Quality is measured on the eval and stretch workloads as the mean absolute difference, in grey
 levels, between the loader's first batch and a PIL reference (antialiased bilinear,
 shorter side 256, center crop 224). Training input efficiency is images/s of a fixed
 Keras model fed by the loader for `steps` steps, divided by images/s of the same
@@ -83,27 +83,29 @@ def peak_rss_mb():
     return own, child
 
 
-def pil_reference(paths):
-    """Eval-workload reference batch, 0-255 float32.
+def pil_reference(paths, workload="eval"):
+    """Reference batch for the eval or stretch workload, 0-255 float32 `(n, 224, 224, 3)`.
 
-    The exact transform, with no rounding of sizes or offsets: the central square of
-    side 224/256 of the shorter side, resized to 224 by PIL's antialiased bilinear
-    filter in one step. Loaders that round the resized size or the crop offset to
-    whole pixels (every one here) differ from it by up to half a pixel.
+    The exact transform, with no rounding of sizes or offsets, by PIL's antialiased
+    bilinear filter in one step: for eval, the central square of side 224/256 of the
+    shorter side resized to 224 (loaders that round the resized size or the crop
+    offset to whole pixels differ from it by up to half a pixel); for stretch, the
+    whole image resized to 224x224.
     """
     from PIL import Image
 
     images = []
+    size = (loaders_lib.SIZE, loaders_lib.SIZE)
     for path in paths:
         image = Image.open(path).convert("RGB")
         width, height = image.size
-        side = min(width, height) * loaders_lib.SIZE / loaders_lib.RESIZE
-        left, top = (width - side) / 2, (height - side) / 2
-        box = (left, top, left + side, top + side)
-        size = (loaders_lib.SIZE, loaders_lib.SIZE)
+        box = None
+        if workload == "eval":
+            side = min(width, height) * loaders_lib.SIZE / loaders_lib.RESIZE
+            left, top = (width - side) / 2, (height - side) / 2
+            box = (left, top, left + side, top + side)
         images.append(np.asarray(image.resize(size, Image.BILINEAR, box=box), np.float32))
     return np.stack(images)
-
 
 def to_numpy(x):
     return x.numpy() if hasattr(x, "numpy") else np.asarray(x)
@@ -179,10 +181,11 @@ def measure(task):
         images_per_s=len(files) / statistics.median(times),
         cpu_s_per_1000=1000 * cpu / (len(files) * task["runs"]),
     )
-    if task["workload"] == "eval":
+    if task["workload"] in ("eval", "stretch"):
         n = min(QUALITY_IMAGES, len(first))
         got = first[:n] * np.asarray(loaders_lib._STD) + np.asarray(loaders_lib._MEAN)
-        result["mean_abs_error_vs_pil"] = float(np.abs(got - pil_reference(files[:n])).mean())
+        reference = pil_reference(files[:n], task["workload"])
+        result["mean_abs_error_vs_pil"] = float(np.abs(got - reference).mean())
     # Memory of the loader alone, before the training measurement adds a model, and
     # before nvidia-smi runs as a child (which starts at this process's size).
     result["peak_rss_mb"], result["peak_rss_child_mb"] = peak_rss_mb()

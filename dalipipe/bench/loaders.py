@@ -1,9 +1,11 @@
 """The loaders compared in `dalipipe bench`, all doing the same work on the same files.
 
-Workloads, both ending in float32 NHWC batches normalized with ImageNet mean/std:
+Workloads, all ending in float32 NHWC batches normalized with ImageNet mean/std:
 - `"train"`: decode, random-resized crop to 224 (area 8-100 %, aspect ratio
   3/4-4/3), random horizontal flip;
-- `"eval"`: decode, resize the shorter side to 256, center crop 224.
+- `"eval"`: decode, resize the shorter side to 256, center crop 224;
+- `"stretch"`: decode, stretch the whole image to 224x224, no crop: what
+  `keras.utils.image_dataset_from_directory` does by default.
 
 Each `make_<loader>(files, labels, *, workload, batch_size, threads, seed)` returns a
 `Loader`: `epoch()` starts one epoch and returns an iterator of `(images, labels)`
@@ -52,7 +54,7 @@ class Loader:
 
 SIZE = 224
 RESIZE = 256
-WORKLOADS = ("train", "eval")
+WORKLOADS = ("train", "eval", "stretch")
 _MEAN = np.asarray(IMAGENET_DEFAULT_MEAN, np.float32)
 _STD = np.asarray(IMAGENET_DEFAULT_STD, np.float32)
 
@@ -70,6 +72,8 @@ def pil_load(path, workload, rng):
         new_w, new_h = round(width * scale), round(height * scale)
         left, top = (new_w - SIZE) // 2, (new_h - SIZE) // 2
         image = image.resize((new_w, new_h), Image.BILINEAR).crop((left, top, left + SIZE, top + SIZE))
+    elif workload == "stretch":
+        image = image.resize((SIZE, SIZE), Image.BILINEAR)
     else:
         random = rng.random(NUM_RANDOM)
         x, y, w, h = (float(v) for v in random_resized_crop_window(height, width, random))
@@ -182,11 +186,16 @@ def make_tf_data(files, labels, *, workload, batch_size, threads, seed, antialia
         image = tf.io.decode_jpeg(tf.io.read_file(path), channels=3)
         return _tf_normalize(tf, _tf_eval_resize(tf, image, antialias)), label
 
+    def stretch(path, label):
+        image = tf.io.decode_jpeg(tf.io.read_file(path), channels=3)
+        return _tf_normalize(tf, tf.image.resize(image, (SIZE, SIZE), antialias=antialias)), label
+
     options = tf.data.Options()
     options.threading.private_threadpool_size = threads
+    work = {"train": train, "eval": evaluate, "stretch": stretch}[workload]
     dataset = (
         tf.data.Dataset.from_tensor_slices((list(files), np.asarray(labels, np.int32)))
-        .map(train if workload == "train" else evaluate, num_parallel_calls=tf.data.AUTOTUNE)
+        .map(work, num_parallel_calls=tf.data.AUTOTUNE)
         .batch(batch_size)
         .prefetch(tf.data.AUTOTUNE)
         .with_options(options)
@@ -206,14 +215,15 @@ def make_image_dataset_from_directory(files, labels, *, workload, batch_size, th
     Keras resizes every image to a fixed size on load, so the work differs a little:
     eval loads square center crops at 256 (`crop_to_aspect_ratio=True`, the same
     geometry as shorter side to 256 then a central square) and cuts 224; train loads
-    at 256x256 (stretched) and takes the random-resized crop from that.
+    at 256x256 (stretched) and takes the random-resized crop from that. Stretch is
+    Keras's own default: the whole image at 224x224.
     """
     import keras
     import tensorflow as tf
 
     dataset = keras.utils.image_dataset_from_directory(
-        directory, image_size=(RESIZE, RESIZE), batch_size=None, shuffle=False,
-        crop_to_aspect_ratio=workload == "eval", verbose=False,
+        directory, image_size=(SIZE, SIZE) if workload == "stretch" else (RESIZE, RESIZE),
+        batch_size=None, shuffle=False, crop_to_aspect_ratio=workload == "eval", verbose=False,
     )
 
     def train(image, label):
@@ -226,10 +236,14 @@ def make_image_dataset_from_directory(files, labels, *, workload, batch_size, th
     def evaluate(image, label):
         return _tf_normalize(tf, tf.image.resize_with_crop_or_pad(image, SIZE, SIZE)), label
 
+    def stretch(image, label):
+        return _tf_normalize(tf, image), label
+
     options = tf.data.Options()
     options.threading.private_threadpool_size = threads
+    work = {"train": train, "eval": evaluate, "stretch": stretch}[workload]
     dataset = (
-        dataset.map(train if workload == "train" else evaluate, num_parallel_calls=tf.data.AUTOTUNE)
+        dataset.map(work, num_parallel_calls=tf.data.AUTOTUNE)
         .batch(batch_size)
         .prefetch(tf.data.AUTOTUNE)
         .with_options(options)
@@ -243,6 +257,8 @@ def dalipipe_options(workload):
     """`make_dali_dataset` options that do the workload's work."""
     if workload == "train":
         return dict(augment=True)
+    if workload == "stretch":
+        return {}
     return dict(crop_to_aspect_ratio=True, central_fraction=SIZE / RESIZE)
 
 

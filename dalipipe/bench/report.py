@@ -143,12 +143,12 @@ def markdown(report):
                 f"{r['images_per_s']:.0f} images/s." if "images_per_s" in r
                 else _not_run(r) + "."))
     lines.append("")
-    for workload in ("train", "eval"):
+    for workload in loaders_lib.WORKLOADS:
         rows = [r for (name, w), r in by_key.items() if w == workload]
         if not rows:
             continue
         reference_ips = by_key.get((reference, workload), {}).get("images_per_s")
-        extra = "error vs PIL (grey levels)" if workload == "eval" else "input efficiency"
+        extra = "input efficiency" if workload == "train" else "error vs PIL (grey levels)"
         lines += [
             f"### {workload}",
             "",
@@ -160,8 +160,8 @@ def markdown(report):
                 lines.append(f"| {r['loader']} | {_not_run(r)} | | | | |")
                 continue
             ratio = f"{r['images_per_s'] / reference_ips:.2f}" if reference_ips else "–"
-            value = (r.get("mean_abs_error_vs_pil") if workload == "eval"
-                     else r.get("input_efficiency"))
+            value = (r.get("input_efficiency") if workload == "train"
+                     else r.get("mean_abs_error_vs_pil"))
             lines.append(
                 f"| {r['loader']} | {r['images_per_s']:.0f} | {ratio} | "
                 f"{r['cpu_s_per_1000']:.2f} | {r['peak_rss_mb']:.0f} | "
@@ -210,7 +210,7 @@ def chart(report, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    workloads = [w for w in ("train", "eval")
+    workloads = [w for w in loaders_lib.WORKLOADS
                  if any(r.get("workload") == w for r in report["results"])]
     ceilings = [r for r in report["results"]
                 if r.get("workload") == "decode" and "images_per_s" in r]

@@ -43,13 +43,16 @@ def _random_row(seed, index):
 def transform(image, workload, random, F):
     """One decoded CHW image (CPU or CUDA tensor) cut to the workload's 224x224 image.
 
-    `"eval"`: shorter side to 256 (antialiased bilinear), center crop 224. `"train"`:
+    `"eval"`: shorter side to 256 (antialiased bilinear), center crop 224.
+    `"stretch"`: the whole image to 224x224 (antialiased bilinear). `"train"`:
     the random-resized crop window of `random` (a row of `NUM_RANDOM` numbers, see
     `dalipipe.sampling`) rounded to whole pixels, resized to 224, flipped when
     `random[4] < 0.5`.
     """
     if workload == "eval":
         return F.center_crop(F.resize(image, [RESIZE], antialias=True), [SIZE, SIZE])
+    if workload == "stretch":
+        return F.resize(image, [SIZE, SIZE], antialias=True)
     height, width = image.shape[-2:]
     x, y, w, h = (int(round(float(v))) for v in random_resized_crop_window(height, width, random))
     image = F.resized_crop(image, y, x, max(h, 1), max(w, 1), [SIZE, SIZE], antialias=True)
