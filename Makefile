@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TF_SPEC := tensorflow>=2.16,<2.22
 
-.PHONY: setup demo test clean
+.PHONY: setup demo test quick clean
 
 setup: $(STAMP)
 
@@ -27,6 +27,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# Everyday runs: the suite without the tests marked `slow` (CI runs `make test`).
+quick: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
 
 clean:
 	rm -rf $(VENV) data .pytest_cache
