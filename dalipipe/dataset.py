@@ -10,11 +10,13 @@ import warnings
 
 import numpy as np
 import tensorflow as tf
-from nvidia.dali.plugin import tf as dali_tf
 
 from dalipipe import graph, sampling
+from dalipipe.install import import_dali_tf
 from dalipipe.options import Options, check_global_batch
 from dalipipe.pipeline import image_pipelines
+
+dali_tf = import_dali_tf()
 
 
 def make_dali_dataset(
