@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip setuptools wheel
 	$(BIN)/pip install -q -e ".[$(EXTRAS)]"
-	$(BIN)/dalipipe install-plugin
+	$(BIN)/dalipipe install-plugin -q
 	$(BIN)/dalipipe doctor
 	touch $(STAMP)
 

@@ -81,11 +81,12 @@ def main(argv=None):
         help="report DALI, TensorFlow, Keras, the plugin, the GPUs and the driver, and run "
              "make_dali_dataset on a few images; exit 1 with the reasons if it cannot run",
     )
-    commands.add_parser(
+    plugin = commands.add_parser(
         "install-plugin",
         help="install DALI's TensorFlow plugin for the installed DALI and TensorFlow "
              "(pip install --no-build-isolation nvidia-dali-tf-plugin-cudaXXX==<DALI version>)",
     )
+    plugin.add_argument("-q", "--quiet", action="store_true", help="pass -q to pip")
 
     args = parser.parse_args(argv)
     if hasattr(args, "verbose") and not args.verbose:
@@ -98,7 +99,7 @@ def main(argv=None):
         from dalipipe import install
 
         try:
-            return install.install_plugin()
+            return install.install_plugin(quiet=args.quiet)
         except ImportError as e:
             print(f"dalipipe install-plugin: error: {e}", file=sys.stderr)
             return 2

@@ -60,8 +60,9 @@ def plugin_command(dali=None, *, rebuild=False):
             f"{plugin_package(name)}=={version}"]
 
 
-def install_plugin():
-    """Runs `plugin_command()` with this Python's pip; returns pip's exit status.
+def install_plugin(*, quiet=False):
+    """Runs `plugin_command()` with this Python's pip (with `-q` if `quiet`); returns
+    pip's exit status.
 
     Raises:
         ImportError: when DALI or TensorFlow, which the plugin is built for, is not
@@ -70,7 +71,7 @@ def install_plugin():
     dali = dali_package()
     if dali is None or installed_version("tensorflow") is None:
         raise ImportError(plugin_message(dali, None, installed_version("tensorflow")))
-    command = [sys.executable, "-m"] + plugin_command(dali)
+    command = [sys.executable, "-m"] + plugin_command(dali) + (["-q"] if quiet else [])
     print(" ".join(command), flush=True)
     return subprocess.run(command).returncode
 

@@ -19,7 +19,7 @@ bin="$work/venv/bin"
 "$bin/pip" wheel -q --no-deps -w "$work/dist" "$work/source"
 wheel=$(echo "$work"/dist/dalipipe-*.whl)
 "$bin/pip" install -q "$wheel[$EXTRA]"
-"$bin/dalipipe" install-plugin > "$work/plugin.log" || { cat "$work/plugin.log"; exit 1; }
+"$bin/dalipipe" install-plugin -q
 cd "$work"
 "$bin/dalipipe" doctor
 "$bin/python" - <<'PYTHON'
