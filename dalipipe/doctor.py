@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 
-from dalipipe import install
+from dalipipe import graph, install
 
 
 def main():
@@ -60,7 +60,7 @@ def diagnose():
         built = str(dali_module.__cuda_version__)[:2]
         rows.append(("DALI", f"{dali_module.__version__} ({dali[0] if dali else 'package unknown'}"
                              f", built for CUDA {built})"))
-        dali_gpus = _dali_gpus(backend)
+        dali_gpus = graph.dali_gpu_count()
         rows.append(("DALI GPUs", _gpus_and_driver(backend, dali_gpus, built, advice)))
         rows.append(("hardware JPEG", _hardware_jpeg(dali_gpus)))
 
@@ -102,13 +102,6 @@ def diagnose():
         for device in devices:
             rows.append((f"dataset ({device})", _try_dataset(device, problems)))
     return rows, problems, advice
-
-
-def _dali_gpus(backend):
-    try:
-        return backend.GetCUDADeviceCount()
-    except RuntimeError:
-        return 0
 
 
 def _gpus_and_driver(backend, dali_gpus, built, advice):
