@@ -3,23 +3,26 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-TF_SPEC := tensorflow>=2.16,<2.22
+# DALI for the CUDA version of the NVIDIA driver (CUDA 12 without one; `make CUDA=13`
+# chooses), and TensorFlow with its CUDA libraries (the gpu extra) where there is a driver.
+DRIVER_CUDA := $(shell nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9]*\).*/\1/p' | head -n 1)
+CUDA ?= $(if $(filter 13 14 15 16,$(DRIVER_CUDA)),13,12)
+comma := ,
+EXTRAS := cuda$(CUDA),test$(if $(DRIVER_CUDA),$(comma)gpu)
 
 .PHONY: setup demo test quick clean
 
 setup: $(STAMP)
 
 # DALI's TensorFlow plugin compiles against the installed TensorFlow: it comes last,
-# without build isolation, at the version of the installed DALI. On a machine with an
-# NVIDIA driver, TensorFlow comes with its CUDA libraries so that it sees the GPU.
+# without build isolation, at the version of the installed DALI (`dalipipe
+# install-plugin`). `dalipipe doctor` then runs a small dataset.
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip setuptools wheel
-	if nvidia-smi >/dev/null 2>&1; then $(BIN)/pip install -q "tensorflow[and-cuda]$(subst tensorflow,,$(TF_SPEC))"; fi
-	$(BIN)/pip install -q -e ".[test]"
-	$(BIN)/pip install -q --no-build-isolation \
-	  "nvidia-dali-tf-plugin-cuda120==$$($(BIN)/python -c 'import importlib.metadata as m; print(m.version("nvidia-dali-cuda120"))')"
-	$(BIN)/python -c "import nvidia.dali.plugin.tf, dalipipe; print('dalipipe ready')"
+	$(BIN)/pip install -q -e ".[$(EXTRAS)]"
+	$(BIN)/dalipipe install-plugin -q
+	$(BIN)/dalipipe doctor
 	touch $(STAMP)
 
 demo: $(STAMP)

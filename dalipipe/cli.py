@@ -1,9 +1,11 @@
 """The `dalipipe` command line: `dalipipe sample-data DIR`, `dalipipe demo`,
-`dalipipe check SOURCE`, `dalipipe convert SOURCE OUT_DIR --shards N`."""
+`dalipipe check SOURCE`, `dalipipe convert SOURCE OUT_DIR --shards N`, `dalipipe bench`,
+`dalipipe doctor`, `dalipipe install-plugin`."""
 
 import argparse
 import os
 import sys
+import tempfile
 import time
 import warnings
 
@@ -11,6 +13,10 @@ import warnings
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="dalipipe", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
+    # Commands that load TensorFlow hide its start-up lines unless --verbose.
+    loud = argparse.ArgumentParser(add_help=False)
+    loud.add_argument("--verbose", action="store_true",
+                      help="show TensorFlow's and DALI's own start-up and log lines")
 
     sample = commands.add_parser(
         "sample-data", help="write a labeled JPEG dataset cut from shipped photographs"
@@ -21,7 +27,8 @@ def main(argv=None):
     sample.add_argument("--seed", type=int, default=0)
 
     demo = commands.add_parser(
-        "demo", help="make sample data and train a small Keras model from it through DALI"
+        "demo", parents=[loud],
+        help="make sample data and train a small Keras model from it through DALI",
     )
     demo.add_argument("--directory", default="data/sample")
     demo.add_argument("--num-images", type=int, default=600)
@@ -32,7 +39,8 @@ def main(argv=None):
     demo.add_argument("--device", default="auto", choices=("auto", "gpu", "cpu"))
 
     bench = commands.add_parser(
-        "bench", help="compare dalipipe with the CPU loaders Keras users run instead"
+        "bench", parents=[loud],
+        help="compare dalipipe with the CPU loaders Keras users run instead",
     )
     bench.add_argument("--data", default="data/bench", help="image folder (made if absent)")
     bench.add_argument("--num-images", type=int, default=5000)
@@ -56,8 +64,9 @@ def main(argv=None):
     check.add_argument("--full", action="store_true", help="also decode every image")
 
     convert = commands.add_parser(
-        "convert", help="check the images of a source, then write them into ImageNet-style "
-                        "TFRecord files with their indexes; exit 1 if any image is bad"
+        "convert", parents=[loud],
+        help="check the images of a source, then write them into ImageNet-style TFRecord "
+             "files with their indexes; exit 1 if any image is bad",
     )
     convert.add_argument("source", help="a directory of class folders or a CSV file")
     convert.add_argument("out_dir", help="folder for the TFRecord files (made if absent)")
@@ -69,7 +78,33 @@ def main(argv=None):
                          help="'inferred' (a directory's class folders), a CSV's label "
                               "column, or 'none'")
 
+    commands.add_parser(
+        "doctor", parents=[loud],
+        help="report DALI, TensorFlow, Keras, the plugin, the GPUs and the driver, and run "
+             "make_dali_dataset on a few images; exit 1 with the reasons if it cannot run",
+    )
+    plugin = commands.add_parser(
+        "install-plugin",
+        help="install DALI's TensorFlow plugin for the installed DALI and TensorFlow "
+             "(pip install --no-build-isolation nvidia-dali-tf-plugin-cudaXXX==<DALI version>)",
+    )
+    plugin.add_argument("-q", "--quiet", action="store_true", help="pass -q to pip")
+
     args = parser.parse_args(argv)
+    if hasattr(args, "verbose") and not args.verbose:
+        _hide_start_up_lines()
+    if args.command == "doctor":
+        from dalipipe import doctor
+
+        return doctor.main()
+    if args.command == "install-plugin":
+        from dalipipe import install
+
+        try:
+            return install.install_plugin(quiet=args.quiet)
+        except ImportError as e:
+            print(f"dalipipe install-plugin: error: {e}", file=sys.stderr)
+            return 2
     if args.command == "check":
         return _check(args)
     if args.command == "convert":
@@ -143,7 +178,6 @@ def _convert(args):
             print(f"  ... and {len(bad) - 20} more")
         print(f"report: {checks.write_report(bad, len(index))}")
         return 1
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter
     started = time.perf_counter()
     shards = tfrecord.write_tfrecords(
         index.file_paths, index.labels, index.class_names, args.out_dir,
@@ -181,7 +215,6 @@ def _demo(args):
     make_sample_dataset(args.directory, num_images=args.num_images, num_classes=args.num_classes)
     print(f"sample data: {args.num_images} JPEGs in {args.num_classes} classes under {args.directory}")
 
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter
     import keras
 
     from dalipipe import make_dali_dataset
@@ -232,6 +265,35 @@ def _demo(args):
     loss, accuracy = model.evaluate(val_ds, verbose=0)
     print(f"validation accuracy {accuracy:.3f} over {len(val_ds.file_paths)} images")
     return 0
+
+
+def _hide_start_up_lines():
+    """Hides what TensorFlow's and DALI's C++ code writes to stderr as they start.
+
+    Their log lines below FATAL are turned off (`TF_CPP_MIN_LOG_LEVEL=3`, unless
+    already set), and what the import of TensorFlow writes to file descriptor 2
+    before its logging is set up ("All log messages before absl::InitializeLog()
+    ...", the CUDA stub's lines) is dropped, unless the import fails.
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    if "tensorflow" in sys.modules:
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            import tensorflow  # noqa: F401
+        except ImportError:
+            pass  # the command says what is missing
+        except BaseException:
+            os.dup2(saved, 2)
+            captured.seek(0)
+            sys.stderr.write(captured.read().decode(errors="replace"))
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 if __name__ == "__main__":

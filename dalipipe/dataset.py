@@ -10,11 +10,13 @@ import warnings
 
 import numpy as np
 import tensorflow as tf
-from nvidia.dali.plugin import tf as dali_tf
 
 from dalipipe import graph, sampling
+from dalipipe.install import DALI_FIX, GPU_TENSORFLOW_FIX, import_dali_tf
 from dalipipe.options import Options, check_global_batch
 from dalipipe.pipeline import image_pipelines
+
+dali_tf = import_dali_tf()
 
 
 def make_dali_dataset(
@@ -458,16 +460,31 @@ class _DALIKerasDataset(dali_tf.experimental.DALIDatasetWithInputs):
 def _resolve_gpu(device):
     """`"gpu"` or `"cpu"` for `device` in ("auto", "gpu"); enables memory growth."""
     tf_gpus = tf.config.list_physical_devices("GPU")
-    dali_gpus = graph.dali_gpu_count()
-    if tf_gpus and dali_gpus:
+    chosen = choose_device(device, len(tf_gpus), graph.dali_gpu_count())
+    if chosen == "gpu":
         _enable_memory_growth(tf_gpus)
+    return chosen
+
+
+def choose_device(device, tf_gpus, dali_gpus):
+    """`"gpu"` or `"cpu"` for `device` in ("auto", "gpu") when TensorFlow sees
+    `tf_gpus` GPUs and DALI sees `dali_gpus`. `"auto"` warns when only one of them
+    sees a GPU, naming the fix; `"gpu"` raises."""
+    if tf_gpus and dali_gpus:
         return "gpu"
+    fix = ""
+    if dali_gpus:
+        fix = f" To use the GPU, {GPU_TENSORFLOW_FIX}."
+    elif tf_gpus:
+        fix = f" To use the GPU, {DALI_FIX}."
+    counts = f"TensorFlow sees {tf_gpus}, DALI sees {dali_gpus}."
     if device == "gpu":
         raise RuntimeError(
-            "`device='gpu'` needs a GPU that both TensorFlow and DALI can use. "
-            f"TensorFlow sees {len(tf_gpus)}, DALI sees {dali_gpus}. Use device='cpu' "
-            "or device='auto'."
+            f"`device='gpu'` needs a GPU that both TensorFlow and DALI can use. {counts} "
+            f"Use device='cpu' or device='auto'.{fix}"
         )
+    if fix:
+        warnings.warn(f"`device='auto'` runs DALI on the CPU: {counts}{fix}", stacklevel=4)
     return "cpu"
 
 

@@ -1,7 +1,7 @@
 """Indexing of image sources, label encoding and train/validation splits.
 
-Pure Python and NumPy (pandas only when a table is given): nothing here imports DALI
-or TensorFlow.
+Pure Python and NumPy (CSV files are read with the standard `csv` module, pandas is
+needed only for a DataFrame): nothing here imports DALI or TensorFlow.
 
 A source is turned into an `Index`: absolute file paths, integer labels aligned with
 them (or None) and the class names the integers stand for. For TFRecord files
@@ -9,7 +9,9 @@ them (or None) and the class names the integers stand for. For TFRecord files
 the index also holds where each record lies.
 """
 
+import csv
 import os
+import sys
 import warnings
 from typing import NamedTuple, Optional, Sequence
 
@@ -122,17 +124,14 @@ def index_source(source, *, labels="inferred", class_names=None, path_column="pa
                 f"`source` given as a file must be a CSV file (ending in .csv). "
                 f"Received: source='{path}'"
             )
-        import pandas as pd
-
-        # As text: "01" stays "01", and a class named "NA" is not a missing value.
-        table = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+        table = _read_csv(path)
         if root is None:
             root = os.path.dirname(os.path.abspath(path))
-        return _index_table(table, labels, class_names, path_column, root, f"'{path}'",
-                            allow_missing)
+        return _index_table(list(table), table.__getitem__, labels, class_names, path_column,
+                            root, f"'{path}'", allow_missing)
     if _is_dataframe(source):
-        return _index_table(source, labels, class_names, path_column, root, "the DataFrame",
-                            allow_missing)
+        return _index_table(list(source.columns), lambda name: source[name].tolist(), labels,
+                            class_names, path_column, root, "the DataFrame", allow_missing)
     if isinstance(source, (list, tuple)):
         return _index_list(list(source), labels, class_names, root, allow_missing=allow_missing)
     raise TypeError(
@@ -241,11 +240,42 @@ def _record_numbers(refs):
 
 
 def _is_dataframe(obj):
-    try:
-        import pandas as pd
-    except ImportError:  # pragma: no cover - pandas is a dependency
-        return False
-    return isinstance(obj, pd.DataFrame)
+    # A DataFrame can exist only once pandas is imported: no import here.
+    pandas = sys.modules.get("pandas")
+    return pandas is not None and isinstance(obj, pandas.DataFrame)
+
+
+def _read_csv(path):
+    """The columns of a CSV file by name, as lists of text.
+
+    Every cell is text ("01" stays "01", a class named "NA" is a name); an empty cell
+    is missing (None), and so is a cell past the end of a short row. Blank lines are
+    skipped.
+    """
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if not header:
+            raise ValueError(
+                f"A CSV source needs a header row naming its columns. The first line of "
+                f"'{path}' is empty."
+            )
+        repeated = sorted({name for name in header if header.count(name) > 1})
+        if repeated:
+            raise ValueError(f"The header of '{path}' names columns more than once: {repeated}")
+        columns = {name: [] for name in header}
+        for row in reader:
+            if not row:
+                continue
+            if len(row) > len(header):
+                raise ValueError(
+                    f"Line {reader.line_num} of '{path}' has {len(row)} fields, and its "
+                    f"header names {len(header)} columns."
+                )
+            row += [""] * (len(header) - len(row))
+            for values, value in zip(columns.values(), row):
+                values.append(value if value != "" else None)
+    return columns
 
 
 def _index_directory(directory, labels, class_names, follow_links):
@@ -359,8 +389,10 @@ def _check_not_empty(file_paths, directory):
         )
 
 
-def _index_table(table, labels, class_names, path_column, root, what, allow_missing):
-    columns = list(table.columns)
+def _index_table(columns, column, labels, class_names, path_column, root, what,
+                 allow_missing):
+    """The `Index` of a table: `columns` are its column names, `column(name)` lists
+    the values of one."""
     if path_column not in columns:
         raise ValueError(
             f"`path_column` must name a column of {what}. Available columns: {columns}. "
@@ -371,16 +403,16 @@ def _index_table(table, labels, class_names, path_column, root, what, allow_miss
             f"For a table source, `labels` must name a label column of {what} or be "
             f"None. Available columns: {columns}. Received: labels={labels!r}"
         )
-    empty = [i for i, p in enumerate(table[path_column].tolist()) if _is_missing(p) or p == ""]
+    paths = column(path_column)
+    empty = [i for i, p in enumerate(paths) if _is_missing(p) or p == ""]
     if empty:
         raise ValueError(
             f"Column {path_column!r} of {what} has no path at rows {empty[:_MAX_LISTED]}."
         )
-    paths = table[path_column].tolist()
     label_values = None
     if labels is not None:
         # A table's labels are categories: 2019 and 2020 are two classes, not 2021.
-        label_values = [v if _is_missing(v) else str(v) for v in table[labels].tolist()]
+        label_values = [v if _is_missing(v) else str(v) for v in column(labels)]
     return _index_list(paths, label_values, class_names, root, what=what, column=labels,
                        allow_missing=allow_missing)
 

@@ -8,6 +8,8 @@ import numpy as np
 NUM_INDEXED = 29  # not a multiple of the batch sizes used in the tests
 CLASSES = ("blue", "green", "red")
 NUM_TAGGED = 121  # 15 global batches of 8 and one sample: the last step is padding
+# Run first in a fresh interpreter, it makes DALI's TensorFlow plugin fail to import.
+BLOCK_PLUGIN = 'import sys; sys.modules["nvidia.dali.plugin.tf"] = None\n'
 
 
 def indexed_color(i):

@@ -1,6 +1,7 @@
 """make_dali_dataset through DALI's TensorFlow plugin, on CPU, with Keras 3."""
 
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -165,6 +166,22 @@ def test_auto_device_falls_back_to_cpu(indexed_dir):
     ds = make_dali_dataset(indexed_dir, image_size=(8, 8), batch_size=8)
     images, labels = next(iter(ds))
     assert "CPU" in images.device and images.shape == (8, 8, 8, 3)
+
+
+def test_auto_device_warns_when_only_dali_or_only_tensorflow_sees_a_gpu():
+    from dalipipe.dataset import choose_device
+
+    assert choose_device("auto", 1, 2) == "gpu"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert choose_device("auto", 0, 0) == "cpu"
+    fix_tf = r"TensorFlow sees 0, DALI sees 1\..*'dalipipe\[gpu\]'.*tensorflow\[and-cuda\]"
+    with pytest.warns(UserWarning, match=r"`device='auto'` runs DALI on the CPU: " + fix_tf):
+        assert choose_device("auto", 0, 1) == "cpu"
+    with pytest.warns(UserWarning, match=r"TensorFlow sees 1, DALI sees 0\..*'dalipipe\[cuda12\]'"):
+        assert choose_device("auto", 1, 0) == "cpu"
+    with pytest.raises(RuntimeError, match=fix_tf):
+        choose_device("gpu", 0, 1)
 
 
 def test_tfrecords_feed_keras_like_their_directory(tagged_dir, tagged_tfrecords):

@@ -1,6 +1,8 @@
 """Indexing, labels and splits (no DALI, no TensorFlow)."""
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -195,3 +197,24 @@ def test_hidden_folders_are_not_classes_and_link_loops_end(tmp_path):
     index = sources.index_source(str(tmp_path))
     assert index.class_names == ["cat", "dog"]
     assert len(index) == 2
+
+
+def test_csv_without_pandas(indexed_dir, tmp_path):
+    paths, _ = indexed_paths(indexed_dir)
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text(f"path,code,region\n{paths[0]},01,NA\n\n{paths[1]},02,EU\n"
+                        f"{paths[2]},,EU\n")
+    script = f"""
+import sys
+sys.modules["pandas"] = None  # import pandas fails
+from dalipipe import sources
+path = {str(csv_path)!r}
+print(sources.index_source(path, labels="region").class_names)
+try:
+    sources.index_source(path, labels="code")
+except ValueError as e:
+    print(e)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    assert out == ["['EU', 'NA']", "Missing labels in column 'code' at rows [2]."]

@@ -1,0 +1,25 @@
+"""`dalipipe doctor` on the real packages: exit 0 here, 1 with the reason without the plugin."""
+
+import subprocess
+import sys
+
+from dalipipe.cli import main
+from helpers import BLOCK_PLUGIN
+
+
+def test_doctor_reports_the_parts_and_runs_a_dataset(capsys):
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    for part in ("DALI ", "DALI GPUs", "hardware JPEG", "TensorFlow", "Keras", "TF plugin",
+                 "memory growth", "dataset (cpu)  2 batches of (2, 16, 16, 3)"):
+        assert part in out
+    assert out.endswith("make_dali_dataset can run\n")
+
+
+def test_doctor_fails_with_the_reason_when_the_plugin_does_not_load():
+    script = BLOCK_PLUGIN + 'from dalipipe.cli import main\nsys.exit(main(["doctor"]))'
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 1
+    assert "make_dali_dataset cannot run:\n  DALI's TensorFlow plugin" in done.stdout
+    assert "--no-build-isolation nvidia-dali-tf-plugin-" in done.stdout
+    assert "absl" not in done.stderr

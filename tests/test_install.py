@@ -1,0 +1,73 @@
+"""Packaging and the plugin: the wheel's files and metadata, and the command that
+installs DALI's TensorFlow plugin. `scripts/test_install.sh` installs the wheel in a
+fresh virtual environment (slow; CI runs it after the suite)."""
+
+import email.parser
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+
+from dalipipe import install
+from helpers import BLOCK_PLUGIN
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def test_the_wheel_holds_every_module_and_declares_requirements_extras_and_command(tmp_path):
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source)
+    shutil.copytree(ROOT / "dalipipe", source / "dalipipe",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                    "--no-build-isolation", "-w", str(tmp_path / "dist"), str(source)],
+                   check=True, capture_output=True)
+    (wheel,) = (tmp_path / "dist").glob("dalipipe-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        info = next(n.rsplit("/", 1)[0] for n in names if n.endswith(".dist-info/METADATA"))
+        metadata = email.parser.Parser().parsestr(archive.read(f"{info}/METADATA").decode())
+        entry_points = archive.read(f"{info}/entry_points.txt").decode()
+    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "dalipipe").rglob("*.py")}
+    assert "dalipipe/bench/report.py" in modules and modules <= names
+
+    requires = metadata.get_all("Requires-Dist")
+    core = {re.match(r"[\w.-]+", r).group(0) for r in requires if "extra ==" not in r}
+    assert core == {"tensorflow", "keras", "numpy", "pillow", "tqdm"}
+    assert "keras>=3" in requires
+    assert set(metadata.get_all("Provides-Extra")) == {
+        "cuda12", "cuda13", "gpu", "sample", "bench", "pandas", "test"}
+    for dali, extra in install.DALI_PACKAGES.items():
+        assert f'{dali}<3,>=2.4; extra == "{extra}"' in requires
+    assert 'pandas; extra == "pandas"' in requires
+    assert "dalipipe = dalipipe.cli:main" in entry_points
+
+
+def test_plugin_message_names_the_command_that_fixes_each_case():
+    dali = ("nvidia-dali-cuda130", "2.4.0")
+    command = "pip install --no-build-isolation nvidia-dali-tf-plugin-cuda130==2.4.0"
+    assert "pip install 'dalipipe[cuda12]' or pip install 'dalipipe[cuda13]'" in \
+        install.plugin_message(None, None, "2.21.0")
+    missing = install.plugin_message(dali, None, "2.21.0")
+    assert "TensorFlow (2.21.0)" in missing and f"\n    {command}\n" in missing
+    assert "plugin 2.3.0 does not match DALI 2.4.0" in install.plugin_message(dali, "2.3.0", "2.21.0")
+    broken = install.plugin_message(dali, "2.4.0", "2.21.0", "undefined symbol")
+    assert broken.endswith("pip install --force-reinstall --no-deps --no-cache-dir "
+                           "--no-build-isolation nvidia-dali-tf-plugin-cuda130==2.4.0")
+
+
+def test_make_dali_dataset_without_the_plugin_names_the_command():
+    script = BLOCK_PLUGIN + """
+try:
+    from dalipipe import make_dali_dataset
+except ImportError as e:
+    print(e)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True).stdout
+    name, version = install.dali_package()
+    assert f"--no-build-isolation {install.plugin_package(name)}=={version}" in out
