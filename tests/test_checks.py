@@ -2,6 +2,7 @@
 
 import io
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -310,6 +311,20 @@ def test_file_replaced_during_fit_is_named(tmp_path):
     with pytest.raises(Exception, match=f"{victim} changed after the check before training "
                                         "and is now bad: not an image DALI decodes"):
         model.fit(dataset, epochs=1, verbose=0)
+
+
+@pytest.mark.parametrize("name", ["unknown_marker.jpg", "bad_marker.jpg"])
+def test_without_the_check_the_file_dali_stops_at_is_named(zoo, name):
+    """DALI's own message ("Failed to decode sample #1", or "nvImageCodec failure" for
+    a header) names no file: the native runner does, with the decoder's reason."""
+    good = [str(zoo / "good" / g) for g in GOOD]
+    bad = str(zoo / "bad" / name)
+    pipe = make_dali_pipeline(good[:5] + [bad] + good[5:], labels=None, image_size=(4, 4),
+                              batch_size=4, shuffle=False, check=None, device="cpu")
+    expected = re.escape(f"DALI failed to decode {bad}: {BAD[name][1]}")
+    for _ in range(2):  # the next epoch builds a new DALI pipeline and stops there again
+        with pytest.raises(RuntimeError, match=expected):
+            list(pipe.epoch())
 
 
 def test_fit_with_the_default_check_leaves_out_what_dali_rejects(zoo):
