@@ -7,23 +7,26 @@ source is checked first, by content, not by extension, with the decoder DALI use
   empty and can be read;
 - its first bytes are a format DALI decodes (JPEG, PNG, BMP, TIFF, WebP, JPEG 2000,
   PNM); GIF and anything else are reported;
-- its structure is sound: a JPEG's markers up to the image data and an end-of-image
-  marker; a PNG's chunks, with their checksums, up to IEND; a WebP's RIFF length;
+- its structure is sound: a JPEG's headers end before the file does (a JPEG without
+  an end-of-image marker must decode in full, and is reported as truncated if it
+  does not); a PNG's chunks, with their checksums, run up to IEND; a WebP is as long
+  as its RIFF header says;
 - DALI's decoder accepts it. DALI decodes with nvImageCodec, and so does the check,
   with the same extensions (libjpeg-turbo, libtiff, OpenCV, ...), on the CPU.
   `check="structure"` has the decoder read every header, and decode the top-left
   pixel of each JPEG, TIFF, BMP and PNM image: that runs the JPEG decoder's whole
   set-up (every marker and table up to the image data, and for progressive and
-  multi-scan JPEGs every scan), at a small fraction of a full decode. Damage in the
-  image data of a single-scan JPEG goes unseen, and the decoder decodes through it
-  (libjpeg warns). PNG, WebP and JPEG 2000 images cost nearly a full decode for any
-  region, so for them the decoder reads the header only.
+  multi-scan JPEGs every scan), at a small fraction of a full decode. What it does
+  not see is damage inside the image data of a single-scan JPEG, which the decoder
+  decodes through (libjpeg warns), short of truncation. PNG, WebP and JPEG 2000
+  images cost nearly a full decode for any region, so for them the decoder reads
+  the header only.
   `check="full"` decodes every image in full, on the GPU for a GPU pipeline (with
   the decoders DALI's GPU decoder uses), else on the CPU.
 
-Where nvImageCodec is not installed, `check="full"` decodes with PIL instead (with a
-warning: PIL accepts some files that DALI's decoder rejects) and `"structure"` runs
-the structure rules alone.
+Where nvImageCodec is not installed, the check decodes with PIL where it would
+decode in full (with a warning: PIL accepts some files that DALI's decoder rejects),
+and `"structure"` is the structure rules.
 
 Results are cached in SQLite, keyed on path, size and modification time, so a second
 check of the same files reads only their metadata. The cache lives in
@@ -240,7 +243,7 @@ def _decoder_verdicts(images, tests, *, device):
     nvimgcodec = _nvimgcodec()
     if nvimgcodec is None:
         if any(test == "full" for test, _ in tests):
-            warnings.warn("nvImageCodec is not installed, so check='full' decodes with PIL, "
+            warnings.warn("nvImageCodec is not installed, so the check decodes with PIL, "
                           "which accepts some files that DALI's decoder rejects.", stacklevel=4)
         return [_pil_verdict(data, label) if test == "full" else None
                 for data, (test, label) in zip(images, tests)]
