@@ -400,11 +400,25 @@ def _pil_verdict(data, label):
 
 
 class _Cache:
-    """path -> (size, mtime_ns, mode, reason) in SQLite."""
+    """path -> (size, mtime_ns, mode, reason) in SQLite.
+
+    Each chunk of results is committed as it is found, without waiting for the disk:
+    a crash of the process loses nothing committed, and a file that a crash of the
+    machine left damaged is started again.
+    """
 
     def __init__(self, path):
         os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            self._open(path)
+        except sqlite3.DatabaseError:  # not a database any more
+            self.db.close()
+            os.remove(path)
+            self._open(path)
+
+    def _open(self, path):
         self.db = sqlite3.connect(path, timeout=30)
+        self.db.execute("PRAGMA synchronous = OFF")
         self.db.execute(
             "CREATE TABLE IF NOT EXISTS checks (path BLOB PRIMARY KEY, size INTEGER, "
             "mtime_ns INTEGER, mode TEXT, version INTEGER, reason TEXT)"

@@ -240,6 +240,16 @@ def test_results_are_cached_and_invalidated_by_changes(tmp_path, monkeypatch):
     assert os.path.exists(tmp_path / "cache" / "checks.sqlite")
 
 
+def test_a_damaged_cache_file_is_started_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("DALIPIPE_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "checks.sqlite").write_bytes(b"not a database\n" * 100)
+    path = tmp_path / "a.jpg"
+    path.write_bytes(GOOD_JPEG[:100])
+    for _ in range(2):
+        assert "truncated" in checks.check_files([str(path)])[str(path)]
+
+
 def test_check_option_errors(tmp_path):
     with pytest.raises(ValueError, match=r"`check` must be one of \('structure', 'full', None\). Received: check='fast'"):
         make_dali_pipeline([str(tmp_path)], check="fast", device="cpu")
