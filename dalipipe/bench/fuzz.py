@@ -7,11 +7,11 @@ header field each: the frame's sample precision, its component count and samplin
 factors, a Huffman table's code counts, zeros in a quantization table, the scan's
 component and table selectors, and a restart interval.
 
-The mutants go, in groups, through `make_dali_dataset` with the default options but
-`on_bad_file="skip"` (so `check` is the default "structure" unless told otherwise),
-and `model.fit` trains on what the check passes, in a worker process. A group whose
-fit fails, crashes or hangs is split in halves until the failing file is alone, so
-each file's outcome is its own:
+The mutants go, in groups, through `make_dali_dataset` with the `check` asked for
+(the default is "structure") and `on_bad_file="skip"`, its other options at their
+defaults but a small image size, and `model.fit` trains one epoch on what the check
+passes, in a worker process. A group whose fit fails, crashes or hangs is split in
+halves until the failing file is alone, so each file's outcome is its own:
 - `decoded`: the check passed it and DALI decoded it in `fit`;
 - `reported`: the check named it before training;
 - `dali_error_named`, `dali_error_unnamed`: the check passed it and DALI's error
