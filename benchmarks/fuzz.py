@@ -1,5 +1,6 @@
-"""Fuzzing the pre-flight check and the DALI pipeline with mutated JPEGs
-(`dalipipe.bench.fuzz`, whose docstring defines the outcomes). Writes JSON.
+"""Fuzzing the pre-flight check and DALI with mutated JPEGs through `model.fit`
+(`dalipipe.bench.fuzz`, whose docstring defines the mutations and outcomes). Writes
+JSON; exits with 1 when a target is missed (an unnamed DALI error, a crash, a hang).
 
     python benchmarks/fuzz.py [--count 1000] [--check structure|full] [--out FILE]
 """
@@ -18,14 +19,16 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--check", default="structure", choices=("structure", "full"))
     parser.add_argument("--timeout", type=float, default=20.0, help="seconds per file")
-    parser.add_argument("--out", default="benchmarks/results/fuzz.json")
+    parser.add_argument("--out", default=None,
+                        help="defaults to benchmarks/results/fuzz-<check>.json")
     args = parser.parse_args()
+    out = args.out or f"benchmarks/results/fuzz-{args.check}.json"
     report = fuzz(args.count, args.seed, args.check, args.timeout)
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    with open(out, "w") as f:
         json.dump(report, f, indent=2)
     print(json.dumps(report["summary"], indent=2))
-    print(f"wrote {args.out}")
+    print(f"wrote {out}")
     return 0 if report["summary"]["ok"] else 1
 
 

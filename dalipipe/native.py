@@ -2,11 +2,21 @@
 
 No TensorFlow. `ImagePipeline.epoch` and `ImagePipeline.run` use it; the GPU tests
 and `benchmarks/gpu_bench.py` run the graph this way.
+
+DALI's decoder names no file when it fails ("Failed to decode sample #5 : ", the
+samples carrying no source info), so the runner finds the file: DALI raises the
+error with the batch that `pipe.run()` was to return, and the runner knows which
+samples it fed in that batch and the ones after it.
 """
+
+import re
 
 import numpy as np
 
-from dalipipe import sampling
+from dalipipe import checks, sampling, tfrecord
+
+# DALI's decoder errors: a sample it cannot decode, a header nvImageCodec cannot read.
+_DECODE_FAILURE = re.compile(r"Failed to decode sample #(\d+)|nvImageCodec failure")
 
 
 class Runner:
@@ -43,17 +53,69 @@ class Runner:
         }
         self.position = dict.fromkeys(inputs, 0)
         self.pipe.reset()
+        returned = 0
         while True:
             try:
                 outputs = self.pipe.run()
             except StopIteration:
                 return
+            except RuntimeError as e:
+                self.pipe = None  # DALI's pipeline is no longer valid: the next run builds one
+                message = self.decode_failure(str(e), returned)
+                if message is None:
+                    raise
+                raise RuntimeError(message) from e
+            returned += 1
             if not copy_to_host:
                 yield tuple(outputs)
             elif self.image_pipeline.unbatched:  # batches of one: single samples
                 yield tuple(_to_numpy(out)[0] for out in outputs)
             else:
                 yield tuple(_to_numpy(out) for out in outputs)
+
+    def decode_failure(self, error, batch):
+        """The message for DALI's decoder `error` in batch number `batch`, naming the
+        files and their reasons; None for any other error.
+
+        The candidates are the samples fed in that batch and later ones (at the
+        sample number DALI gives, if it gives one); the decoder of the check decodes
+        each in full, on the pipeline's device, and the ones it rejects are named.
+        Failing that, the sample DALI numbers is named as the one it rejected.
+        """
+        match = _DECODE_FAILURE.search(error)
+        if match is None:
+            return None
+        fed = self.batches["samples"][batch:self.position["samples"]]
+        number = None if match.group(1) is None else int(match.group(1))
+        candidates = [int(sample) for samples in fed
+                      for i, sample in enumerate(samples) if number in (None, i)]
+        named = {}
+        for sample in candidates:
+            reason = self.recheck(sample)
+            if reason is not None:
+                named[self.image_pipeline.file_paths[sample]] = reason
+        if not named and number is not None and fed and number < len(fed[0]):
+            named[self.image_pipeline.file_paths[fed[0][number]]] = (
+                "DALI's decoder rejects it (the check's decoder decodes it here)")
+        if not named:
+            return None
+        advice = ("Fix or remove it; `dalipipe check --full SOURCE` lists every file that "
+                  "DALI cannot decode.")
+        if len(named) == 1:
+            ((path, reason),) = named.items()
+            return f"DALI failed to decode {path}: {reason}. {advice}"
+        listed = "\n".join(f"  {path}: {reason}" for path, reason in named.items())
+        return f"DALI failed to decode one of these files. {advice}\n{listed}"
+
+    def recheck(self, sample):
+        """The reason the check's decoder, decoding in full, rejects sample `sample`."""
+        pipeline = self.image_pipeline
+        device = pipeline.device
+        if not pipeline.from_tfrecord:
+            return checks.check_file(pipeline.file_paths[sample], full=True, device=device)
+        index = pipeline.index
+        data = tfrecord.load_encoded(index.shards, index.refs[[sample]])[0]
+        return checks.check_bytes(data, full=True, device=device)
 
     def source(self, name):
         """The callable that gives the next batch of input `name`.

@@ -90,7 +90,7 @@ def image_pipelines(source, options):
     if options.check is not None:
         bad, index = checks.check_index(index, check=options.check,
                                         read_records=tfrecord.load_encoded,
-                                        verbose=options.verbose)
+                                        verbose=options.verbose, device=options.device)
         index = checks.apply_policy(index, bad, on_bad_file=options.on_bad_file,
                                     keep_classes=options.class_names is not None)
     if index.labels is None:

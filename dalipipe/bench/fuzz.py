@@ -1,23 +1,35 @@
-"""Fuzzing the pre-flight check and the DALI pipeline with mutated JPEGs.
+"""Fuzzing the pre-flight check and DALI with mutated JPEGs, through `model.fit`.
 
-`fuzz(count, seed, check, timeout)` makes `count` mutants of real JPEGs,
-deterministically for `seed`: bit flips, truncation, overwritten header bytes,
-broken markers and zeroed runs. Each one goes through `dalipipe.checks` and then, if
-the check passes it, through the DALI CPU pipeline, one file per batch, in a worker
-process with a per-file time limit. The outcome of each file is one of:
-- `reported`: the check names it;
-- `decoded`: DALI decodes it;
-- `dali_error`: the check passed it but DALI raised an error (the file must be named);
-- `crash`: the worker process died;
-- `hang`: the file took longer than the time limit.
+`fuzz(count, seed, check, timeout)` makes `count` mutants of small real JPEGs,
+deterministically for `seed`, cycling through `MUTATIONS`: bit flips, truncation,
+overwritten header bytes, broken markers and zeroed runs, and mutations of one
+header field each: the frame's sample precision, its component count and sampling
+factors, a Huffman table's code counts, zeros in a quantization table, the scan's
+component and table selectors, and a restart interval.
 
-The goal is no `crash` and no `hang`, and no `dali_error` that the check lets
-through: every file either decodes or is reported. `benchmarks/fuzz.py` runs it
-from the command line; `python -m dalipipe.bench.fuzz --worker` is the worker.
+The mutants go, in groups, through `make_dali_dataset` with the `check` asked for
+(the default is "structure") and `on_bad_file="skip"`, its other options at their
+defaults but a small image size, and `model.fit` trains one epoch on what the check
+passes, in a worker process. A group whose fit fails, crashes or hangs is split in
+halves until the failing file is alone, so each file's outcome is its own:
+- `decoded`: the check passed it and DALI decoded it in `fit`;
+- `reported`: the check named it before training;
+- `dali_error_named`, `dali_error_unnamed`: the check passed it and DALI's error
+  stopped `fit`, naming the file or not;
+- `crash`: the worker process died; `hang`: it took longer than the time limit.
+
+Each reported file is also decoded by DALI alone (`make_dali_pipeline`, no check):
+a reported file that DALI decodes is a false alarm (`dali_decodes` is True).
+
+The targets: no `dali_error_unnamed`, no `crash`, no `hang`. `benchmarks/fuzz.py`
+runs it from the command line; `python -m dalipipe.bench.fuzz --worker fit|decode`
+is the worker.
 """
 
+import collections
 import json
 import os
+import selectors
 import subprocess
 import sys
 import tempfile
@@ -27,11 +39,40 @@ import numpy as np
 
 from dalipipe.utils import child_env
 
-MUTATIONS = ("bit_flips", "truncate", "header_bytes", "marker", "zero_run")
+MUTATIONS = ("bit_flips", "truncate", "header_bytes", "marker", "zero_run",
+             "sof_precision", "sof_components", "sampling", "dht_counts", "dqt_zeros",
+             "sos_selectors", "dri")
+OUTCOMES = ("decoded", "reported", "dali_error_named", "dali_error_unnamed", "crash", "hang")
+GROUP = 100  # mutants per fit
+START_TIMEOUT = 300  # seconds for a worker to import TensorFlow and DALI
+
+
+def segments(data):
+    """`[(marker, start, end)]`: each segment from SOI up to and including the first
+    scan header; `data[start:end]` is the segment's body, after its length."""
+    found, pos = [], 2
+    while pos + 4 <= len(data) and data[pos] == 0xFF:
+        marker = data[pos + 1]
+        length = int.from_bytes(data[pos + 2: pos + 4], "big")
+        found.append((marker, pos + 4, pos + 2 + length))
+        if marker == 0xDA:
+            break
+        pos += 2 + length
+    return found
 
 
 def mutate(data, kind, rng):
+    """`data`, a sound baseline JPEG, with one mutation of `kind` drawn from `rng`."""
     data = bytearray(data)
+    parts = segments(data)
+
+    def body(*markers):
+        choices = [p for p in parts if p[0] in markers]
+        return choices[int(rng.integers(0, len(choices)))]
+
+    def pick(values):
+        return int(values[int(rng.integers(0, len(values)))])
+
     if kind == "bit_flips":
         for _ in range(int(rng.integers(1, 20))):
             i = int(rng.integers(0, len(data)))
@@ -48,6 +89,43 @@ def mutate(data, kind, rng):
     elif kind == "zero_run":
         start = int(rng.integers(0, len(data)))
         data[start: start + int(rng.integers(1, 200))] = bytes(min(200, len(data) - start))
+    elif kind == "sof_precision":
+        _, start, _ = body(0xC0, 0xC1, 0xC2)
+        data[start] = pick([0, 1, 2, 7, 9, 12, 16, int(rng.integers(0, 256))])
+    elif kind == "sof_components":
+        _, start, _ = body(0xC0, 0xC1, 0xC2)
+        data[start + 5] = pick([0, 1, 2, 4, 5, int(rng.integers(0, 256))])
+    elif kind == "sampling":
+        _, start, end = body(0xC0, 0xC1, 0xC2)
+        count = (end - start - 6) // 3
+        data[start + 7 + 3 * int(rng.integers(0, count))] = pick(
+            [0x00, 0x01, 0x10, 0x12, 0x21, 0x14, 0x41, 0x33, 0x44, 0x55, 0xFF,
+             int(rng.integers(0, 256))])
+    elif kind == "dht_counts":
+        _, start, _ = body(0xC4)
+        counts = start + 1  # the first table of the segment: class/id, then 16 counts
+        a, b = (int(i) for i in rng.integers(0, 16, 2))
+        if rng.random() < 0.5 and data[counts + a] > 0:  # same total: another code
+            data[counts + a] -= 1
+            data[counts + b] = (data[counts + b] + 1) % 256
+        else:
+            data[counts + a] = int(rng.integers(0, 256))
+    elif kind == "dqt_zeros":
+        _, start, _ = body(0xDB)
+        first = int(rng.integers(0, 64))
+        size = 64 if rng.random() < 0.25 else int(rng.integers(1, 65 - first))
+        entries = start + 1 + (0 if size == 64 else first)
+        data[entries: entries + size] = bytes(size)
+    elif kind == "sos_selectors":
+        _, start, end = body(0xDA)
+        count = data[start]
+        field = int(rng.integers(0, 2 * count + 3))  # Cs/Td-Ta pairs, then Ss, Se, Ah-Al
+        data[start + 1 + field] = pick([0, 1, 2, 3, 4, 0x11, 0x22, 0x3F, 0x40,
+                                        int(rng.integers(0, 256))])
+    elif kind == "dri":
+        interval = pick([0, 1, 2, 7, 64, 1000, 65535, int(rng.integers(0, 65536))])
+        sos = body(0xDA)[1] - 4
+        data[sos:sos] = b"\xff\xdd\x00\x04" + interval.to_bytes(2, "big")
     return bytes(data)
 
 
@@ -76,96 +154,222 @@ def make_corpus(directory, count, seed):
     return paths, kinds
 
 
-def worker():
-    """Decodes the files named on stdin one by one; prints one JSON line per file."""
-    from dalipipe import make_dali_pipeline
+class Worker:
+    """A worker process (`python -m dalipipe.bench.fuzz --worker <role>`) that answers
+    one JSON line per JSON job; restarted after it crashes or hangs."""
 
-    for line in sys.stdin:
-        path = line.rstrip("\n")
-        try:
-            pipe = make_dali_pipeline([path], labels=None, image_size=(32, 32), batch_size=1, verbose=False,
-                                      shuffle=False, device="cpu", num_threads=1, check=None)
-            for _ in pipe.epoch():
-                pass
-            print(json.dumps({"path": path, "outcome": "decoded"}), flush=True)
-        except Exception as e:  # DALI raises RuntimeError; record whatever it is
-            message = str(e)
-            print(json.dumps({"path": path, "outcome": "dali_error",
-                              "names_file": os.path.basename(path) in message,
-                              "error": message.strip().splitlines()[-1][:200]}), flush=True)
+    def __init__(self, role, env):
+        self.role, self.env, self.process = role, env, None
+
+    def ask(self, job, timeout):
+        """The worker's answer to `job`, or `{"outcome": "crash" or "hang"}`."""
+        if self.process is None:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "dalipipe.bench.fuzz", "--worker", self.role],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                text=True, env=self.env,
+            )
+            ready = self._answer(START_TIMEOUT)
+            if "ready" not in ready:
+                raise RuntimeError(f"the fuzz {self.role} worker did not start: {ready}")
+        self.process.stdin.write(json.dumps(job) + "\n")
+        self.process.stdin.flush()
+        return self._answer(timeout)
+
+    def _answer(self, timeout):
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.process.stdout, selectors.EVENT_READ)
+            if not selector.select(timeout):
+                self.close()
+                return {"outcome": "hang"}
+        line = self.process.stdout.readline()
+        if not line:
+            status = self.process.wait()
+            self.close()
+            return {"outcome": "crash", "status": status}
+        return json.loads(line)
+
+    def close(self):
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
 
 
-def run_pipeline(paths, timeout):
-    """Outcome per path, restarting the worker after a crash or hang."""
-    results, pending = {}, list(paths)
-    while pending:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "dalipipe.bench.fuzz", "--worker"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-            env=child_env(TF_CPP_MIN_LOG_LEVEL="3"),
-        )
-        for path in pending:
-            process.stdin.write(path + "\n")
-        process.stdin.close()
-        import selectors
-
-        selector = selectors.DefaultSelector()
-        selector.register(process.stdout, selectors.EVENT_READ)
-        current, deadline = pending[0], time.monotonic() + timeout + 30  # start-up
-        while True:
-            if not selector.select(timeout=max(0.0, deadline - time.monotonic())):
-                process.kill()
-                results[current] = {"outcome": "hang"}
-                break
-            line = process.stdout.readline()
-            if not line:
-                process.wait()
-                if current not in results:
-                    results[current] = {"outcome": "crash", "status": process.returncode}
-                break
-            record = json.loads(line)
-            results[record.pop("path")] = record
-            done = [p for p in pending if p not in results]
-            if not done:
-                break
-            current, deadline = done[0], time.monotonic() + timeout
-        process.kill()
-        process.wait()
-        pending = [p for p in pending if p not in results]
+def fit_outcomes(worker, paths, check, timeout):
+    """`{path: record}` for `paths`, each through the check and `model.fit` (see the
+    module doc); a group that fails is split until each failure is one file's."""
+    answer = worker.ask({"paths": paths, "check": check}, timeout * (1 + len(paths) / 50))
+    results = {path: {"outcome": "reported", "reason": reason}
+               for path, reason in answer.get("reported", {}).items()}
+    kept = [path for path in paths if path not in results]
+    fit = answer.get("fit", answer)
+    if not kept:
+        return results
+    if fit["outcome"] == "decoded":
+        results.update((path, {"outcome": "decoded"}) for path in kept)
+    elif len(paths) == 1:
+        if fit["outcome"] == "dali_error":
+            named = os.path.basename(paths[0]) in fit["error"]
+            fit = {"outcome": "dali_error_named" if named else "dali_error_unnamed",
+                   "error": fit["error"]}
+        results[paths[0]] = fit
+    else:
+        half = len(kept) // 2 or 1
+        for part in (kept[:half], kept[half:]):
+            if part:
+                results.update(fit_outcomes(worker, part, check, timeout))
     return results
+
+
+def dali_decodes(worker, paths, timeout):
+    """For each path: True if DALI alone (no check) decodes it, False if it raises,
+    "crash" or "hang"."""
+    found = {}
+    for path in paths:
+        answer = worker.ask({"paths": [path]}, timeout)
+        found[path] = answer.get("decoded", answer.get("outcome"))
+    return found
 
 
 def fuzz(count, seed, check, timeout):
     """Runs the fuzz corpus; returns the report (summary and per-file outcomes)."""
-    from dalipipe import checks
+    from dalipipe.bench.harness import machine_info
+    from dalipipe.checks import decoder_name
 
+    started = time.perf_counter()
     with tempfile.TemporaryDirectory() as directory:
-        os.environ.setdefault("DALIPIPE_CACHE_DIR", os.path.join(directory, "cache"))
-        started = time.perf_counter()
+        env = child_env(TF_CPP_MIN_LOG_LEVEL="3",
+                        DALIPIPE_CACHE_DIR=os.path.join(directory, "cache"))
         paths, kinds = make_corpus(directory, count, seed)
-        bad = checks.check_files(paths, check=check)
-        passed = [p for p in paths if p not in bad]
-        outcomes = run_pipeline(passed, timeout)
-        files = {}
-        for path in paths:
-            name = os.path.basename(path)
-            files[name] = ({"outcome": "reported", "reason": bad[path]} if path in bad
-                           else outcomes[path])
-            files[name]["mutation"] = kinds[path]
-        counts = {}
-        for record in files.values():
-            counts[record["outcome"]] = counts.get(record["outcome"], 0) + 1
-        summary = {
-            "files": count, "check": check, "seed": seed, "outcomes": counts,
-            "seconds": round(time.perf_counter() - started, 1),
-            "ok": not any(counts.get(k) for k in ("crash", "hang", "dali_error")),
-            "no_crash_no_hang": not any(counts.get(k) for k in ("crash", "hang")),
-        }
-    return {"summary": summary, "files": files}
+        fitter, decoder = Worker("fit", env), Worker("decode", env)
+        try:
+            outcomes = {}
+            for start in range(0, len(paths), GROUP):
+                outcomes.update(fit_outcomes(fitter, paths[start: start + GROUP], check, timeout))
+            fitter.close()
+            reported = [path for path in paths if outcomes[path]["outcome"] == "reported"]
+            for path, decodes in dali_decodes(decoder, reported, timeout).items():
+                outcomes[path]["dali_decodes"] = decodes
+        finally:
+            fitter.close()
+            decoder.close()
+        files = {os.path.basename(path): {**outcomes[path], "mutation": kinds[path]}
+                 for path in paths}
+    return {"summary": summarize(files, count=count, seed=seed, check=check,
+                                 seconds=time.perf_counter() - started,
+                                 machine=machine_info(), decoder=decoder_name()),
+            "files": files}
+
+
+def summarize(files, **about):
+    """Counts of outcomes, overall and per mutation, and of false alarms."""
+    counts = collections.Counter(record["outcome"] for record in files.values())
+    per_mutation = {}
+    for record in files.values():
+        row = per_mutation.setdefault(record["mutation"], dict.fromkeys(OUTCOMES, 0))
+        row[record["outcome"]] += 1
+    reported = [r for r in files.values() if r["outcome"] == "reported"]
+    false_alarms = [r for r in reported if r.get("dali_decodes") is True]
+    alarm_reasons = collections.Counter(r["reason"].split(" (")[0] for r in false_alarms)
+    about["seconds"] = round(about["seconds"], 1)
+    return {
+        **about,
+        "outcomes": {k: counts.get(k, 0) for k in OUTCOMES},
+        "per_mutation": per_mutation,
+        "false_alarms": len(false_alarms),
+        "false_alarm_reasons": dict(alarm_reasons.most_common()),
+        "reported_dali_cannot_decode": sum(r.get("dali_decodes") is False for r in reported),
+        "reported_dali_crashes_or_hangs": sum(r.get("dali_decodes") in ("crash", "hang")
+                                              for r in reported),
+        "ok": not any(counts.get(k) for k in ("dali_error_unnamed", "crash", "hang")),
+    }
+
+
+def _fit_worker(answer):
+    """Answers `{"paths", "check"}` jobs: the check and `model.fit` on what it passes."""
+    import warnings
+
+    import keras
+
+    from dalipipe import make_dali_dataset
+
+    model = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.GlobalAveragePooling2D(),
+                              keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    answer({"ready": True})
+    for line in sys.stdin:
+        job = json.loads(line)
+        paths = job["paths"]
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                dataset = make_dali_dataset(paths, labels=[0] * len(paths), image_size=(32, 32),
+                                            batch_size=16, verbose=False, check=job["check"],
+                                            on_bad_file="skip")
+        except ValueError as e:  # every file is bad
+            answer({"reported": _report(str(e))})
+            continue
+        reported = {}
+        for warning in caught:
+            if "Report: " in str(warning.message):
+                reported = _report(str(warning.message))
+        try:
+            model.fit(dataset, epochs=1, verbose=0)
+            fit = {"outcome": "decoded"}
+        except Exception as e:  # DALI's errors reach Keras as TensorFlow's
+            fit = {"outcome": "dali_error", "error": _dali_message(str(e))}
+        answer({"reported": reported, "fit": fit})
+
+
+def _decode_worker(answer):
+    """Answers `{"paths": [path]}` jobs: whether DALI alone decodes the file."""
+    from dalipipe import make_dali_pipeline
+
+    answer({"ready": True})
+    for line in sys.stdin:
+        (path,) = json.loads(line)["paths"]
+        try:
+            pipe = make_dali_pipeline([path], labels=None, image_size=(32, 32), batch_size=1,
+                                      verbose=False, shuffle=False, device="cpu", num_threads=1,
+                                      check=None)
+            for _ in pipe.epoch():
+                pass
+            answer({"decoded": True})
+        except Exception:  # DALI raises RuntimeError; anything else is a failure too
+            answer({"decoded": False})
+
+
+def _report(message):
+    """`{path: reason}` from the report file that `message` names."""
+    path = message.split("Report: ", 1)[1].split("\n", 1)[0].rstrip(".")
+    with open(path, encoding="utf-8", errors="surrogateescape") as f:
+        lines = f.read().splitlines()[1:]
+    return {path: reason for reason, path in (line.split("\t", 1) for line in lines)}
+
+
+def _dali_message(error):
+    """The lines of a DALI error that say what happened, without its traceback."""
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    useful = [line for line in lines if "sample #" in line or "failure" in line
+              or "decode" in line.lower()]
+    return " | ".join(useful or lines[-2:])[:300]
+
+
+def _main():
+    if len(sys.argv) != 3 or sys.argv[1] != "--worker" or sys.argv[2] not in ("fit", "decode"):
+        sys.exit("usage: python -m dalipipe.bench.fuzz --worker fit|decode (run by fuzz(); "
+                 "benchmarks/fuzz.py runs the corpus)")
+    # Answers go to the original stdout; anything the libraries print, to stderr.
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+
+    def answer(record):
+        out.write(json.dumps(record) + "\n")
+        out.flush()
+
+    (_fit_worker if sys.argv[2] == "fit" else _decode_worker)(answer)
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] != ["--worker"]:
-        sys.exit("usage: python -m dalipipe.bench.fuzz --worker (run by fuzz(); "
-                 "benchmarks/fuzz.py runs the corpus)")
-    worker()
+    _main()
