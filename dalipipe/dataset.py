@@ -13,7 +13,7 @@ import tensorflow as tf
 from nvidia.dali.plugin import tf as dali_tf
 
 from dalipipe import graph, sampling
-from dalipipe.options import Options, check_global_batch
+from dalipipe.options import MEMORY_GROWTH_VARIABLE, Options, check_global_batch
 from dalipipe.pipeline import image_pipelines
 
 
@@ -159,7 +159,9 @@ def make_dali_dataset(
         device: `"auto"` (the GPU when both TensorFlow and DALI see one, else the
             CPU), `"gpu"` or `"cpu"` (DALI's CPU operators, no CUDA needed).
             Defaults to `"auto"`.
-        num_threads: DALI CPU threads. Defaults to the number of usable cores.
+        num_threads: DALI CPU threads per pipeline. Defaults to the number of usable
+            cores on the CPU, and to 4 (at most the usable cores) on a GPU, as in
+            DALI's examples: there the GPU decodes and the threads only read.
         prefetch_queue_depth: batches DALI prepares ahead. Defaults to 2.
         check: the pre-flight check of every file before the pipeline starts
             (DALI stops at the first file it cannot decode): `"structure"`
@@ -472,16 +474,53 @@ def _resolve_gpu(device):
 
 
 def _enable_memory_growth(gpus):
-    """Stops TensorFlow from taking all GPU memory, so DALI can allocate its own."""
+    """Turns memory growth on for every GPU, or raises RuntimeError where TensorFlow
+    has already created its devices with all the memory (see `memory_growth_error`)."""
     for gpu in gpus:
         try:
             tf.config.experimental.set_memory_growth(gpu, True)
-        except RuntimeError:
-            if not tf.config.experimental.get_memory_growth(gpu):
-                warnings.warn(
-                    "TensorFlow initialized the GPU before dalipipe could enable memory "
-                    "growth, so it may hold all GPU memory and leave none to DALI. Call "
-                    "tf.config.experimental.set_memory_growth(gpu, True) first, or set "
-                    "TF_FORCE_GPU_ALLOW_GROWTH=true.",
-                    stacklevel=3,
-                )
+        except (RuntimeError, ValueError):
+            pass  # the devices exist (or are split): their settings below say
+        configurations = tf.config.get_logical_device_configuration(gpu) or []
+        error = memory_growth_error(
+            gpu.name, growth=tf.config.experimental.get_memory_growth(gpu),
+            memory_limits=[c.memory_limit for c in configurations],
+            variable=os.environ.get(MEMORY_GROWTH_VARIABLE),
+        )
+        if error:
+            raise RuntimeError(error)
+
+
+def memory_growth_error(gpu, *, growth, memory_limits, variable):
+    """Why a DALI GPU pipeline would find no memory on `gpu`, or None.
+
+    TensorFlow takes all of a GPU's memory but a small reserve (about 1.8 GiB on
+    compute capability 9 and up) unless memory growth is on or a logical device has a
+    memory limit. `TF_FORCE_GPU_ALLOW_GROWTH`, read when TensorFlow creates the device,
+    overrides `set_memory_growth` when it is "true" or "false" (`GetAllowGrowthValue`,
+    gpu_bfc_allocator.cc). A pure function of TensorFlow's answers.
+
+    Args:
+        gpu: the physical GPU's name, for the message.
+        growth: `tf.config.experimental.get_memory_growth(gpu)`.
+        memory_limits: the `memory_limit` of each of its logical device
+            configurations (empty when it is not split).
+        variable: the value of `TF_FORCE_GPU_ALLOW_GROWTH`, None when unset.
+
+    Returns:
+        The message for the RuntimeError, or None when TensorFlow leaves memory free.
+    """
+    if variable == "true" or (variable != "false" and growth):
+        return None
+    if any(limit is not None for limit in memory_limits):
+        return None
+    return (
+        f"TensorFlow holds all the memory of {gpu} but a small reserve (memory growth is "
+        "off and no memory limit is set), and DALI's GPU pipeline allocates its own. "
+        "Import dalipipe before TensorFlow creates its GPU devices (before "
+        "`tf.distribute.MirroredStrategy()` or the first op), which turns growth on by "
+        "default; or set TF_FORCE_GPU_ALLOW_GROWTH=true before Python starts; or call "
+        "`tf.config.experimental.set_memory_growth(gpu, True)` or give the GPU a "
+        "`memory_limit` with `tf.config.set_logical_device_configuration` first. "
+        f"Received: memory growth={growth}, {MEMORY_GROWTH_VARIABLE}={variable!r}"
+    )

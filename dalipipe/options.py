@@ -37,6 +37,13 @@ DEVICES = ("auto", "gpu", "cpu")
 SUBSETS = ("training", "validation", "both")
 CHECKS = ("structure", "full", None)
 ON_BAD_FILE = ("raise", "skip")
+# DALI CPU threads of a GPU pipeline, as in DALI's own examples: the GPU decodes, the
+# threads only read files and prepare the GPU's work. A CPU pipeline takes every
+# usable core.
+GPU_NUM_THREADS = 4
+# TensorFlow's switch for GPU memory growth, read when it creates its GPU devices:
+# "true" or "false" overrides `tf.config.experimental.set_memory_growth`.
+MEMORY_GROWTH_VARIABLE = "TF_FORCE_GPU_ALLOW_GROWTH"
 
 
 def normalization_stats(normalization, channels):
@@ -118,13 +125,19 @@ class Options:
         return dataclasses.replace(self, **changes)
 
     def resolved(self):
-        """A copy with `seed` drawn at random if None, `num_threads` set to the usable
-        cores if None, and `data_format` to Keras's `image_data_format()` if None."""
+        """A copy with `seed` drawn at random if None, `num_threads` set if None (the
+        usable cores on the CPU, at most `GPU_NUM_THREADS` for `device="gpu"`), and
+        `data_format` set to Keras's `image_data_format()` if None.
+
+        Resolve `device` first: the thread default depends on it.
+        """
         seed, num_threads = self.seed, self.num_threads
         if seed is None:
             seed = int(np.random.SeedSequence().generate_state(1)[0] & 0x7FFFFFFF)
         if num_threads is None:
             num_threads = usable_cores()
+            if self.device == "gpu":
+                num_threads = min(GPU_NUM_THREADS, num_threads)
         data_format = self.data_format or keras_image_data_format()
         return self.replace(seed=seed, num_threads=num_threads, data_format=data_format)
 
@@ -349,3 +362,24 @@ def _one_of(name, value, allowed):
 def _positive_int(name, value):
     if not _is_int(value) or value <= 0:
         raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+
+
+def default_memory_growth(environ, modules):
+    """Sets `TF_FORCE_GPU_ALLOW_GROWTH=true` in `environ` unless it is set or
+    TensorFlow (found in `modules`, `sys.modules`) has already created its devices, so
+    that TensorFlow leaves GPU memory to DALI. Returns whether it set it.
+
+    `import dalipipe` calls it: a program that imports dalipipe before TensorFlow
+    starts on a GPU gets memory growth without asking.
+    """
+    if MEMORY_GROWTH_VARIABLE in environ or _tensorflow_started(modules):
+        return False
+    environ[MEMORY_GROWTH_VARIABLE] = "true"
+    return True
+
+
+def _tensorflow_started(modules):
+    # TensorFlow creates its devices with its eager context; it reads the variable then.
+    context = modules.get("tensorflow.python.eager.context")
+    current = context.context_safe() if context is not None else None
+    return getattr(current, "_context_handle", None) is not None

@@ -72,7 +72,7 @@ def image_pipelines(source, options):
     With `verbose`, prints what Keras's `image_dataset_from_directory` prints and
     shows the check's progress.
     """
-    options = options.resolved().replace(device=_dali_device(options.device))
+    options = options.replace(device=_dali_device(options.device)).resolved()
     is_directory = isinstance(source, (str, os.PathLike)) and os.path.isdir(source)
     labels = options.labels
     if options.label_mode is None and not is_directory and is_inferred(labels):
