@@ -45,6 +45,7 @@ def make_dali_dataset(
     normalization="imagenet",
     dtype="float32",
     drop_remainder=False,
+    class_weight=None,
     device="auto",
     num_threads=None,
     prefetch_queue_depth=2,
@@ -156,6 +157,12 @@ def make_dali_dataset(
         dtype: `"float32"`, `"float16"` or `"uint8"` (needs `normalization=None`).
             Defaults to `"float32"`.
         drop_remainder: drop the last partial batch of each epoch. Defaults to False.
+        class_weight: a dict `{class index: weight}`, as Keras's `fit` takes it:
+            each batch gets a third element, float32 sample weights `(batch,)`,
+            the weight of each sample's class (1.0 for a class not in the dict),
+            computed in the DALI graph, so that it works on a GPU too (where Keras's
+            own `fit(class_weight=...)` cannot map the dataset). With `strategy`, it
+            multiplies the padding weights. Needs labels. Defaults to None.
         device: `"auto"` (the GPU when both TensorFlow and DALI see one, else the
             CPU), `"gpu"` or `"cpu"` (DALI's CPU operators, no CUDA needed).
             Defaults to `"auto"`.

@@ -8,6 +8,8 @@ editors) and pass their arguments here: `Options.from_arguments(locals())`.
 """
 
 import dataclasses
+import math
+from collections.abc import Mapping
 from typing import Any, Optional
 
 import numpy as np
@@ -104,6 +106,7 @@ class Options:
     normalization: Optional[str] = "imagenet"
     dtype: str = "float32"
     drop_remainder: bool = False
+    class_weight: Optional[Any] = None
     device: str = "auto"
     num_threads: Optional[int] = None
     prefetch_queue_depth: int = 2
@@ -165,6 +168,8 @@ class Options:
             set_("num_threads", int(self.num_threads))
         if self.class_names is not None:
             set_("class_names", list(self.class_names))
+        if self.class_weight is not None:
+            set_("class_weight", {int(k): float(v) for k, v in self.class_weight.items()})
 
     def _check_choices(self):
         # Keras's own wording where Keras has the argument, so that code matching its
@@ -270,6 +275,7 @@ class Options:
                 f"Received: labels={labels!r}, label_mode=None"
             )
         self._check_class_names()
+        self._check_class_weight()
         self._check_split()
 
     def _check_class_names(self):
@@ -289,6 +295,51 @@ class Options:
                 "`class_names` names the classes of labels, so it needs `labels`. "
                 f"Received: labels=None, class_names={list(names)!r}"
             )
+
+    def _check_class_weight(self):
+        weights = self.class_weight
+        if weights is None:
+            return
+        if not isinstance(weights, Mapping):
+            raise ValueError(
+                "`class_weight` must be a dict mapping class indices to weights, as Keras's "
+                f"`fit` takes it, e.g. {{0: 1.0, 1: 2.5}}. Received: class_weight={weights!r}"
+            )
+        for key, value in weights.items():
+            if not _is_int(key) or key < 0:
+                raise ValueError(
+                    "`class_weight` keys must be class indices (non-negative integers, the "
+                    f"positions in `class_names`). Received: class_weight={dict(weights)!r}"
+                )
+            if not _is_number(value) or not math.isfinite(value) or value < 0:
+                raise ValueError(
+                    "`class_weight` values must be finite non-negative numbers, the weight of "
+                    f"each class. Received: class_weight={dict(weights)!r}"
+                )
+        if self.label_mode is None or self.labels is None:
+            raise ValueError(
+                "`class_weight` weighs each sample by its class, so it needs labels. "
+                f"Received: class_weight={dict(weights)!r}, labels={self.labels!r}, "
+                f"label_mode={self.label_mode!r}"
+            )
+
+    def check_class_weight(self, class_names):
+        """Raises ValueError if a `class_weight` key is not the index of a class."""
+        if self.class_weight is None:
+            return
+        unknown = sorted(k for k in self.class_weight if k >= len(class_names))
+        if unknown:
+            raise ValueError(
+                f"`class_weight` has keys that are not class indices: {unknown}; there are "
+                f"{len(class_names)} classes, {class_names}. "
+                f"Received: class_weight={self.class_weight!r}"
+            )
+
+    def class_weight_table(self):
+        """`(keys, values)` of `class_weight`, sorted by key, for DALI's lookup table;
+        classes missing from it weigh 1.0, as in Keras."""
+        items = sorted(self.class_weight.items())
+        return [k for k, _ in items], [v for _, v in items]
 
     def _check_split(self):
         split, subset = self.validation_split, self.subset

@@ -46,6 +46,7 @@ def make_dali_pipeline(
     normalization="imagenet",
     dtype="float32",
     drop_remainder=False,
+    class_weight=None,
     device="auto",
     num_threads=None,
     prefetch_queue_depth=2,
@@ -100,6 +101,8 @@ def image_pipelines(source, options):
             'When passing `label_mode="binary"`, there must be exactly 2 class_names. '
             f"Received: class_names={index.class_names}"
         )
+    else:
+        options.check_class_weight(index.class_names)
     parts = sources.split_index(index, validation_split=options.validation_split,
                                 subset=options.subset, seed=options.seed,
                                 shuffle=options.shuffle)
@@ -153,8 +156,10 @@ class ImagePipeline:
       channels for `color_mode` "rgb", "grayscale" or "rgba";
     - labels (unless `label_mode` is None): int32 `(n,)` for `"int"`, float32
       `(n, num_classes)` for `"categorical"`, float32 `(n, 1)` for `"binary"`;
-    - weights, only for a shard of a distributed dataset (`shard`): float32 `(n,)`,
-      1 for a sample and 0 for padding; then `n` is always the replica's batch size.
+    - weights, with `class_weight` or for a shard of a distributed dataset
+      (`shard`): float32 `(n,)`, Keras's `sample_weight`: the weight of the sample's
+      class (1.0 without `class_weight` or for a class it leaves out), times 0 for
+      the padding of a shard, whose `n` is always the replica's batch size.
 
     With `batch_size=None` the outputs are single samples, without the batch
     dimension (DALI runs batches of one). `len()` is the number of steps per epoch.
@@ -201,6 +206,7 @@ class ImagePipeline:
             self.num_batches = self.steps * len(sharding.replica_ids)
             device_id = sharding.device_id
         self.device_id = device_id if self.device == "gpu" else None
+        self.weighted = sharding is not None or options.class_weight is not None
         # DALI prunes an input the graph does not use: "random" only drives augmentation.
         self.input_names = ("samples", "random") if options.augment else ("samples",)
         if sharding is not None:
@@ -222,7 +228,7 @@ class ImagePipeline:
                 "categorical": (None, len(self.class_names)),
                 "binary": (None, 1),
             }[options.label_mode])
-        if self.sharding is not None:
+        if self.weighted:
             dtypes.append("float32")
             shapes.append((None,))
         if self.unbatched:
@@ -244,8 +250,9 @@ class ImagePipeline:
         takes the next `batch_size` samples of it (the global batch), and replica `r`
         gets the `r`-th slice of `batch_size // num_replicas` samples. The last step
         is padded with samples of weight 0 (unless `drop_remainder=True`), so every
-        replica runs `steps` full batches and each sample has weight 1 exactly once
-        per epoch. The pipeline gets a third output, float32 weights `(n,)`.
+        replica runs `steps` full batches and each sample counts exactly once per
+        epoch. The pipeline gets a third output, float32 weights `(n,)` (0 for
+        padding, else the sample's class weight).
 
         Args:
             replica_ids: the consecutive replicas this pipeline feeds, in the order
@@ -356,7 +363,7 @@ class ImagePipeline:
         )
         def image_graph():
             return graph.define(
-                self.options, feed=feed, weighted=self.sharding is not None,
+                self.options, feed=feed, padded=self.sharding is not None,
                 from_tfrecord=self.from_tfrecord,
                 num_classes=len(self.class_names) if self.class_names else 0,
             )
