@@ -20,6 +20,9 @@ The graph has named inputs, fed one batch at a time:
 With `class_weight` or a `"weights"` input, the last output is Keras's
 `sample_weight`: the class weight of each sample's label (a lookup table in the
 graph), times its `"weights"` input if any.
+
+On a GPU the mixed decoders upsample JPEG chroma as the CPU decoder does
+(`jpeg_fancy_upsampling`), so that both devices decode to nearly the same pixels.
 """
 
 import types
@@ -141,15 +144,16 @@ def _decode(options, encoded, window=None):
     `options.channels` channels: RGB, grey, or RGBA."""
     from nvidia.dali import fn, types as dali_types
 
-    device = "mixed" if options.device == "gpu" else "cpu"
+    # nvJPEG upsamples chroma like libjpeg-turbo only when asked to.
+    device = dict(device="mixed", jpeg_fancy_upsampling=True) if options.device == "gpu" \
+        else dict(device="cpu")
 
     def decode(output_type):
         if window is None:
-            return fn.decoders.image(encoded, device=device, output_type=output_type)
+            return fn.decoders.image(encoded, output_type=output_type, **device)
         return fn.decoders.image_slice(
-            encoded, window["anchor"], window["shape"], device=device,
-            output_type=output_type, normalized_anchor=False, normalized_shape=False,
-            axis_names="WH",
+            encoded, window["anchor"], window["shape"], output_type=output_type,
+            normalized_anchor=False, normalized_shape=False, axis_names="WH", **device,
         )
 
     if options.color_mode == "grayscale":

@@ -29,14 +29,20 @@ def test_gpu_graph_matches_cpu_graph(color_dir, augment):
                             augment=augment, normalization=None, label_mode="categorical")
     cpu_batches, gpu_batches = run_same_inputs(cpu, gpu)
     assert [len(b[0]) for b in gpu_batches] == [len(b[0]) for b in cpu_batches]
+    errors = []
     for (cpu_images, cpu_labels), (gpu_images, gpu_labels) in zip(cpu_batches, gpu_batches):
         assert gpu_images.shape == cpu_images.shape and gpu_images.dtype == cpu_images.dtype
         np.testing.assert_array_equal(gpu_labels, cpu_labels)
-        # nvJPEG and libjpeg-turbo round differently and GPU resampling differs in
-        # the last bit: stated tolerance 2 grey levels mean, 40 at worst.
-        error = np.abs(gpu_images.astype(np.float32) - cpu_images.astype(np.float32))
-        assert error.mean() < 2.0, error.mean()
-        assert error.max() < 40, error.max()
+        errors.append(np.abs(gpu_images.astype(np.float32) - cpu_images.astype(np.float32)))
+    # Both devices upsample chroma the same way (`jpeg_fancy_upsampling`), which
+    # alone would differ by 0.91 mean and 22 at worst on these images; what is left
+    # is the inverse DCT, which between libjpeg-turbo's own accurate and fast ones
+    # differs by 0.95 mean and 3 at worst (benchmarks/jpeg_decoders.py).
+    # Stated tolerance: 1.5 grey levels mean, 8 at worst.
+    error = np.concatenate([e.ravel() for e in errors])
+    print(f"augment={augment}: GPU-CPU error {error.mean():.3f} mean, {error.max():.1f} max")
+    assert error.mean() < 1.5, error.mean()
+    assert error.max() <= 8, error.max()
 
 
 def test_gpu_png_pixels_match_cpu_exactly_enough(indexed_dir):
