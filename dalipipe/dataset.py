@@ -245,8 +245,7 @@ def distribute(image_pipeline, strategy):
 
         def dataset_fn(context):
             replica = context.input_pipeline_id
-            device_id = tf.DeviceSpec.from_string(devices[replica]).device_index or 0
-            shard = image_pipeline.shard([replica], num_replicas, device_id=device_id)
+            shard = image_pipeline.shard([replica], num_replicas)
             return to_dataset(shard, device=devices[replica])
     else:
         options = tf.distribute.InputOptions(
@@ -319,11 +318,13 @@ def to_dataset(image_pipeline, device=None):
     Args:
         image_pipeline: the pipeline, or one shard of it (`ImagePipeline.shard`).
         device: the TensorFlow device to place it on. Defaults to `/gpu:0` for a GPU
-            pipeline (`/gpu:<device_id>` for a shard) and `/cpu:0` otherwise.
+            pipeline and `/cpu:0` otherwise. DALI runs on its CUDA device.
     """
     gpu = image_pipeline.device == "gpu"
     if device is None:
-        device = f"/gpu:{image_pipeline.device_id}" if gpu else "/cpu:0"
+        device = "/gpu:0" if gpu else "/cpu:0"
+    if gpu:
+        image_pipeline = image_pipeline.on_device(tf_gpu_cuda_ordinal(device))
     with tf.device("/cpu:0" if gpu else device):
         inputs = input_datasets(image_pipeline)
     if gpu:
@@ -462,6 +463,61 @@ class _DALIKerasDataset(dali_tf.experimental.DALIDatasetWithInputs):
 
     def cardinality(self):
         return tf.constant(self._steps, tf.int64)
+
+
+def tf_gpu_cuda_ordinal(device):
+    """The CUDA device ordinal (DALI's `device_id`) of TensorFlow's GPU `device`
+    (such as `"/gpu:1"`), from TensorFlow's visible GPUs (see `cuda_ordinal`)."""
+    index = tf.DeviceSpec.from_string(device).device_index or 0
+    visible = [(gpu.name, tf.config.get_logical_device_configuration(gpu))
+               for gpu in tf.config.get_visible_devices("GPU")]
+    return cuda_ordinal(index, visible, device=device)
+
+
+def cuda_ordinal(index, visible, *, device=None):
+    """The CUDA device ordinal of TensorFlow's logical GPU `index`.
+
+    TensorFlow numbers its logical GPUs over its visible physical GPUs in the order
+    of the physical ones (`tf.config.set_visible_devices` only filters them), each
+    GPU split into its logical devices (`tf.config.set_logical_device_configuration`)
+    in order; a physical GPU's name ends with its CUDA ordinal, as CUDA numbers the
+    devices of `CUDA_VISIBLE_DEVICES`. A pure function of TensorFlow's answers.
+
+    Args:
+        index: the logical GPU's index, as in `/gpu:<index>`.
+        visible: per visible physical GPU, `(name, configurations)`: its name
+            (`"/physical_device:GPU:<ordinal>"`) and its logical device
+            configurations (None when not split).
+        device: the device name for messages. Defaults to `/gpu:<index>`.
+
+    Raises:
+        ValueError: when TensorFlow has no such logical GPU, or when logical GPUs are
+            given an `experimental_device_ordinal`, which reorders them.
+    """
+    device = device or f"/gpu:{index}"
+    logical = []
+    for name, configurations in sorted(visible, key=lambda gpu: _physical_ordinal(gpu[0])):
+        configurations = configurations or [None]
+        if any(getattr(c, "experimental_device_ordinal", None) is not None
+               for c in configurations):
+            raise ValueError(
+                "dalipipe finds the CUDA device of a TensorFlow GPU from the order of the "
+                "visible GPUs, and `experimental_device_ordinal` reorders the logical GPUs. "
+                "Configure the logical GPUs without it, or hide the other GPUs with "
+                f"CUDA_VISIBLE_DEVICES. Received: device={device!r}, logical devices of "
+                f"{name}: {configurations}"
+            )
+        logical += [_physical_ordinal(name)] * len(configurations)
+    if not 0 <= index < len(logical):
+        raise ValueError(
+            f"TensorFlow has {len(logical)} visible logical GPUs, so there is no {device}. "
+            f"Received: device={device!r}"
+        )
+    return logical[index]
+
+
+def _physical_ordinal(name):
+    return int(name.rsplit(":", 1)[1])
 
 
 def _resolve_gpu(device):

@@ -143,7 +143,6 @@ class Sharding(NamedTuple):
 
     num_replicas: int
     replica_ids: tuple
-    device_id: int
 
 
 class ImagePipeline:
@@ -173,13 +172,14 @@ class ImagePipeline:
         batch_size: samples per DALI batch (per replica for a shard).
         steps: steps per epoch (global batches for a shard).
         num_batches: DALI batches per epoch (`steps` times the replicas it feeds).
-        device: `"cpu"` or `"gpu"`; `device_id`: the GPU, or None on the CPU.
+        device: `"cpu"` or `"gpu"`; `device_id`: the CUDA device ordinal of the GPU
+            (as DALI counts them), or None on the CPU.
         input_names: the graph's inputs that are fed.
         output_dtypes, output_shapes: NumPy dtype names and shapes (batch dimension
             None) of the outputs.
     """
 
-    def __init__(self, index, options, sharding=None):
+    def __init__(self, index, options, sharding=None, device_id=0):
         self.index = index
         self.options = options
         self.sharding = sharding
@@ -200,12 +200,10 @@ class ImagePipeline:
         if sharding is None:
             self.batch_size = global_batch
             self.num_batches = self.steps
-            device_id = 0
         else:
             self.batch_size = global_batch // sharding.num_replicas
             self.num_batches = self.steps * len(sharding.replica_ids)
-            device_id = sharding.device_id
-        self.device_id = device_id if self.device == "gpu" else None
+        self.device_id = int(device_id) if self.device == "gpu" else None
         self.weighted = sharding is not None or options.class_weight is not None
         # DALI prunes an input the graph does not use: "random" only drives augmentation.
         self.input_names = ("samples", "random") if options.augment else ("samples",)
@@ -243,6 +241,11 @@ class ImagePipeline:
         """Whether the samples are TFRecord records (else image files)."""
         return self.index.refs is not None
 
+    def on_device(self, device_id):
+        """This pipeline on CUDA device `device_id` (ignored on the CPU): a new
+        `ImagePipeline`."""
+        return ImagePipeline(self.index, self.options, self.sharding, device_id)
+
     def shard(self, replica_ids, num_replicas, device_id=0):
         """This split as loaded by one input pipeline of a distributed dataset.
 
@@ -258,7 +261,8 @@ class ImagePipeline:
             replica_ids: the consecutive replicas this pipeline feeds, in the order
                 their batches are consumed (one pipeline per replica, or per worker).
             num_replicas: replicas in sync over all workers.
-            device_id: the GPU this pipeline runs on (ignored on the CPU).
+            device_id: the CUDA device ordinal this pipeline runs on (ignored on the
+                CPU).
 
         Returns:
             A new `ImagePipeline`.
@@ -273,8 +277,8 @@ class ImagePipeline:
             )
         check_global_batch(self.options.batch_size, num_replicas)
         replica_ids = tuple(int(r) for r in replica_ids)
-        return ImagePipeline(self.index, self.options,
-                             sharding=Sharding(num_replicas, replica_ids, device_id))
+        return ImagePipeline(self.index, self.options, Sharding(num_replicas, replica_ids),
+                             device_id)
 
     def positions(self):
         """Which samples of an epoch's order this pipeline loads, and their weights.
