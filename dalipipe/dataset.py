@@ -5,6 +5,7 @@ exact epochs from finite `tf.data` inputs, and `tf.distribute` sharding.
 """
 
 import collections
+import os
 import threading
 import warnings
 
@@ -195,21 +196,29 @@ def make_dali_dataset(
 
     Returns:
         A `tf.data.Dataset` yielding `(images, labels)` batches, or the images alone
-        when there are no labels; a pair of them for `subset="both"`. Images are
-        `dtype` of shape `(batch, height, width, channels)` (`"channels_last"`) or
-        `(batch, channels, height, width)`; labels as `label_mode` says. With
-        `batch_size=None`, single samples without the batch dimension. It has the
-        attributes `class_names` (None without labels) and `file_paths` (in the
-        order that `shuffle` and `seed` give, as Keras's), and `cardinality()` is
-        the number of batches per epoch. On a GPU it is placed on `/gpu:0` and its
-        tensors live there. With `strategy`, a `tf.distribute.DistributedDataset`
-        (see `strategy`) with the same attributes.
+        when there are no labels, or `(images, labels, sample_weights)` with
+        `class_weight`; a pair of them for `subset="both"`. Images are `dtype` of
+        shape `(batch, height, width, channels)` (`"channels_last"`) or
+        `(batch, channels, height, width)`; labels as `label_mode` says; sample
+        weights float32 `(batch,)`. With `batch_size=None`, single samples without
+        the batch dimension. It has the attributes `class_names` (None without
+        labels) and `file_paths` (in the order that `shuffle` and `seed` give, as
+        Keras's), and `cardinality()` is the number of batches per epoch. On the
+        CPU, an iterator builds its DALI pipeline at its first element, so one that
+        is never read costs nothing. On a GPU it is placed on `/gpu:0` and its
+        tensors live there: `.map` and the other CPU transformations of `tf.data`
+        raise ValueError (use `class_weight`, or `device="cpu"`). With `strategy`,
+        a `tf.distribute.DistributedDataset` (see `strategy`) with the same
+        attributes.
 
     Raises:
         ValueError: for an invalid argument, an empty source, an unknown column,
-            mismatched lengths, missing or bad files (with `on_bad_file="raise"`), or
-            a `batch_size` that the strategy's replicas do not divide.
-        RuntimeError: for `device="gpu"` on a machine without a usable GPU.
+            mismatched lengths, missing or bad files (with `on_bad_file="raise"`), a
+            `batch_size` that the strategy's replicas do not divide, or a
+            TensorFlow GPU whose CUDA device cannot be told.
+        RuntimeError: for `device="gpu"` on a machine without a usable GPU, or for
+            a GPU pipeline where TensorFlow holds all GPU memory (memory growth off
+            and no memory limit).
     """
     options = Options.from_arguments(locals())
     if strategy is not None:
@@ -315,100 +324,142 @@ def _strategy_device(strategy, device):
 def to_dataset(image_pipeline, device=None):
     """Wraps an `ImagePipeline` in DALI's TensorFlow dataset (see `make_dali_dataset`).
 
+    On the CPU the DALI dataset is made lazily: a new iterator builds its DALI
+    pipeline, and starts its epoch, at its first element, so that the iterators Keras
+    makes and never reads (one at the end of every `fit` epoch and every validation
+    pass) cost nothing, and pass n is epoch n of `fit` too. On a GPU the DALI dataset
+    itself is returned, built by every new iterator: the lazy form iterates it
+    through a `flat_map`, whose iterator (`FlatMapDataset` has a CPU kernel only) runs
+    on the CPU and would hand DALI host memory for its GPU outputs.
+
     Args:
         image_pipeline: the pipeline, or one shard of it (`ImagePipeline.shard`).
         device: the TensorFlow device to place it on. Defaults to `/gpu:0` for a GPU
-            pipeline and `/cpu:0` otherwise. DALI runs on its CUDA device.
+            pipeline and `/cpu:0` otherwise.
+
+    Returns:
+        A `tf.data.Dataset` with `class_names` and `file_paths`, whose
+        `cardinality()` is `image_pipeline.steps`.
     """
     gpu = image_pipeline.device == "gpu"
     if device is None:
         device = "/gpu:0" if gpu else "/cpu:0"
     if gpu:
         image_pipeline = image_pipeline.on_device(tf_gpu_cuda_ordinal(device))
-    with tf.device("/cpu:0" if gpu else device):
-        inputs = input_datasets(image_pipeline)
+    feed = _EpochFeed(image_pipeline)
+    parts = [_dali_dataset(feed, numbers, size, join=i > 0, device=device)
+             for i, (numbers, size) in enumerate(feed.parts)]
     if gpu:
-        inputs = {k: v.apply(tf.data.experimental.copy_to_device(device)) for k, v in inputs.items()}
+        dataset = parts[0]
+    else:
+        whole = parts[0] if len(parts) == 1 else parts[0].concatenate(parts[1])
+        with tf.device(device):
+            dataset = tf.data.Dataset.range(1).flat_map(lambda _: whole)
+            if image_pipeline.num_batches == image_pipeline.steps:
+                # A real cardinality for tf.data too (`.map`, `.prefetch` keep it).
+                dataset = dataset.apply(
+                    tf.data.experimental.assert_cardinality(image_pipeline.num_batches))
+            dataset = dataset.with_options(_plain_options())
+    return _KerasDataset(dataset, image_pipeline, device=device if gpu else None)
+
+
+def _dali_dataset(feed, numbers, batch_size, *, join, device):
+    """DALI's dataset over the batches `numbers` of each epoch of `feed`, DALI batches
+    of `batch_size` (`join`: the epoch is the one the first part started)."""
+    image_pipeline = feed.image_pipeline
+    gpu = image_pipeline.device == "gpu"
+    with tf.device("/cpu:0" if gpu else device):
+        inputs = {name: feed.dataset(name, numbers, join=join)
+                  for name in image_pipeline.input_names}
+    if gpu:
+        # DALI's plugin takes its inputs on the dataset's device (FeedInputs).
+        inputs = {k: v.apply(tf.data.experimental.copy_to_device(device))
+                  for k, v in inputs.items()}
     with tf.device(device):
         dtypes = tuple(tf.as_dtype(d) for d in image_pipeline.output_dtypes)
         shapes = tuple(tf.TensorShape(s) for s in image_pipeline.output_shapes)
-        dataset = _DALIKerasDataset(
-            steps=image_pipeline.steps,
-            pipeline=image_pipeline.dali_pipeline(),
+        pipeline = image_pipeline.dali_pipeline(batch_size=batch_size)
+        dataset = dali_tf.experimental.DALIDatasetWithInputs(
+            pipeline=pipeline,
             input_datasets={
-                name: dali_tf.experimental.Input(inputs[name], batch=True)
+                name: dali_tf.experimental.Input(
+                    inputs[name], batch=not (name == "samples" and feed.per_sample))
                 for name in image_pipeline.input_names
             },
-            output_dtypes=dtypes if len(dtypes) > 1 else dtypes[0],
-            output_shapes=shapes if len(shapes) > 1 else shapes[0],
-            batch_size=image_pipeline.batch_size,
+            output_dtypes=dtypes,
+            output_shapes=shapes,
+            batch_size=batch_size,
             num_threads=image_pipeline.options.num_threads,
             device_id=image_pipeline.device_id,
             prefetch_queue_depth=image_pipeline.options.prefetch_queue_depth,
         )
-        if image_pipeline.device == "cpu" and image_pipeline.num_batches == image_pipeline.steps:
-            # A real cardinality for tf.data too (`.map`, `.prefetch` keep it). The op has
-            # no GPU kernel, so on a GPU the Python `cardinality()` alone carries it.
-            dataset = dataset.apply(
-                tf.data.experimental.assert_cardinality(image_pipeline.num_batches)
-            )
-    dataset.class_names = image_pipeline.class_names
-    dataset.file_paths = list(image_pipeline.file_paths)
+    # The plugin builds the Python pipeline only to read its inputs; every iterator
+    # builds its own from the serialized graph. Release this one's threads and GPU
+    # state now rather than when the dataset is collected.
+    if hasattr(pipeline, "_shutdown"):
+        pipeline._shutdown()
     return dataset
 
 
+def _plain_options():
+    # As DALI's own dataset: no tf.data rewrites or autotuning around it.
+    options = tf.data.Options()
+    options.experimental_optimization.apply_default_optimizations = False
+    options.autotune.enabled = False
+    return options
+
+
+def feed_parts(num_loaded, batch_size, *, from_tfrecord, gpu):
+    """How DALI's plugin is fed an epoch of `num_loaded` samples in batches of
+    `batch_size`: `(per_sample, parts)`.
+
+    TFRecord records go one per sample (DALI's `Input(..., batch=False)`), so that no
+    record is padded to its batch's longest; file paths as one dense batch. DALI
+    takes exactly `batch_size` samples per run from a per-sample input (a short last
+    batch is dropped: `PrepareBatchesSampleMode` in `dali_dataset_op.cc`), so a
+    partial last batch is a second part, a DALI dataset of that batch size, joined
+    with `concatenate`. On a GPU there is no joining: `ConcatenateDataset` has a CPU
+    kernel only, so the records of an epoch with a partial last batch go as dense
+    batches, padded to each batch's longest record.
+
+    Returns:
+        `per_sample`: whether the `"samples"` input is per sample; `parts`: a list of
+        `(batch numbers, DALI batch size)`, one per DALI dataset, in order.
+    """
+    num_batches = -(-num_loaded // batch_size)
+    last = num_loaded - (num_batches - 1) * batch_size
+    per_sample = from_tfrecord and not (gpu and last != batch_size)
+    if not per_sample or last == batch_size:
+        return per_sample, [(range(num_batches), batch_size)]
+    parts = [(range(num_batches - 1), batch_size)] if num_batches > 1 else []
+    return per_sample, parts + [(range(num_batches - 1, num_batches), last)]
+
+
 def input_datasets(image_pipeline):
-    """The `tf.data` inputs of the graph by name, one batch per element.
+    """The `tf.data` inputs of the graph by name, for a CPU pipeline's whole epoch.
 
     Each iteration of an input is one epoch, numbered from 0 by the iterations that
     input has started, and holds that epoch's `ImagePipeline.epoch_inputs`: the
-    `"samples"` rows (`ImagePipeline.load_samples`), the `"random"` numbers, and for
-    a shard the `"weights"`. So the n-th pass over the dataset loads what the native
+    `"samples"` (`ImagePipeline.load_samples`: one element per batch, or per record
+    for TFRecord records), the `"random"` numbers, and for a shard the `"weights"`,
+    one element per batch. So the n-th pass over the dataset loads what the native
     `ImagePipeline.epoch(n)` loads, and the shards of a distributed dataset split one
     common order.
     """
     feed = _EpochFeed(image_pipeline)
-    num_batches = image_pipeline.num_batches
-
-    def epochs(name, dtype, shape):
-        def start(_):
-            with tf.device("/cpu:0"):
-                return tf.numpy_function(lambda: feed.start(name), [], tf.int64,
-                                         stateful=True)
-
-        def batch(epoch, number):
-            # Placed explicitly: once a strategy has distributed other datasets, Keras's
-            # own distribution of this one otherwise gives the op a malformed device.
-            # Not stateful: the same epoch and batch give the same rows (the stat calls
-            # in `load_samples` only raise).
-            with tf.device("/cpu:0"):
-                values = tf.numpy_function(getattr(feed, name), [epoch, number], dtype,
-                                           stateful=False)
-            return tf.ensure_shape(values, shape)
-
-        return (
-            tf.data.Dataset.range(1).map(start)
-            .flat_map(lambda epoch: tf.data.Dataset.range(num_batches).map(
-                lambda number: (epoch, number)))
-            .map(batch, num_parallel_calls=2, deterministic=True)
-        )
-
-    inputs = {
-        "samples": epochs("samples", tf.uint8, [None, None]),
-        "random": epochs("random", tf.float32, [None, sampling.NUM_RANDOM]),
-    }
-    _, weights = image_pipeline.positions()
-    if weights is not None:
-        inputs["weights"] = tf.data.Dataset.from_tensor_slices(weights).batch(
-            image_pipeline.batch_size)
-    return inputs
+    numbers = range(image_pipeline.num_batches)
+    return {name: feed.dataset(name, numbers) for name in image_pipeline.input_names}
 
 
 class _EpochFeed:
-    """The Python side of `input_datasets`: epoch numbers and each epoch's batches."""
+    """The Python side of the inputs: epoch numbers and each epoch's batches."""
 
     def __init__(self, image_pipeline):
         self.image_pipeline = image_pipeline
+        num_loaded = len(image_pipeline.positions()[0])
+        self.per_sample, self.parts = feed_parts(
+            num_loaded, image_pipeline.batch_size, from_tfrecord=image_pipeline.from_tfrecord,
+            gpu=image_pipeline.device == "gpu")
         self.started = collections.Counter()
         self.epochs = collections.OrderedDict()
         self.lock = threading.Lock()
@@ -419,6 +470,49 @@ class _EpochFeed:
             epoch = self.started[name]
             self.started[name] += 1
         return np.int64(epoch)
+
+    def current(self, name):
+        """The number of the epoch that input `name` started last."""
+        with self.lock:
+            return np.int64(self.started[name] - 1)
+
+    def dataset(self, name, numbers, *, join=False):
+        """Input `name` over the batches `numbers` of each epoch (`join`: of the epoch
+        that the input started last)."""
+        per_record = name == "samples" and self.per_sample
+        dtype, shape = {
+            "samples": (tf.uint8, [None] if per_record else [None, None]),
+            "random": (tf.float32, [None, sampling.NUM_RANDOM]),
+            "weights": (tf.float32, [None]),
+        }[name]
+        begin = self.current if join else self.start
+
+        def start(_):
+            with tf.device("/cpu:0"):
+                return tf.numpy_function(lambda: begin(name), [], tf.int64, stateful=True)
+
+        def batch(epoch, number):
+            # Placed explicitly: once a strategy has distributed other datasets, Keras's
+            # own distribution of this one otherwise gives the op a malformed device.
+            # Not stateful: the same epoch and batch give the same rows (the stat calls
+            # in `load_samples` only raise).
+            with tf.device("/cpu:0"):
+                if per_record:
+                    flat, lengths = tf.numpy_function(self.records, [epoch, number],
+                                                      (tf.uint8, tf.int64), stateful=False)
+                    return tf.ensure_shape(flat, [None]), tf.ensure_shape(lengths, [None])
+                values = tf.numpy_function(getattr(self, name), [epoch, number], dtype,
+                                           stateful=False)
+            return tf.ensure_shape(values, shape)
+
+        numbers = tf.constant(list(numbers), tf.int64)
+        batches = (
+            tf.data.Dataset.range(1).map(start)
+            .flat_map(lambda epoch: tf.data.Dataset.from_tensor_slices(numbers).map(
+                lambda number: (epoch, number)))
+            .map(batch, num_parallel_calls=2, deterministic=True)
+        )
+        return batches.flat_map(_records) if per_record else batches
 
     def _inputs(self, epoch):
         with self.lock:
@@ -432,37 +526,100 @@ class _EpochFeed:
         size = self.image_pipeline.batch_size
         return slice(int(number) * size, (int(number) + 1) * size)
 
+    def _sample_ids(self, epoch, number):
+        return self._inputs(int(epoch))[0][self._rows(epoch, number)]
+
     def samples(self, epoch, number):
-        sample_ids = self._inputs(int(epoch))[0][self._rows(epoch, number)]
-        return self.image_pipeline.load_samples(sample_ids)
+        sample_ids = self._sample_ids(epoch, number)
+        if not self.image_pipeline.from_tfrecord:
+            return self.image_pipeline.load_samples(sample_ids)
+        flat, lengths = self.image_pipeline.load_records(sample_ids)
+        padded = np.zeros((len(lengths), int(lengths.max())), np.uint8)
+        for row, start, length in zip(padded, np.cumsum(lengths) - lengths, lengths):
+            row[:length] = flat[start:start + length]
+        return padded
+
+    def records(self, epoch, number):
+        return self.image_pipeline.load_records(self._sample_ids(epoch, number))
 
     def random(self, epoch, number):
         return self._inputs(int(epoch))[1][self._rows(epoch, number)]
 
+    def weights(self, epoch, number):
+        return self._inputs(int(epoch))[2][self._rows(epoch, number)]
 
-class _DALIKerasDataset(dali_tf.experimental.DALIDatasetWithInputs):
-    """DALI's dataset, whose `cardinality()` is the number of steps per epoch, and
-    whose elements are the images themselves when they are the only output.
 
-    DALI reports an infinite cardinality; Keras reads `cardinality()` (through a
-    distributed dataset too) to end each epoch and to make a new iterator (a new
-    order) for the next. The dataset really ends when its inputs do. DALI's
-    elements are always tuples; a single output is given as the tensor alone, as
-    Keras's `image_dataset_from_directory` gives it (only the element's structure
-    changes: no op runs on it).
+def _records(flat, lengths):
+    """One element per record of a batch `(flat, lengths)` (`load_records`)."""
+    ends = tf.cumsum(lengths)
+    return tf.data.Dataset.from_tensor_slices((ends - lengths, ends)).map(
+        lambda start, end: flat[start:end])
+
+
+# Instance methods of `tf.data.Dataset` whose ops run on the CPU only.
+_CPU_TRANSFORMATIONS = (
+    "batch", "bucket_by_sequence_length", "cache", "concatenate", "enumerate", "filter",
+    "flat_map", "group_by_window", "ignore_errors", "interleave", "map", "padded_batch",
+    "ragged_batch", "rebatch", "rejection_resample", "repeat", "scan", "shard", "shuffle",
+    "skip", "sparse_batch", "take", "take_while", "unbatch", "unique", "window",
+)
+
+
+class _KerasDataset(tf.data.Dataset):
+    """The dataset `make_dali_dataset` returns: `dataset` with Keras's view of it.
+
+    `cardinality()` is the number of steps per epoch (DALI reports an infinite one;
+    Keras reads it, through a distributed dataset too, to end each epoch and to make
+    a new iterator, a new order, for the next). The elements are the images
+    themselves when they are the only output, as Keras's
+    `image_dataset_from_directory` gives them (DALI's are always tuples: only the
+    element's structure changes, no op runs on it). On a GPU, CPU transformations
+    raise ValueError instead of failing inside TensorFlow.
     """
 
-    def __init__(self, steps, **kwargs):
-        super().__init__(**kwargs)
-        self._steps = steps
+    def __init__(self, dataset, image_pipeline, *, device=None):
+        spec = dataset.element_spec
+        self._spec = spec[0] if isinstance(spec, tuple) and len(spec) == 1 else spec
+        self._steps = image_pipeline.steps
+        self._gpu_device = device
+        self.class_names = image_pipeline.class_names
+        self.file_paths = list(image_pipeline.file_paths)
+        self._input_dataset = dataset
+        super().__init__(dataset._variant_tensor)
+
+    def _inputs(self):
+        return [self._input_dataset]
 
     @property
     def element_spec(self):
-        spec = super().element_spec
-        return spec[0] if isinstance(spec, tuple) and len(spec) == 1 else spec
+        return self._spec
 
     def cardinality(self):
         return tf.constant(self._steps, tf.int64)
+
+
+def _cpu_transformation(name):
+    inherited = getattr(tf.data.Dataset, name)
+
+    def transformation(self, *args, **kwargs):
+        if self._gpu_device is not None:
+            raise ValueError(
+                f"This dataset lives on the GPU ({self._gpu_device}), and `Dataset.{name}` "
+                "runs on the CPU, which cannot read its tensors. Do the work in the DALI "
+                "graph: `make_dali_dataset(..., class_weight={class index: weight})` gives "
+                "sample weights (instead of Keras's `fit(class_weight=...)`, which maps the "
+                "dataset); or make the dataset with `device='cpu'` to transform it with "
+                f"tf.data. Received: Dataset.{name} on a dataset placed on {self._gpu_device}"
+            )
+        return inherited(self, *args, **kwargs)
+
+    transformation.__name__ = name
+    transformation.__doc__ = inherited.__doc__
+    return transformation
+
+
+for _name in _CPU_TRANSFORMATIONS:
+    setattr(_KerasDataset, _name, _cpu_transformation(_name))
 
 
 def tf_gpu_cuda_ordinal(device):

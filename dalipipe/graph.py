@@ -6,10 +6,10 @@ decoders are `"mixed"` (nvJPEG and the hardware decoder) and everything after th
 runs on the GPU.
 
 The graph has named inputs, fed one batch at a time:
-- `"samples"`: uint8 rows, a little-endian int32 label then the file path padded
-  with NUL bytes (`sources.encode_samples`), or for TFRecord records the label, the
-  image's length and its bytes (`ImagePipeline.load_samples`). One row per sample
-  keeps each label with its image whatever the order.
+- `"samples"`: uint8, per sample a little-endian int32 label then the file path
+  padded with NUL bytes (`sources.encode_samples`), or for TFRecord records the
+  label, the image's length and its bytes (`ImagePipeline.load_records`). One input
+  per sample keeps each label with its image whatever the order.
 - `"random"`: float32 rows of `sampling.NUM_RANDOM` uniform numbers in [0, 1) per
   sample that drive the random-resized crop and the flip (`sampling.epoch_random`).
   Drawing them outside DALI gives fresh augmentation every epoch (DALI restarts its

@@ -321,32 +321,58 @@ class ImagePipeline:
         """The `"samples"` input batch for `sample_ids` (see `dalipipe.graph`).
 
         Image files: uint8 `(n, 4 + longest path)`, the int32 label then the path
-        (DALI reads the files). TFRecord records: uint8 `(n, 8 + longest image)`, the
-        int32 label, the int32 length of the encoded image and its bytes (read here
-        with `os.pread`: DALI's reader cannot reshuffle every epoch). Padded with
-        zeros.
+        padded with zeros (DALI reads the files). TFRecord records: a list of `n`
+        uint8 arrays `(8 + length of the encoded image,)`, each the int32 label, the
+        int32 length and the image's bytes (see `load_records`), so that no record is
+        padded to the batch's longest.
 
         Files checked before training are stat-ed again (`checks.verify_unchanged`),
         so that one deleted or replaced during training is named.
         """
         sample_ids = np.asarray(sample_ids, np.int64)
-        index = self.index
+        if self.from_tfrecord:
+            flat, lengths = self.load_records(sample_ids)
+            return np.split(flat, np.cumsum(lengths)[:-1])
         labels = None if self.labels is None else self.labels[sample_ids]
-        if not self.from_tfrecord:
-            paths = [self.file_paths[i] for i in sample_ids]
-            if index.stamps is not None:
-                checks.verify_unchanged(paths, index.stamps[sample_ids],
-                                        check=self.options.check)
-            return sources.encode_samples(paths, labels)
+        paths = [self.file_paths[i] for i in sample_ids]
+        if self.index.stamps is not None:
+            checks.verify_unchanged(paths, self.index.stamps[sample_ids],
+                                    check=self.options.check)
+        return sources.encode_samples(paths, labels)
+
+    def load_records(self, sample_ids):
+        """The TFRecord samples of `sample_ids`, one after the other in one buffer.
+
+        The records are read here with `os.pread` (DALI's reader cannot reshuffle
+        every epoch).
+
+        Returns:
+            `(flat, lengths)`: uint8 `(sum(lengths),)`, per sample the little-endian
+            int32 label (0 without labels), the int32 length of the encoded image,
+            then its bytes; and int64 `(n,)`, each sample's length in `flat`
+            (8 + the image's length).
+        """
+        sample_ids = np.asarray(sample_ids, np.int64)
+        index = self.index
         refs = index.refs[sample_ids]
         if index.stamps is not None:
             used = np.unique(refs[:, 0])
             checks.verify_unchanged([index.shards[i] for i in used], index.stamps[used],
                                     check=None)
-        return sources.pack_payloads(labels, tfrecord.load_encoded(index.shards, refs),
-                                     with_length=True)
+        payloads = tfrecord.load_encoded(index.shards, refs)
+        sizes = np.array([len(p) for p in payloads], np.int64)
+        lengths = sizes + 8
+        flat = np.empty(int(lengths.sum()), np.uint8)
+        starts = np.cumsum(lengths) - lengths
+        labels = np.zeros(len(sample_ids), "<i4") if self.labels is None else \
+            self.labels[sample_ids].astype("<i4")
+        head = np.stack([labels, sizes.astype("<i4")], axis=1).view(np.uint8)
+        for start, row, payload in zip(starts, head, payloads):
+            flat[start:start + 8] = row
+            flat[start + 8:start + 8 + len(payload)] = np.frombuffer(payload, np.uint8)
+        return flat, lengths
 
-    def dali_pipeline(self, feed=None):
+    def dali_pipeline(self, feed=None, batch_size=None):
         """A new DALI `Pipeline` object for this graph, not yet built.
 
         Args:
@@ -354,11 +380,12 @@ class ImagePipeline:
                 TensorFlow plugin fills from `tf.data`; or a callable `feed(name)`
                 that returns a zero-argument callable giving the next batch of that
                 input and raising StopIteration at the end of an epoch.
+            batch_size: DALI's batch size. Defaults to `batch_size`.
         """
         from nvidia.dali import pipeline_def
 
         @pipeline_def(
-            batch_size=self.batch_size,
+            batch_size=batch_size or self.batch_size,
             num_threads=self.options.num_threads,
             device_id=self.device_id,
             seed=self.options.seed,
