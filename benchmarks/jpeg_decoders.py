@@ -18,6 +18,7 @@ an antialiased resize to 32x32).
 import argparse
 import io
 import json
+import pathlib
 
 import numpy as np
 import tensorflow as tf
@@ -77,10 +78,9 @@ def main():
         "idct": {"full": difference(idct), "resized_32": difference(idct, (32, 32))},
     }
     text = json.dumps(result, indent=2)
-    print(text)
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+        pathlib.Path(args.out).write_text(text + "\n")
+    print(text)
 
 
 if __name__ == "__main__":
