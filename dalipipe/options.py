@@ -337,8 +337,9 @@ class Options:
 
     def class_weight_table(self):
         """`(keys, values)` of `class_weight`, sorted by key, for DALI's lookup table;
-        classes missing from it weigh 1.0, as in Keras."""
-        items = sorted(self.class_weight.items())
+        classes missing from it weigh 1.0, as in Keras. Never empty: DALI 2.4's
+        lookup table crashes the process on empty keys."""
+        items = sorted(self.class_weight.items()) or [(0, 1.0)]
         return [k for k, _ in items], [v for _, v in items]
 
     def _check_split(self):

@@ -340,6 +340,9 @@ def test_class_weight_is_a_weight_output_times_the_padding(indexed_dir):
     _, _, padding = shard.epoch_inputs(0)
     np.testing.assert_array_equal(got, padding * [weights.get(int(y), 1.0) for y in labels])
     assert 0 in got and 4.0 in got
+    unweighted = make_dali_pipeline(indexed_dir, image_size=(4, 4), batch_size=8, seed=1,
+                                    class_weight={}, device="cpu", verbose=False)
+    assert set(collect(unweighted.epoch())[2]) == {1.0}
 
 
 def test_gpu_pipelines_default_to_dali_examples_threads():
