@@ -330,12 +330,14 @@ def to_dataset(image_pipeline, device=None):
     pass) cost nothing, and pass n is epoch n of `fit` too. On a GPU the DALI dataset
     itself is returned, built by every new iterator: the lazy form iterates it
     through a `flat_map`, whose iterator (`FlatMapDataset` has a CPU kernel only) runs
-    on the CPU and would hand DALI host memory for its GPU outputs.
+    on the CPU, and DALI copies its GPU outputs into memory from its iterator's
+    allocator (`ProduceOutputs` in `dali_dataset_op.cc`), which would be host memory.
 
     Args:
         image_pipeline: the pipeline, or one shard of it (`ImagePipeline.shard`).
         device: the TensorFlow device to place it on. Defaults to `/gpu:0` for a GPU
-            pipeline and `/cpu:0` otherwise.
+            pipeline and `/cpu:0` otherwise. A GPU pipeline runs on the CUDA device of
+            that TensorFlow GPU (`tf_gpu_cuda_ordinal`).
 
     Returns:
         A `tf.data.Dataset` with `class_names` and `file_paths`, whose
