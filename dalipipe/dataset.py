@@ -5,6 +5,7 @@ exact epochs from finite `tf.data` inputs, and `tf.distribute` sharding.
 """
 
 import collections
+import os
 import threading
 import warnings
 
@@ -13,7 +14,7 @@ import tensorflow as tf
 
 from dalipipe import graph, sampling
 from dalipipe.install import DALI_FIX, GPU_TENSORFLOW_FIX, import_dali_tf
-from dalipipe.options import Options, check_global_batch
+from dalipipe.options import MEMORY_GROWTH_VARIABLE, Options, check_global_batch
 from dalipipe.pipeline import image_pipelines
 
 dali_tf = import_dali_tf()
@@ -47,6 +48,7 @@ def make_dali_dataset(
     normalization="imagenet",
     dtype="float32",
     drop_remainder=False,
+    class_weight=None,
     device="auto",
     num_threads=None,
     prefetch_queue_depth=2,
@@ -158,10 +160,18 @@ def make_dali_dataset(
         dtype: `"float32"`, `"float16"` or `"uint8"` (needs `normalization=None`).
             Defaults to `"float32"`.
         drop_remainder: drop the last partial batch of each epoch. Defaults to False.
+        class_weight: a dict `{class index: weight}`, as Keras's `fit` takes it:
+            each batch gets a third element, float32 sample weights `(batch,)`,
+            the weight of each sample's class (1.0 for a class not in the dict),
+            computed in the DALI graph, so that it works on a GPU too (where Keras's
+            own `fit(class_weight=...)` cannot map the dataset). With `strategy`, it
+            multiplies the padding weights. Needs labels. Defaults to None.
         device: `"auto"` (the GPU when both TensorFlow and DALI see one, else the
             CPU), `"gpu"` or `"cpu"` (DALI's CPU operators, no CUDA needed).
             Defaults to `"auto"`.
-        num_threads: DALI CPU threads. Defaults to the number of usable cores.
+        num_threads: DALI CPU threads per pipeline. Defaults to the number of usable
+            cores on the CPU, and to 4 (at most the usable cores) on a GPU, as in
+            DALI's examples: there the GPU decodes and the threads only read.
         prefetch_queue_depth: batches DALI prepares ahead. Defaults to 2.
         check: the pre-flight check of every file before the pipeline starts
             (DALI stops at the first file it cannot decode): `"structure"`
@@ -188,21 +198,29 @@ def make_dali_dataset(
 
     Returns:
         A `tf.data.Dataset` yielding `(images, labels)` batches, or the images alone
-        when there are no labels; a pair of them for `subset="both"`. Images are
-        `dtype` of shape `(batch, height, width, channels)` (`"channels_last"`) or
-        `(batch, channels, height, width)`; labels as `label_mode` says. With
-        `batch_size=None`, single samples without the batch dimension. It has the
-        attributes `class_names` (None without labels) and `file_paths` (in the
-        order that `shuffle` and `seed` give, as Keras's), and `cardinality()` is
-        the number of batches per epoch. On a GPU it is placed on `/gpu:0` and its
-        tensors live there. With `strategy`, a `tf.distribute.DistributedDataset`
-        (see `strategy`) with the same attributes.
+        when there are no labels, or `(images, labels, sample_weights)` with
+        `class_weight`; a pair of them for `subset="both"`. Images are `dtype` of
+        shape `(batch, height, width, channels)` (`"channels_last"`) or
+        `(batch, channels, height, width)`; labels as `label_mode` says; sample
+        weights float32 `(batch,)`. With `batch_size=None`, single samples without
+        the batch dimension. It has the attributes `class_names` (None without
+        labels) and `file_paths` (in the order that `shuffle` and `seed` give, as
+        Keras's), and `cardinality()` is the number of batches per epoch. On the
+        CPU, an iterator builds its DALI pipeline at its first element, so one that
+        is never read costs nothing. On a GPU it is placed on `/gpu:0` and its
+        tensors live there: `.map` and the other CPU transformations of `tf.data`
+        raise ValueError (use `class_weight`, or `device="cpu"`). With `strategy`,
+        a `tf.distribute.DistributedDataset` (see `strategy`) with the same
+        attributes.
 
     Raises:
         ValueError: for an invalid argument, an empty source, an unknown column,
-            mismatched lengths, missing or bad files (with `on_bad_file="raise"`), or
-            a `batch_size` that the strategy's replicas do not divide.
-        RuntimeError: for `device="gpu"` on a machine without a usable GPU.
+            mismatched lengths, missing or bad files (with `on_bad_file="raise"`), a
+            `batch_size` that the strategy's replicas do not divide, or a
+            TensorFlow GPU whose CUDA device cannot be told.
+        RuntimeError: for `device="gpu"` on a machine without a usable GPU, or for
+            a GPU pipeline where TensorFlow holds all GPU memory (memory growth off
+            and no memory limit).
     """
     options = Options.from_arguments(locals())
     if strategy is not None:
@@ -238,8 +256,7 @@ def distribute(image_pipeline, strategy):
 
         def dataset_fn(context):
             replica = context.input_pipeline_id
-            device_id = tf.DeviceSpec.from_string(devices[replica]).device_index or 0
-            shard = image_pipeline.shard([replica], num_replicas, device_id=device_id)
+            shard = image_pipeline.shard([replica], num_replicas)
             return to_dataset(shard, device=devices[replica])
     else:
         options = tf.distribute.InputOptions(
@@ -309,98 +326,144 @@ def _strategy_device(strategy, device):
 def to_dataset(image_pipeline, device=None):
     """Wraps an `ImagePipeline` in DALI's TensorFlow dataset (see `make_dali_dataset`).
 
+    On the CPU the DALI dataset is made lazily: a new iterator builds its DALI
+    pipeline, and starts its epoch, at its first element, so that the iterators Keras
+    makes and never reads (one at the end of every `fit` epoch and every validation
+    pass) cost nothing, and pass n is epoch n of `fit` too. On a GPU the DALI dataset
+    itself is returned, built by every new iterator: the lazy form iterates it
+    through a `flat_map`, whose iterator (`FlatMapDataset` has a CPU kernel only) runs
+    on the CPU, and DALI copies its GPU outputs into memory from its iterator's
+    allocator (`ProduceOutputs` in `dali_dataset_op.cc`), which would be host memory.
+
     Args:
         image_pipeline: the pipeline, or one shard of it (`ImagePipeline.shard`).
         device: the TensorFlow device to place it on. Defaults to `/gpu:0` for a GPU
-            pipeline (`/gpu:<device_id>` for a shard) and `/cpu:0` otherwise.
+            pipeline and `/cpu:0` otherwise. A GPU pipeline runs on the CUDA device of
+            that TensorFlow GPU (`tf_gpu_cuda_ordinal`).
+
+    Returns:
+        A `tf.data.Dataset` with `class_names` and `file_paths`, whose
+        `cardinality()` is `image_pipeline.steps`.
     """
     gpu = image_pipeline.device == "gpu"
     if device is None:
-        device = f"/gpu:{image_pipeline.device_id}" if gpu else "/cpu:0"
-    with tf.device("/cpu:0" if gpu else device):
-        inputs = input_datasets(image_pipeline)
+        device = "/gpu:0" if gpu else "/cpu:0"
     if gpu:
-        inputs = {k: v.apply(tf.data.experimental.copy_to_device(device)) for k, v in inputs.items()}
+        image_pipeline = image_pipeline.on_device(tf_gpu_cuda_ordinal(device))
+    feed = _EpochFeed(image_pipeline)
+    parts = [_dali_dataset(feed, numbers, size, join=i > 0, device=device)
+             for i, (numbers, size) in enumerate(feed.parts)]
+    if gpu:
+        dataset = parts[0]
+    else:
+        whole = parts[0] if len(parts) == 1 else parts[0].concatenate(parts[1])
+        with tf.device(device):
+            dataset = tf.data.Dataset.range(1).flat_map(lambda _: whole)
+            if image_pipeline.num_batches == image_pipeline.steps:
+                # A real cardinality for tf.data too (`.map`, `.prefetch` keep it).
+                dataset = dataset.apply(
+                    tf.data.experimental.assert_cardinality(image_pipeline.num_batches))
+            dataset = dataset.with_options(_plain_options())
+    return _KerasDataset(dataset, image_pipeline, device=device if gpu else None)
+
+
+def _dali_dataset(feed, numbers, batch_size, *, join, device):
+    """DALI's dataset over the batches `numbers` of each epoch of `feed`, DALI batches
+    of `batch_size` (`join`: the epoch is the one the first part started)."""
+    image_pipeline = feed.image_pipeline
+    gpu = image_pipeline.device == "gpu"
+    with tf.device("/cpu:0" if gpu else device):
+        inputs = {name: feed.dataset(name, numbers, join=join)
+                  for name in image_pipeline.input_names}
+    if gpu:
+        # DALI's plugin takes its inputs on the dataset's device (FeedInputs).
+        inputs = {k: v.apply(tf.data.experimental.copy_to_device(device))
+                  for k, v in inputs.items()}
     with tf.device(device):
         dtypes = tuple(tf.as_dtype(d) for d in image_pipeline.output_dtypes)
         shapes = tuple(tf.TensorShape(s) for s in image_pipeline.output_shapes)
-        dataset = _DALIKerasDataset(
-            steps=image_pipeline.steps,
-            pipeline=image_pipeline.dali_pipeline(),
+        pipeline = image_pipeline.dali_pipeline(batch_size=batch_size)
+        dataset = dali_tf.experimental.DALIDatasetWithInputs(
+            pipeline=pipeline,
             input_datasets={
-                name: dali_tf.experimental.Input(inputs[name], batch=True)
+                name: dali_tf.experimental.Input(
+                    inputs[name], batch=not (name == "samples" and feed.per_sample))
                 for name in image_pipeline.input_names
             },
-            output_dtypes=dtypes if len(dtypes) > 1 else dtypes[0],
-            output_shapes=shapes if len(shapes) > 1 else shapes[0],
-            batch_size=image_pipeline.batch_size,
+            output_dtypes=dtypes,
+            output_shapes=shapes,
+            batch_size=batch_size,
             num_threads=image_pipeline.options.num_threads,
             device_id=image_pipeline.device_id,
             prefetch_queue_depth=image_pipeline.options.prefetch_queue_depth,
         )
-        if image_pipeline.device == "cpu" and image_pipeline.num_batches == image_pipeline.steps:
-            # A real cardinality for tf.data too (`.map`, `.prefetch` keep it). The op has
-            # no GPU kernel, so on a GPU the Python `cardinality()` alone carries it.
-            dataset = dataset.apply(
-                tf.data.experimental.assert_cardinality(image_pipeline.num_batches)
-            )
-    dataset.class_names = image_pipeline.class_names
-    dataset.file_paths = list(image_pipeline.file_paths)
+    # The plugin builds the Python pipeline only to read its inputs; every iterator
+    # builds its own from the serialized graph. Release this one's threads and GPU
+    # state now rather than when the dataset is collected.
+    if hasattr(pipeline, "_shutdown"):
+        pipeline._shutdown()
     return dataset
 
 
+def _plain_options():
+    # As DALI's own dataset: no tf.data rewrites or autotuning around it.
+    options = tf.data.Options()
+    options.experimental_optimization.apply_default_optimizations = False
+    options.autotune.enabled = False
+    return options
+
+
+def feed_parts(num_loaded, batch_size, *, from_tfrecord, gpu):
+    """How DALI's plugin is fed an epoch of `num_loaded` samples in batches of
+    `batch_size`: `(per_sample, parts)`.
+
+    TFRecord records go one per sample (DALI's `Input(..., batch=False)`), so that no
+    record is padded to its batch's longest; file paths as one dense batch. DALI
+    takes exactly `batch_size` samples per run from a per-sample input (a short last
+    batch is dropped: `PrepareBatchesSampleMode` in `dali_dataset_op.cc`), so a
+    partial last batch is a second part, a DALI dataset of that batch size, joined
+    with `concatenate`. On a GPU there is no joining: `ConcatenateDataset` has a CPU
+    kernel only, so the records of an epoch with a partial last batch go as dense
+    batches, padded to each batch's longest record.
+
+    Returns:
+        `per_sample`: whether the `"samples"` input is per sample; `parts`: a list of
+        `(batch numbers, DALI batch size)`, one per DALI dataset, in order.
+    """
+    num_batches = -(-num_loaded // batch_size)
+    last = num_loaded - (num_batches - 1) * batch_size
+    per_sample = from_tfrecord and not (gpu and last != batch_size)
+    if not per_sample or last == batch_size:
+        return per_sample, [(range(num_batches), batch_size)]
+    parts = [(range(num_batches - 1), batch_size)] if num_batches > 1 else []
+    return per_sample, parts + [(range(num_batches - 1, num_batches), last)]
+
+
 def input_datasets(image_pipeline):
-    """The `tf.data` inputs of the graph by name, one batch per element.
+    """The `tf.data` inputs of the graph by name, for a CPU pipeline's whole epoch.
 
     Each iteration of an input is one epoch, numbered from 0 by the iterations that
     input has started, and holds that epoch's `ImagePipeline.epoch_inputs`: the
-    `"samples"` rows (`ImagePipeline.load_samples`), the `"random"` numbers, and for
-    a shard the `"weights"`. So the n-th pass over the dataset loads what the native
+    `"samples"` (`ImagePipeline.load_samples`: one element per batch, or per record
+    for TFRecord records), the `"random"` numbers, and for a shard the `"weights"`,
+    one element per batch. So the n-th pass over the dataset loads what the native
     `ImagePipeline.epoch(n)` loads, and the shards of a distributed dataset split one
     common order.
     """
     feed = _EpochFeed(image_pipeline)
-    num_batches = image_pipeline.num_batches
-
-    def epochs(name, dtype, shape):
-        def start(_):
-            with tf.device("/cpu:0"):
-                return tf.numpy_function(lambda: feed.start(name), [], tf.int64,
-                                         stateful=True)
-
-        def batch(epoch, number):
-            # Placed explicitly: once a strategy has distributed other datasets, Keras's
-            # own distribution of this one otherwise gives the op a malformed device.
-            # Not stateful: the same epoch and batch give the same rows (the stat calls
-            # in `load_samples` only raise).
-            with tf.device("/cpu:0"):
-                values = tf.numpy_function(getattr(feed, name), [epoch, number], dtype,
-                                           stateful=False)
-            return tf.ensure_shape(values, shape)
-
-        return (
-            tf.data.Dataset.range(1).map(start)
-            .flat_map(lambda epoch: tf.data.Dataset.range(num_batches).map(
-                lambda number: (epoch, number)))
-            .map(batch, num_parallel_calls=2, deterministic=True)
-        )
-
-    inputs = {
-        "samples": epochs("samples", tf.uint8, [None, None]),
-        "random": epochs("random", tf.float32, [None, sampling.NUM_RANDOM]),
-    }
-    _, weights = image_pipeline.positions()
-    if weights is not None:
-        inputs["weights"] = tf.data.Dataset.from_tensor_slices(weights).batch(
-            image_pipeline.batch_size)
-    return inputs
+    numbers = range(image_pipeline.num_batches)
+    return {name: feed.dataset(name, numbers) for name in image_pipeline.input_names}
 
 
 class _EpochFeed:
-    """The Python side of `input_datasets`: epoch numbers and each epoch's batches."""
+    """The Python side of the inputs: epoch numbers and each epoch's batches."""
 
     def __init__(self, image_pipeline):
         self.image_pipeline = image_pipeline
+        num_loaded = len(image_pipeline.positions()[0])
+        self.per_sample, self.parts = feed_parts(
+            num_loaded, image_pipeline.batch_size, from_tfrecord=image_pipeline.from_tfrecord,
+            gpu=image_pipeline.device == "gpu")
         self.started = collections.Counter()
         self.epochs = collections.OrderedDict()
         self.lock = threading.Lock()
@@ -411,6 +474,49 @@ class _EpochFeed:
             epoch = self.started[name]
             self.started[name] += 1
         return np.int64(epoch)
+
+    def current(self, name):
+        """The number of the epoch that input `name` started last."""
+        with self.lock:
+            return np.int64(self.started[name] - 1)
+
+    def dataset(self, name, numbers, *, join=False):
+        """Input `name` over the batches `numbers` of each epoch (`join`: of the epoch
+        that the input started last)."""
+        per_record = name == "samples" and self.per_sample
+        dtype, shape = {
+            "samples": (tf.uint8, [None] if per_record else [None, None]),
+            "random": (tf.float32, [None, sampling.NUM_RANDOM]),
+            "weights": (tf.float32, [None]),
+        }[name]
+        begin = self.current if join else self.start
+
+        def start(_):
+            with tf.device("/cpu:0"):
+                return tf.numpy_function(lambda: begin(name), [], tf.int64, stateful=True)
+
+        def batch(epoch, number):
+            # Placed explicitly: once a strategy has distributed other datasets, Keras's
+            # own distribution of this one otherwise gives the op a malformed device.
+            # Not stateful: the same epoch and batch give the same rows (the stat calls
+            # in `load_samples` only raise).
+            with tf.device("/cpu:0"):
+                if per_record:
+                    flat, lengths = tf.numpy_function(self.records, [epoch, number],
+                                                      (tf.uint8, tf.int64), stateful=False)
+                    return tf.ensure_shape(flat, [None]), tf.ensure_shape(lengths, [None])
+                values = tf.numpy_function(getattr(self, name), [epoch, number], dtype,
+                                           stateful=False)
+            return tf.ensure_shape(values, shape)
+
+        numbers = tf.constant(list(numbers), tf.int64)
+        batches = (
+            tf.data.Dataset.range(1).map(start)
+            .flat_map(lambda epoch: tf.data.Dataset.from_tensor_slices(numbers).map(
+                lambda number: (epoch, number)))
+            .map(batch, num_parallel_calls=2, deterministic=True)
+        )
+        return batches.flat_map(_records) if per_record else batches
 
     def _inputs(self, epoch):
         with self.lock:
@@ -424,37 +530,155 @@ class _EpochFeed:
         size = self.image_pipeline.batch_size
         return slice(int(number) * size, (int(number) + 1) * size)
 
+    def _sample_ids(self, epoch, number):
+        return self._inputs(int(epoch))[0][self._rows(epoch, number)]
+
     def samples(self, epoch, number):
-        sample_ids = self._inputs(int(epoch))[0][self._rows(epoch, number)]
-        return self.image_pipeline.load_samples(sample_ids)
+        sample_ids = self._sample_ids(epoch, number)
+        if not self.image_pipeline.from_tfrecord:
+            return self.image_pipeline.load_samples(sample_ids)
+        flat, lengths = self.image_pipeline.load_records(sample_ids)
+        padded = np.zeros((len(lengths), int(lengths.max())), np.uint8)
+        for row, start, length in zip(padded, np.cumsum(lengths) - lengths, lengths):
+            row[:length] = flat[start:start + length]
+        return padded
+
+    def records(self, epoch, number):
+        return self.image_pipeline.load_records(self._sample_ids(epoch, number))
 
     def random(self, epoch, number):
         return self._inputs(int(epoch))[1][self._rows(epoch, number)]
 
+    def weights(self, epoch, number):
+        return self._inputs(int(epoch))[2][self._rows(epoch, number)]
 
-class _DALIKerasDataset(dali_tf.experimental.DALIDatasetWithInputs):
-    """DALI's dataset, whose `cardinality()` is the number of steps per epoch, and
-    whose elements are the images themselves when they are the only output.
 
-    DALI reports an infinite cardinality; Keras reads `cardinality()` (through a
-    distributed dataset too) to end each epoch and to make a new iterator (a new
-    order) for the next. The dataset really ends when its inputs do. DALI's
-    elements are always tuples; a single output is given as the tensor alone, as
-    Keras's `image_dataset_from_directory` gives it (only the element's structure
-    changes: no op runs on it).
+def _records(flat, lengths):
+    """One element per record of a batch `(flat, lengths)` (`load_records`)."""
+    ends = tf.cumsum(lengths)
+    return tf.data.Dataset.from_tensor_slices((ends - lengths, ends)).map(
+        lambda start, end: flat[start:end])
+
+
+# Instance methods of `tf.data.Dataset` whose ops run on the CPU only.
+_CPU_TRANSFORMATIONS = (
+    "batch", "bucket_by_sequence_length", "cache", "concatenate", "enumerate", "filter",
+    "flat_map", "group_by_window", "ignore_errors", "interleave", "map", "padded_batch",
+    "ragged_batch", "rebatch", "rejection_resample", "repeat", "scan", "shard", "shuffle",
+    "skip", "sparse_batch", "take", "take_while", "unbatch", "unique", "window",
+)
+
+
+class _KerasDataset(tf.data.Dataset):
+    """The dataset `make_dali_dataset` returns: `dataset` with Keras's view of it.
+
+    `cardinality()` is the number of steps per epoch (DALI reports an infinite one;
+    Keras reads it, through a distributed dataset too, to end each epoch and to make
+    a new iterator, a new order, for the next). The elements are the images
+    themselves when they are the only output, as Keras's
+    `image_dataset_from_directory` gives them (DALI's are always tuples: only the
+    element's structure changes, no op runs on it). On a GPU, CPU transformations
+    raise ValueError instead of failing inside TensorFlow.
     """
 
-    def __init__(self, steps, **kwargs):
-        super().__init__(**kwargs)
-        self._steps = steps
+    def __init__(self, dataset, image_pipeline, *, device=None):
+        spec = dataset.element_spec
+        self._spec = spec[0] if isinstance(spec, tuple) and len(spec) == 1 else spec
+        self._steps = image_pipeline.steps
+        self._gpu_device = device
+        self.class_names = image_pipeline.class_names
+        self.file_paths = list(image_pipeline.file_paths)
+        self._input_dataset = dataset
+        super().__init__(dataset._variant_tensor)
+
+    def _inputs(self):
+        return [self._input_dataset]
 
     @property
     def element_spec(self):
-        spec = super().element_spec
-        return spec[0] if isinstance(spec, tuple) and len(spec) == 1 else spec
+        return self._spec
 
     def cardinality(self):
         return tf.constant(self._steps, tf.int64)
+
+
+def _cpu_transformation(name):
+    inherited = getattr(tf.data.Dataset, name)
+
+    def transformation(self, *args, **kwargs):
+        if self._gpu_device is not None:
+            raise ValueError(
+                f"This dataset lives on the GPU ({self._gpu_device}), and `Dataset.{name}` "
+                "runs on the CPU, which cannot read its tensors. Do the work in the DALI "
+                "graph: `make_dali_dataset(..., class_weight={class index: weight})` gives "
+                "sample weights (instead of Keras's `fit(class_weight=...)`, which maps the "
+                "dataset); or make the dataset with `device='cpu'` to transform it with "
+                f"tf.data. Received: Dataset.{name} on a dataset placed on {self._gpu_device}"
+            )
+        return inherited(self, *args, **kwargs)
+
+    transformation.__name__ = name
+    transformation.__doc__ = inherited.__doc__
+    return transformation
+
+
+for _name in _CPU_TRANSFORMATIONS:
+    setattr(_KerasDataset, _name, _cpu_transformation(_name))
+
+
+def tf_gpu_cuda_ordinal(device):
+    """The CUDA device ordinal (DALI's `device_id`) of TensorFlow's GPU `device`
+    (such as `"/gpu:1"`), from TensorFlow's visible GPUs (see `cuda_ordinal`)."""
+    index = tf.DeviceSpec.from_string(device).device_index or 0
+    visible = [(gpu.name, tf.config.get_logical_device_configuration(gpu))
+               for gpu in tf.config.get_visible_devices("GPU")]
+    return cuda_ordinal(index, visible, device=device)
+
+
+def cuda_ordinal(index, visible, *, device=None):
+    """The CUDA device ordinal of TensorFlow's logical GPU `index`.
+
+    TensorFlow numbers its logical GPUs over its visible physical GPUs in the order
+    of the physical ones (`tf.config.set_visible_devices` only filters them), each
+    GPU split into its logical devices (`tf.config.set_logical_device_configuration`)
+    in order; a physical GPU's name ends with its CUDA ordinal, as CUDA numbers the
+    devices of `CUDA_VISIBLE_DEVICES`. A pure function of TensorFlow's answers.
+
+    Args:
+        index: the logical GPU's index, as in `/gpu:<index>`.
+        visible: per visible physical GPU, `(name, configurations)`: its name
+            (`"/physical_device:GPU:<ordinal>"`) and its logical device
+            configurations (None when not split).
+        device: the device name for messages. Defaults to `/gpu:<index>`.
+
+    Raises:
+        ValueError: when TensorFlow has no such logical GPU, or when logical GPUs are
+            given an `experimental_device_ordinal`, which reorders them.
+    """
+    device = device or f"/gpu:{index}"
+    logical = []
+    for name, configurations in sorted(visible, key=lambda gpu: _physical_ordinal(gpu[0])):
+        configurations = configurations or [None]
+        if any(getattr(c, "experimental_device_ordinal", None) is not None
+               for c in configurations):
+            raise ValueError(
+                "dalipipe finds the CUDA device of a TensorFlow GPU from the order of the "
+                "visible GPUs, and `experimental_device_ordinal` reorders the logical GPUs. "
+                "Configure the logical GPUs without it, or hide the other GPUs with "
+                f"CUDA_VISIBLE_DEVICES. Received: device={device!r}, logical devices of "
+                f"{name}: {configurations}"
+            )
+        logical += [_physical_ordinal(name)] * len(configurations)
+    if not 0 <= index < len(logical):
+        raise ValueError(
+            f"TensorFlow has {len(logical)} visible logical GPUs, so there is no {device}. "
+            f"Received: device={device!r}"
+        )
+    return logical[index]
+
+
+def _physical_ordinal(name):
+    return int(name.rsplit(":", 1)[1])
 
 
 def _resolve_gpu(device):
@@ -489,16 +713,53 @@ def choose_device(device, tf_gpus, dali_gpus):
 
 
 def _enable_memory_growth(gpus):
-    """Stops TensorFlow from taking all GPU memory, so DALI can allocate its own."""
+    """Turns memory growth on for every GPU, or raises RuntimeError where TensorFlow
+    has already created its devices with all the memory (see `memory_growth_error`)."""
     for gpu in gpus:
         try:
             tf.config.experimental.set_memory_growth(gpu, True)
-        except RuntimeError:
-            if not tf.config.experimental.get_memory_growth(gpu):
-                warnings.warn(
-                    "TensorFlow initialized the GPU before dalipipe could enable memory "
-                    "growth, so it may hold all GPU memory and leave none to DALI. Call "
-                    "tf.config.experimental.set_memory_growth(gpu, True) first, or set "
-                    "TF_FORCE_GPU_ALLOW_GROWTH=true.",
-                    stacklevel=3,
-                )
+        except (RuntimeError, ValueError):
+            pass  # the devices exist (or are split): their settings below say
+        configurations = tf.config.get_logical_device_configuration(gpu) or []
+        error = memory_growth_error(
+            gpu.name, growth=tf.config.experimental.get_memory_growth(gpu),
+            memory_limits=[c.memory_limit for c in configurations],
+            variable=os.environ.get(MEMORY_GROWTH_VARIABLE),
+        )
+        if error:
+            raise RuntimeError(error)
+
+
+def memory_growth_error(gpu, *, growth, memory_limits, variable):
+    """Why a DALI GPU pipeline would find no memory on `gpu`, or None.
+
+    TensorFlow takes all of a GPU's memory but a small reserve (about 1.8 GiB on
+    compute capability 9 and up) unless memory growth is on or a logical device has a
+    memory limit. `TF_FORCE_GPU_ALLOW_GROWTH`, read when TensorFlow creates the device,
+    overrides `set_memory_growth` when it is "true" or "false" (`GetAllowGrowthValue`,
+    gpu_bfc_allocator.cc). A pure function of TensorFlow's answers.
+
+    Args:
+        gpu: the physical GPU's name, for the message.
+        growth: `tf.config.experimental.get_memory_growth(gpu)`.
+        memory_limits: the `memory_limit` of each of its logical device
+            configurations (empty when it is not split).
+        variable: the value of `TF_FORCE_GPU_ALLOW_GROWTH`, None when unset.
+
+    Returns:
+        The message for the RuntimeError, or None when TensorFlow leaves memory free.
+    """
+    if variable == "true" or (variable != "false" and growth):
+        return None
+    if any(limit is not None for limit in memory_limits):
+        return None
+    return (
+        f"TensorFlow holds all the memory of {gpu} but a small reserve (memory growth is "
+        "off and no memory limit is set), and DALI's GPU pipeline allocates its own. "
+        "Import dalipipe before TensorFlow creates its GPU devices (before "
+        "`tf.distribute.MirroredStrategy()` or the first op), which turns growth on by "
+        "default; or set TF_FORCE_GPU_ALLOW_GROWTH=true before Python starts; or call "
+        "`tf.config.experimental.set_memory_growth(gpu, True)` or give the GPU a "
+        "`memory_limit` with `tf.config.set_logical_device_configuration` first. "
+        f"Received: memory growth={growth}, {MEMORY_GROWTH_VARIABLE}={variable!r}"
+    )

@@ -6,17 +6,23 @@ decoders are `"mixed"` (nvJPEG and the hardware decoder) and everything after th
 runs on the GPU.
 
 The graph has named inputs, fed one batch at a time:
-- `"samples"`: uint8 rows, a little-endian int32 label then the file path padded
-  with NUL bytes (`sources.encode_samples`), or for TFRecord records the label, the
-  image's length and its bytes (`ImagePipeline.load_samples`). One row per sample
-  keeps each label with its image whatever the order.
+- `"samples"`: uint8, per sample a little-endian int32 label then the file path
+  padded with NUL bytes (`sources.encode_samples`), or for TFRecord records the
+  label, the image's length and its bytes (`ImagePipeline.load_records`). One input
+  per sample keeps each label with its image whatever the order.
 - `"random"`: float32 rows of `sampling.NUM_RANDOM` uniform numbers in [0, 1) per
   sample that drive the random-resized crop and the flip (`sampling.epoch_random`).
   Drawing them outside DALI gives fresh augmentation every epoch (DALI restarts its
   own generators with each new iterator) and the same crops on CPU and GPU.
 - `"weights"` (only for one shard of a distributed dataset): float32, one per
-  sample, 0 for padding. It passes through to the last output, Keras's
-  `sample_weight`.
+  sample, 0 for padding.
+
+With `class_weight` or a `"weights"` input, the last output is Keras's
+`sample_weight`: the class weight of each sample's label (a lookup table in the
+graph), times its `"weights"` input if any.
+
+On a GPU the mixed decoders upsample JPEG chroma as the CPU decoder does
+(`jpeg_fancy_upsampling`), so that both devices decode to nearly the same pixels.
 """
 
 import types
@@ -49,7 +55,7 @@ def dali_gpu_count():
         return 0
 
 
-def define(options, *, feed, weighted, from_tfrecord, num_classes):
+def define(options, *, feed, padded, from_tfrecord, num_classes):
     """Defines the graph; returns its outputs (see `ImagePipeline` for their shapes).
 
     Args:
@@ -59,7 +65,7 @@ def define(options, *, feed, weighted, from_tfrecord, num_classes):
             fills; or `feed(name)`, giving a callable that returns the next batch of
             that input and raises StopIteration at the end of an epoch (decorated
             with DALI's `do_not_convert`: it is Python, not graph code).
-        weighted: whether there is a `"weights"` input and output.
+        padded: whether there is a `"weights"` input (a shard's padding).
         from_tfrecord: whether the samples hold image bytes (else file paths).
         num_classes: the number of classes, for one-hot labels.
     """
@@ -95,8 +101,14 @@ def define(options, *, feed, weighted, from_tfrecord, num_classes):
         outputs.append(fn.reshape(fn.cast(label, dtype=dali_types.FLOAT), shape=[1]))
     elif options.label_mode == "int":
         outputs.append(label)
-    if weighted:
-        outputs.append(external("weights", dali_types.FLOAT, ndim=0))
+    weights = external("weights", dali_types.FLOAT, ndim=0) if padded else None
+    if options.class_weight is not None:
+        keys, values = options.class_weight_table()
+        by_class = fn.lookup_table(label, keys=keys, values=values, default_value=1.0,
+                                   dtype=dali_types.FLOAT)
+        weights = by_class if weights is None else by_class * weights
+    if weights is not None:
+        outputs.append(weights)
     if options.device == "gpu":
         outputs[1:] = [out.gpu() for out in outputs[1:]]
     return tuple(outputs)
@@ -132,15 +144,16 @@ def _decode(options, encoded, window=None):
     `options.channels` channels: RGB, grey, or RGBA."""
     from nvidia.dali import fn, types as dali_types
 
-    device = "mixed" if options.device == "gpu" else "cpu"
+    # nvJPEG upsamples chroma like libjpeg-turbo only when asked to.
+    device = dict(device="mixed", jpeg_fancy_upsampling=True) if options.device == "gpu" \
+        else dict(device="cpu")
 
     def decode(output_type):
         if window is None:
-            return fn.decoders.image(encoded, device=device, output_type=output_type)
+            return fn.decoders.image(encoded, output_type=output_type, **device)
         return fn.decoders.image_slice(
-            encoded, window["anchor"], window["shape"], device=device,
-            output_type=output_type, normalized_anchor=False, normalized_shape=False,
-            axis_names="WH",
+            encoded, window["anchor"], window["shape"], output_type=output_type,
+            normalized_anchor=False, normalized_shape=False, axis_names="WH", **device,
         )
 
     if options.color_mode == "grayscale":

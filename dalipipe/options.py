@@ -8,6 +8,8 @@ editors) and pass their arguments here: `Options.from_arguments(locals())`.
 """
 
 import dataclasses
+import math
+from collections.abc import Mapping
 from typing import Any, Optional
 
 import numpy as np
@@ -37,6 +39,13 @@ DEVICES = ("auto", "gpu", "cpu")
 SUBSETS = ("training", "validation", "both")
 CHECKS = ("structure", "full", None)
 ON_BAD_FILE = ("raise", "skip")
+# DALI CPU threads of a GPU pipeline, as in DALI's own examples: the GPU decodes, the
+# threads only read files and prepare the GPU's work. A CPU pipeline takes every
+# usable core.
+GPU_NUM_THREADS = 4
+# TensorFlow's switch for GPU memory growth, read when it creates its GPU devices:
+# "true" or "false" overrides `tf.config.experimental.set_memory_growth`.
+MEMORY_GROWTH_VARIABLE = "TF_FORCE_GPU_ALLOW_GROWTH"
 
 
 def normalization_stats(normalization, channels):
@@ -97,6 +106,7 @@ class Options:
     normalization: Optional[str] = "imagenet"
     dtype: str = "float32"
     drop_remainder: bool = False
+    class_weight: Optional[Any] = None
     device: str = "auto"
     num_threads: Optional[int] = None
     prefetch_queue_depth: int = 2
@@ -118,13 +128,19 @@ class Options:
         return dataclasses.replace(self, **changes)
 
     def resolved(self):
-        """A copy with `seed` drawn at random if None, `num_threads` set to the usable
-        cores if None, and `data_format` to Keras's `image_data_format()` if None."""
+        """A copy with `seed` drawn at random if None, `num_threads` set if None (the
+        usable cores on the CPU, at most `GPU_NUM_THREADS` for `device="gpu"`), and
+        `data_format` set to Keras's `image_data_format()` if None.
+
+        Resolve `device` first: the thread default depends on it.
+        """
         seed, num_threads = self.seed, self.num_threads
         if seed is None:
             seed = int(np.random.SeedSequence().generate_state(1)[0] & 0x7FFFFFFF)
         if num_threads is None:
             num_threads = usable_cores()
+            if self.device == "gpu":
+                num_threads = min(GPU_NUM_THREADS, num_threads)
         data_format = self.data_format or keras_image_data_format()
         return self.replace(seed=seed, num_threads=num_threads, data_format=data_format)
 
@@ -152,6 +168,8 @@ class Options:
             set_("num_threads", int(self.num_threads))
         if self.class_names is not None:
             set_("class_names", list(self.class_names))
+        if self.class_weight is not None:
+            set_("class_weight", {int(k): float(v) for k, v in self.class_weight.items()})
 
     def _check_choices(self):
         # Keras's own wording where Keras has the argument, so that code matching its
@@ -257,6 +275,7 @@ class Options:
                 f"Received: labels={labels!r}, label_mode=None"
             )
         self._check_class_names()
+        self._check_class_weight()
         self._check_split()
 
     def _check_class_names(self):
@@ -276,6 +295,52 @@ class Options:
                 "`class_names` names the classes of labels, so it needs `labels`. "
                 f"Received: labels=None, class_names={list(names)!r}"
             )
+
+    def _check_class_weight(self):
+        weights = self.class_weight
+        if weights is None:
+            return
+        if not isinstance(weights, Mapping):
+            raise ValueError(
+                "`class_weight` must be a dict mapping class indices to weights, as Keras's "
+                f"`fit` takes it, e.g. {{0: 1.0, 1: 2.5}}. Received: class_weight={weights!r}"
+            )
+        for key, value in weights.items():
+            if not _is_int(key) or key < 0:
+                raise ValueError(
+                    "`class_weight` keys must be class indices (non-negative integers, the "
+                    f"positions in `class_names`). Received: class_weight={dict(weights)!r}"
+                )
+            if not _is_number(value) or not math.isfinite(value) or value < 0:
+                raise ValueError(
+                    "`class_weight` values must be finite non-negative numbers, the weight of "
+                    f"each class. Received: class_weight={dict(weights)!r}"
+                )
+        if self.label_mode is None or self.labels is None:
+            raise ValueError(
+                "`class_weight` weighs each sample by its class, so it needs labels. "
+                f"Received: class_weight={dict(weights)!r}, labels={self.labels!r}, "
+                f"label_mode={self.label_mode!r}"
+            )
+
+    def check_class_weight(self, class_names):
+        """Raises ValueError if a `class_weight` key is not the index of a class."""
+        if self.class_weight is None:
+            return
+        unknown = sorted(k for k in self.class_weight if k >= len(class_names))
+        if unknown:
+            raise ValueError(
+                f"`class_weight` has keys that are not class indices: {unknown}; there are "
+                f"{len(class_names)} classes, {class_names}. "
+                f"Received: class_weight={self.class_weight!r}"
+            )
+
+    def class_weight_table(self):
+        """`(keys, values)` of `class_weight`, sorted by key, for DALI's lookup table;
+        classes missing from it weigh 1.0, as in Keras. Never empty: DALI 2.4's
+        lookup table crashes the process on empty keys."""
+        items = sorted(self.class_weight.items()) or [(0, 1.0)]
+        return [k for k, _ in items], [v for _, v in items]
 
     def _check_split(self):
         split, subset = self.validation_split, self.subset
@@ -349,3 +414,24 @@ def _one_of(name, value, allowed):
 def _positive_int(name, value):
     if not _is_int(value) or value <= 0:
         raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+
+
+def default_memory_growth(environ, modules):
+    """Sets `TF_FORCE_GPU_ALLOW_GROWTH=true` in `environ` unless it is set or
+    TensorFlow (found in `modules`, `sys.modules`) has already created its devices, so
+    that TensorFlow leaves GPU memory to DALI. Returns whether it set it.
+
+    `import dalipipe` calls it: a program that imports dalipipe before TensorFlow
+    starts on a GPU gets memory growth without asking.
+    """
+    if MEMORY_GROWTH_VARIABLE in environ or _tensorflow_started(modules):
+        return False
+    environ[MEMORY_GROWTH_VARIABLE] = "true"
+    return True
+
+
+def _tensorflow_started(modules):
+    # TensorFlow creates its devices with its eager context; it reads the variable then.
+    context = modules.get("tensorflow.python.eager.context")
+    current = context.context_safe() if context is not None else None
+    return getattr(current, "_context_handle", None) is not None

@@ -46,6 +46,7 @@ def make_dali_pipeline(
     normalization="imagenet",
     dtype="float32",
     drop_remainder=False,
+    class_weight=None,
     device="auto",
     num_threads=None,
     prefetch_queue_depth=2,
@@ -72,7 +73,7 @@ def image_pipelines(source, options):
     With `verbose`, prints what Keras's `image_dataset_from_directory` prints and
     shows the check's progress.
     """
-    options = options.resolved().replace(device=_dali_device(options.device))
+    options = options.replace(device=_dali_device(options.device)).resolved()
     is_directory = isinstance(source, (str, os.PathLike)) and os.path.isdir(source)
     labels = options.labels
     if options.label_mode is None and not is_directory and is_inferred(labels):
@@ -100,6 +101,8 @@ def image_pipelines(source, options):
             'When passing `label_mode="binary"`, there must be exactly 2 class_names. '
             f"Received: class_names={index.class_names}"
         )
+    else:
+        options.check_class_weight(index.class_names)
     parts = sources.split_index(index, validation_split=options.validation_split,
                                 subset=options.subset, seed=options.seed,
                                 shuffle=options.shuffle)
@@ -140,7 +143,6 @@ class Sharding(NamedTuple):
 
     num_replicas: int
     replica_ids: tuple
-    device_id: int
 
 
 class ImagePipeline:
@@ -153,8 +155,10 @@ class ImagePipeline:
       channels for `color_mode` "rgb", "grayscale" or "rgba";
     - labels (unless `label_mode` is None): int32 `(n,)` for `"int"`, float32
       `(n, num_classes)` for `"categorical"`, float32 `(n, 1)` for `"binary"`;
-    - weights, only for a shard of a distributed dataset (`shard`): float32 `(n,)`,
-      1 for a sample and 0 for padding; then `n` is always the replica's batch size.
+    - weights, with `class_weight` or for a shard of a distributed dataset
+      (`shard`): float32 `(n,)`, Keras's `sample_weight`: the weight of the sample's
+      class (1.0 without `class_weight` or for a class it leaves out), times 0 for
+      the padding of a shard, whose `n` is always the replica's batch size.
 
     With `batch_size=None` the outputs are single samples, without the batch
     dimension (DALI runs batches of one). `len()` is the number of steps per epoch.
@@ -168,13 +172,14 @@ class ImagePipeline:
         batch_size: samples per DALI batch (per replica for a shard).
         steps: steps per epoch (global batches for a shard).
         num_batches: DALI batches per epoch (`steps` times the replicas it feeds).
-        device: `"cpu"` or `"gpu"`; `device_id`: the GPU, or None on the CPU.
+        device: `"cpu"` or `"gpu"`; `device_id`: the CUDA device ordinal of the GPU
+            (as DALI counts them), or None on the CPU.
         input_names: the graph's inputs that are fed.
         output_dtypes, output_shapes: NumPy dtype names and shapes (batch dimension
             None) of the outputs.
     """
 
-    def __init__(self, index, options, sharding=None):
+    def __init__(self, index, options, sharding=None, device_id=0):
         self.index = index
         self.options = options
         self.sharding = sharding
@@ -195,12 +200,11 @@ class ImagePipeline:
         if sharding is None:
             self.batch_size = global_batch
             self.num_batches = self.steps
-            device_id = 0
         else:
             self.batch_size = global_batch // sharding.num_replicas
             self.num_batches = self.steps * len(sharding.replica_ids)
-            device_id = sharding.device_id
-        self.device_id = device_id if self.device == "gpu" else None
+        self.device_id = int(device_id) if self.device == "gpu" else None
+        self.weighted = sharding is not None or options.class_weight is not None
         # DALI prunes an input the graph does not use: "random" only drives augmentation.
         self.input_names = ("samples", "random") if options.augment else ("samples",)
         if sharding is not None:
@@ -222,7 +226,7 @@ class ImagePipeline:
                 "categorical": (None, len(self.class_names)),
                 "binary": (None, 1),
             }[options.label_mode])
-        if self.sharding is not None:
+        if self.weighted:
             dtypes.append("float32")
             shapes.append((None,))
         if self.unbatched:
@@ -237,6 +241,11 @@ class ImagePipeline:
         """Whether the samples are TFRecord records (else image files)."""
         return self.index.refs is not None
 
+    def on_device(self, device_id):
+        """This pipeline on CUDA device `device_id` (ignored on the CPU): a new
+        `ImagePipeline`."""
+        return ImagePipeline(self.index, self.options, self.sharding, device_id)
+
     def shard(self, replica_ids, num_replicas, device_id=0):
         """This split as loaded by one input pipeline of a distributed dataset.
 
@@ -244,14 +253,16 @@ class ImagePipeline:
         takes the next `batch_size` samples of it (the global batch), and replica `r`
         gets the `r`-th slice of `batch_size // num_replicas` samples. The last step
         is padded with samples of weight 0 (unless `drop_remainder=True`), so every
-        replica runs `steps` full batches and each sample has weight 1 exactly once
-        per epoch. The pipeline gets a third output, float32 weights `(n,)`.
+        replica runs `steps` full batches and each sample counts exactly once per
+        epoch. The pipeline gets a third output, float32 weights `(n,)` (0 for
+        padding, else the sample's class weight).
 
         Args:
             replica_ids: the consecutive replicas this pipeline feeds, in the order
                 their batches are consumed (one pipeline per replica, or per worker).
             num_replicas: replicas in sync over all workers.
-            device_id: the GPU this pipeline runs on (ignored on the CPU).
+            device_id: the CUDA device ordinal this pipeline runs on (ignored on the
+                CPU).
 
         Returns:
             A new `ImagePipeline`.
@@ -266,8 +277,8 @@ class ImagePipeline:
             )
         check_global_batch(self.options.batch_size, num_replicas)
         replica_ids = tuple(int(r) for r in replica_ids)
-        return ImagePipeline(self.index, self.options,
-                             sharding=Sharding(num_replicas, replica_ids, device_id))
+        return ImagePipeline(self.index, self.options, Sharding(num_replicas, replica_ids),
+                             device_id)
 
     def positions(self):
         """Which samples of an epoch's order this pipeline loads, and their weights.
@@ -310,32 +321,58 @@ class ImagePipeline:
         """The `"samples"` input batch for `sample_ids` (see `dalipipe.graph`).
 
         Image files: uint8 `(n, 4 + longest path)`, the int32 label then the path
-        (DALI reads the files). TFRecord records: uint8 `(n, 8 + longest image)`, the
-        int32 label, the int32 length of the encoded image and its bytes (read here
-        with `os.pread`: DALI's reader cannot reshuffle every epoch). Padded with
-        zeros.
+        padded with zeros (DALI reads the files). TFRecord records: a list of `n`
+        uint8 arrays `(8 + length of the encoded image,)`, each the int32 label, the
+        int32 length and the image's bytes (see `load_records`), so that no record is
+        padded to the batch's longest.
 
         Files checked before training are stat-ed again (`checks.verify_unchanged`),
         so that one deleted or replaced during training is named.
         """
         sample_ids = np.asarray(sample_ids, np.int64)
-        index = self.index
+        if self.from_tfrecord:
+            flat, lengths = self.load_records(sample_ids)
+            return np.split(flat, np.cumsum(lengths)[:-1])
         labels = None if self.labels is None else self.labels[sample_ids]
-        if not self.from_tfrecord:
-            paths = [self.file_paths[i] for i in sample_ids]
-            if index.stamps is not None:
-                checks.verify_unchanged(paths, index.stamps[sample_ids],
-                                        check=self.options.check)
-            return sources.encode_samples(paths, labels)
+        paths = [self.file_paths[i] for i in sample_ids]
+        if self.index.stamps is not None:
+            checks.verify_unchanged(paths, self.index.stamps[sample_ids],
+                                    check=self.options.check)
+        return sources.encode_samples(paths, labels)
+
+    def load_records(self, sample_ids):
+        """The TFRecord samples of `sample_ids`, one after the other in one buffer.
+
+        The records are read here with `os.pread` (DALI's reader cannot reshuffle
+        every epoch).
+
+        Returns:
+            `(flat, lengths)`: uint8 `(sum(lengths),)`, per sample the little-endian
+            int32 label (0 without labels), the int32 length of the encoded image,
+            then its bytes; and int64 `(n,)`, each sample's length in `flat`
+            (8 + the image's length).
+        """
+        sample_ids = np.asarray(sample_ids, np.int64)
+        index = self.index
         refs = index.refs[sample_ids]
         if index.stamps is not None:
             used = np.unique(refs[:, 0])
             checks.verify_unchanged([index.shards[i] for i in used], index.stamps[used],
                                     check=None)
-        return sources.pack_payloads(labels, tfrecord.load_encoded(index.shards, refs),
-                                     with_length=True)
+        payloads = tfrecord.load_encoded(index.shards, refs)
+        sizes = np.array([len(p) for p in payloads], np.int64)
+        lengths = sizes + 8
+        flat = np.empty(int(lengths.sum()), np.uint8)
+        starts = np.cumsum(lengths) - lengths
+        labels = np.zeros(len(sample_ids), "<i4") if self.labels is None else \
+            self.labels[sample_ids].astype("<i4")
+        head = np.stack([labels, sizes.astype("<i4")], axis=1).view(np.uint8)
+        for start, row, payload in zip(starts, head, payloads):
+            flat[start:start + 8] = row
+            flat[start + 8:start + 8 + len(payload)] = np.frombuffer(payload, np.uint8)
+        return flat, lengths
 
-    def dali_pipeline(self, feed=None):
+    def dali_pipeline(self, feed=None, batch_size=None):
         """A new DALI `Pipeline` object for this graph, not yet built.
 
         Args:
@@ -343,11 +380,12 @@ class ImagePipeline:
                 TensorFlow plugin fills from `tf.data`; or a callable `feed(name)`
                 that returns a zero-argument callable giving the next batch of that
                 input and raising StopIteration at the end of an epoch.
+            batch_size: DALI's batch size. Defaults to `batch_size`.
         """
         from nvidia.dali import pipeline_def
 
         @pipeline_def(
-            batch_size=self.batch_size,
+            batch_size=batch_size or self.batch_size,
             num_threads=self.options.num_threads,
             device_id=self.device_id,
             seed=self.options.seed,
@@ -356,7 +394,7 @@ class ImagePipeline:
         )
         def image_graph():
             return graph.define(
-                self.options, feed=feed, weighted=self.sharding is not None,
+                self.options, feed=feed, padded=self.sharding is not None,
                 from_tfrecord=self.from_tfrecord,
                 num_classes=len(self.class_names) if self.class_names else 0,
             )

@@ -12,7 +12,7 @@ keras = pytest.importorskip("keras")
 pd = pytest.importorskip("pandas")
 tf = pytest.importorskip("tensorflow")
 
-from helpers import CLASSES, NUM_INDEXED, index_of, indexed_paths
+from helpers import CLASSES, NUM_INDEXED, FileOpens, index_of, indexed_paths
 from dalipipe import make_dali_dataset, make_dali_pipeline
 
 SMALL = dict(image_size=(8, 8), batch_size=8, device="cpu")
@@ -194,3 +194,218 @@ def test_tfrecords_feed_keras_like_their_directory(tagged_dir, tagged_tfrecords)
     assert sizes[-1] == 121 - 7 * 16  # a true partial last batch
     np.testing.assert_array_equal(images, want_images)
     np.testing.assert_array_equal(labels, want_labels)
+
+
+def learning_nothing(input_shape):
+    """A model whose weights never change (SGD at rate 0): its loss is a function of
+    the batches alone."""
+    model = keras.Sequential([keras.Input(input_shape), keras.layers.Flatten(),
+                              keras.layers.Dense(3)])
+    model.compile(keras.optimizers.SGD(0.0),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def test_each_file_is_read_once_per_epoch_and_per_validation_pass(color_dir):
+    """Keras makes an iterator at the end of every epoch and validation pass and never
+    reads it: it must open no file."""
+    train, val = make_dali_dataset(color_dir, image_size=(8, 8), batch_size=8, seed=1,
+                                   validation_split=0.2, subset="both", device="cpu",
+                                   check=None, verbose=False)
+    model = learning_nothing((8, 8, 3))
+    folders = [os.path.join(color_dir, name) for name in CLASSES]
+    with FileOpens(folders) as opens:
+        model.fit(train, validation_data=val, epochs=3, verbose=0)
+        model.evaluate(val, verbose=0)
+        predictions = model.predict(val, verbose=0)
+    assert len(predictions) == len(val.file_paths) == 18
+    assert {opens.counts[path] for path in train.file_paths} == {3}
+    assert {opens.counts[path] for path in val.file_paths} == {3 + 1 + 1}
+    assert sum(opens.counts.values()) == 3 * 72 + 5 * 18
+
+
+def native_losses(model, pipe, epochs):
+    """The mean loss over each native epoch, as `fit` reports it."""
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum")
+    means = []
+    for epoch in range(epochs):
+        total = count = 0.0
+        for images, labels in pipe.epoch(epoch):
+            total += float(loss(labels, model(images)))
+            count += len(labels)
+        means.append(total / count)
+    return means
+
+
+def test_fit_epoch_n_is_the_native_epoch_n(color_dir):
+    """Every epoch of `fit` draws the crops and order of the native epoch of the same
+    number: an unread iterator starts no epoch."""
+    options = dict(image_size=(10, 10), batch_size=16, seed=5, augment=True, device="cpu",
+                   verbose=False)
+    pipe = make_dali_pipeline(color_dir, **options)
+    model = learning_nothing((10, 10, 3))
+    history = model.fit(make_dali_dataset(color_dir, **options), epochs=3, verbose=0)
+    expected = native_losses(model, pipe, 3)
+    np.testing.assert_allclose(history.history["loss"], expected, rtol=1e-5)
+    assert len(set(np.round(expected, 6))) == 3  # the epochs differ
+
+
+def test_class_weight_in_the_graph_equals_keras_class_weight(color_dir):
+    weights = {0: 0.5, 2: 3.0}  # class 1 keeps weight 1, as in Keras
+    options = dict(image_size=(8, 8), batch_size=16, seed=2, device="cpu", verbose=False)
+    graph = make_dali_dataset(color_dir, class_weight=weights, **options)
+    images, labels, sample_weights = next(iter(graph))
+    assert sample_weights.dtype == tf.float32 and sample_weights.shape == (16,)
+    np.testing.assert_array_equal(sample_weights.numpy(),
+                                  [weights.get(int(y), 1.0) for y in labels.numpy()])
+    model = learning_nothing((8, 8, 3))
+    in_graph = model.fit(graph, epochs=2, verbose=0).history["loss"]
+    by_keras = model.fit(make_dali_dataset(color_dir, **options), class_weight=weights,
+                         epochs=2, verbose=0).history["loss"]
+    unweighted = model.fit(make_dali_dataset(color_dir, **options), epochs=1,
+                           verbose=0).history["loss"]
+    np.testing.assert_allclose(in_graph, by_keras, rtol=1e-6)
+    assert abs(in_graph[0] - unweighted[0]) > 1e-3
+
+
+def test_a_gpu_placed_dataset_refuses_cpu_transformations(indexed_dir):
+    """On a GPU, `.map` and Keras's own `fit(class_weight=...)` (which maps) say what to
+    do instead. The placement is set by hand here: this machine has no GPU."""
+    ds = make_dali_dataset(indexed_dir, verbose=False, **SMALL)
+    ds._gpu_device = "/gpu:0"
+    message = r"lives on the GPU \(/gpu:0\).*class_weight=.*device='cpu'.*Received: Dataset.map"
+    with pytest.raises(ValueError, match=message):
+        ds.map(lambda x, y: (x, y))
+    with pytest.raises(ValueError, match=r"Received: Dataset.shuffle"):
+        ds.shuffle(4)
+    model = learning_nothing((8, 8, 3))
+    with pytest.raises(ValueError, match=message):
+        model.fit(ds, class_weight={0: 2.0}, epochs=1, verbose=0)
+    assert ds.prefetch(1).element_spec == ds.element_spec  # prefetch runs on a GPU too
+
+
+@pytest.mark.parametrize("growth, limits, variable, raises", [
+    (True, [], None, False),
+    (False, [], "true", False),
+    (False, [2048], None, False),
+    (False, [None], None, True),
+    (False, [], None, True),
+    (True, [], "false", True),  # the variable overrides set_memory_growth
+    (False, [], "TRUE", True),  # TensorFlow takes only "true" and "false"
+])
+def test_memory_growth_error_follows_tensorflows_rule(growth, limits, variable, raises):
+    from dalipipe.dataset import memory_growth_error
+
+    error = memory_growth_error("/physical_device:GPU:0", growth=growth, memory_limits=limits,
+                                variable=variable)
+    assert (error is not None) == raises
+    if raises:
+        assert error.startswith("TensorFlow holds all the memory of /physical_device:GPU:0")
+        assert f"Received: memory growth={growth}, TF_FORCE_GPU_ALLOW_GROWTH={variable!r}" in error
+
+
+def test_import_sets_memory_growth_unless_set_or_too_late(tmp_path):
+    import subprocess
+    import sys
+
+    from dalipipe.utils import child_env
+
+    def variable_after(code, **env):
+        environment = child_env(**env)
+        if "TF_FORCE_GPU_ALLOW_GROWTH" not in env:
+            environment.pop("TF_FORCE_GPU_ALLOW_GROWTH", None)
+        script = code + "; import os; print(os.environ.get('TF_FORCE_GPU_ALLOW_GROWTH'))"
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                              env=environment, timeout=120, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.split()[-1]
+
+    assert variable_after("import dalipipe") == "true"
+    assert variable_after("import dalipipe", TF_FORCE_GPU_ALLOW_GROWTH="false") == "false"
+    # TensorFlow imported first but not started: it will still read the variable.
+    assert variable_after("import tensorflow; import dalipipe") == "true"
+    # TensorFlow started first: it read the variable already, and dalipipe leaves it.
+    assert variable_after("import tensorflow as tf; tf.constant(1); import dalipipe") == "None"
+
+
+def configurations(*limits):
+    return [tf.config.LogicalDeviceConfiguration(memory_limit=limit) for limit in limits]
+
+
+@pytest.mark.parametrize("index, visible, ordinal", [
+    (0, [("/physical_device:GPU:0", None)], 0),
+    # tf.config.set_visible_devices(gpus[1:3]): TensorFlow's GPU 0 is CUDA device 1.
+    (0, [("/physical_device:GPU:1", None), ("/physical_device:GPU:2", None)], 1),
+    (1, [("/physical_device:GPU:2", None), ("/physical_device:GPU:1", None)], 2),
+    # Two logical GPUs on GPU 0, one on GPU 1.
+    (1, [("/physical_device:GPU:0", configurations(1024, 1024)),
+         ("/physical_device:GPU:1", None)], 0),
+    (2, [("/physical_device:GPU:0", configurations(1024, 1024)),
+         ("/physical_device:GPU:1", None)], 1),
+])
+def test_cuda_ordinal_of_tensorflows_gpu_index(index, visible, ordinal):
+    from dalipipe.dataset import cuda_ordinal
+
+    assert cuda_ordinal(index, visible) == ordinal
+
+
+def test_cuda_ordinal_refuses_what_it_cannot_tell():
+    from dalipipe.dataset import cuda_ordinal
+
+    with pytest.raises(ValueError, match=r"2 visible logical GPUs, so there is no /gpu:2"):
+        cuda_ordinal(2, [("/physical_device:GPU:0", None), ("/physical_device:GPU:1", None)])
+    ordered = [tf.config.LogicalDeviceConfiguration(memory_limit=512,
+                                                    experimental_device_ordinal=1)]
+    with pytest.raises(ValueError, match=r"`experimental_device_ordinal` reorders"):
+        cuda_ordinal(0, [("/physical_device:GPU:0", ordered)])
+
+
+@pytest.mark.parametrize("num_loaded, gpu, per_sample, parts", [
+    (121, False, True, [(range(0, 7), 16), (range(7, 8), 9)]),
+    (128, False, True, [(range(0, 8), 16)]),
+    (9, False, True, [(range(0, 1), 9)]),
+    (128, True, True, [(range(0, 8), 16)]),
+    (121, True, False, [(range(0, 8), 16)]),  # a GPU cannot join two DALI datasets
+])
+def test_tfrecord_feed_parts(num_loaded, gpu, per_sample, parts):
+    from dalipipe.dataset import feed_parts
+
+    assert feed_parts(num_loaded, 16, from_tfrecord=True, gpu=gpu) == (per_sample, parts)
+    assert feed_parts(num_loaded, 16, from_tfrecord=False, gpu=gpu) == \
+        (False, [(range(-(-num_loaded // 16)), 16)])
+
+
+def test_tfrecord_batches_feed_each_record_unpadded(tagged_dir, tmp_path):
+    """One record 100 times larger than the others: each batch still moves at most 1.2
+    times its records' bytes, and the dataset equals its directory's."""
+    from PIL import Image
+
+    from dalipipe import sources, tfrecord
+    from dalipipe.dataset import input_datasets
+
+    index = sources.index_source(tagged_dir)
+    rng = np.random.default_rng(0)
+    large = tmp_path / "large.png"
+    Image.fromarray(rng.integers(0, 256, (120, 120, 3), dtype=np.uint8)).save(large)
+    paths = list(index.file_paths[:39]) + [str(large)]
+    labels = list(index.labels[:39]) + [1]
+    tfrecord.write_tfrecords(paths, np.array(labels), index.class_names, str(tmp_path / "tf"),
+                             num_shards=2)
+    pattern = str(tmp_path / "tf" / "*.tfrecord")
+    options = dict(image_size=(8, 8), batch_size=16, seed=3, normalization=None,
+                   device="cpu", verbose=False)
+    pipe = make_dali_pipeline(pattern, **options)
+    sample_ids, _, _ = pipe.epoch_inputs(0)
+    records = iter(input_datasets(pipe)["samples"])
+    sizes = [os.path.getsize(p) for p in paths]
+    for start in range(0, 40, 16):
+        batch = sample_ids[start:start + 16]
+        fed = sum(next(records).numpy().nbytes for _ in batch)
+        encoded = int((pipe.load_records(batch)[1] - 8).sum())
+        assert fed <= 1.2 * encoded, (fed, encoded)
+    assert max(sizes) > 100 * np.median(sizes)
+    (images, got_labels), batch_sizes = epoch_of(make_dali_dataset(pattern, **options))
+    (want_images, want_labels) = [np.concatenate(o) for o in zip(*pipe.epoch(0))]
+    assert batch_sizes == [16, 16, 8]
+    np.testing.assert_array_equal(images, want_images)
+    np.testing.assert_array_equal(got_labels, want_labels)

@@ -144,3 +144,18 @@ def test_strategy_errors_name_the_argument(tagged_dir, options, message):
     options = {"strategy": tf.distribute.OneDeviceStrategy("/cpu:0"), **options}
     with pytest.raises(ValueError, match=message):
         make_dali_dataset(tagged_dir, batch_size=8, **options)
+
+
+def test_class_weight_multiplies_the_padding_weights(tagged_dir):
+    from dalipipe import make_dali_dataset
+
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    dataset = make_dali_dataset(tagged_dir, image_size=(8, 8), batch_size=8, seed=2,
+                                strategy=strategy, device="cpu", class_weight={2: 3.0})
+    seen = [(int(y), float(w)) for _, labels, weights in dataset
+            for y, w in zip(labels.numpy(), weights.numpy())]
+    assert len(seen) == 16 * GLOBAL_BATCH
+    real = collections.Counter(y for y, w in seen if w != 0)
+    assert sum(real.values()) == NUM_TAGGED  # padding weighs 0 whatever its class
+    assert {w for y, w in seen if w != 0 and y == 2} == {3.0}
+    assert {w for y, w in seen if w != 0 and y != 2} == {1.0}

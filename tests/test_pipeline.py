@@ -180,6 +180,24 @@ def test_drop_remainder(indexed_dir):
         (dict(augment=True, central_fraction=0.875), "choose one"),
         (dict(label_mode="binary"), "there must be exactly 2 class_names. Received: class_names"),
         (dict(num_threads=-2), "`num_threads` must be a positive integer. Received: num_threads=-2"),
+        (dict(class_weight=[1.0, 2.0]), "`class_weight` must be a dict mapping class indices "
+                                        "to weights, as Keras's `fit` takes it"),
+        (dict(class_weight={"red": 2.0}), "`class_weight` keys must be class indices "
+                                          "(non-negative integers, the positions in "
+                                          "`class_names`). Received: class_weight={'red': 2.0}"),
+        (dict(class_weight={0: "high"}), "`class_weight` values must be finite non-negative "
+                                         "numbers, the weight of each class. "
+                                         "Received: class_weight={0: 'high'}"),
+        (dict(class_weight={0: -1}), "Received: class_weight={0: -1}"),
+        (dict(class_weight={0: True}), "Received: class_weight={0: True}"),
+        (dict(class_weight={3: 2.0}), "`class_weight` has keys that are not class indices: "
+                                      "[3]; there are 3 classes, ['blue', 'green', 'red']. "
+                                      "Received: class_weight={3: 2.0}"),
+        (dict(class_weight={0: 2.0}, label_mode=None),
+         "`class_weight` weighs each sample by its class, so it needs labels. "
+         "Received: class_weight={0: 2.0}, labels='inferred', label_mode=None"),
+        (dict(class_weight={0: 2.0}, labels=None), "so it needs labels. "
+                                                   "Received: class_weight={0: 2.0}, labels=None"),
     ],
 )
 def test_errors_name_the_argument_and_value(indexed_dir, options, message):
@@ -307,3 +325,62 @@ def test_tfrecords_shard_and_augment_like_files(tagged_tfrecords):
                                    augment=True, device="cpu")
     images, labels = collect(augmented.epoch(0))
     assert images.shape == (121, 8, 8, 3) and labels.shape == (121,)
+
+
+def test_class_weight_is_a_weight_output_times_the_padding(indexed_dir):
+    weights = {0: 0.25, 2: 4.0}
+    pipe = make_dali_pipeline(indexed_dir, image_size=(4, 4), batch_size=8, seed=1,
+                              class_weight=weights, device="cpu", verbose=False)
+    assert pipe.output_dtypes == ("float32", "int32", "float32")
+    assert pipe.output_shapes[2] == (None,)
+    _, labels, got = collect(pipe.epoch())
+    np.testing.assert_array_equal(got, [weights.get(int(y), 1.0) for y in labels])
+    shard = pipe.shard([1], 2)  # global batch 8, replica 1 of 2: the last step is padding
+    _, labels, got = collect(shard.epoch())
+    _, _, padding = shard.epoch_inputs(0)
+    np.testing.assert_array_equal(got, padding * [weights.get(int(y), 1.0) for y in labels])
+    assert 0 in got and 4.0 in got
+    unweighted = make_dali_pipeline(indexed_dir, image_size=(4, 4), batch_size=8, seed=1,
+                                    class_weight={}, device="cpu", verbose=False)
+    assert set(collect(unweighted.epoch())[2]) == {1.0}
+
+
+def test_gpu_pipelines_default_to_dali_examples_threads():
+    from dalipipe.options import GPU_NUM_THREADS, Options
+    from dalipipe.utils import usable_cores
+
+    assert GPU_NUM_THREADS == 4
+    assert Options(device="gpu").resolved().num_threads == min(4, usable_cores())
+    assert Options(device="cpu").resolved().num_threads == usable_cores()
+    assert Options(device="gpu", num_threads=7).resolved().num_threads == 7
+
+
+def test_cpu_pipeline_threads_are_the_usable_cores(indexed_dir):
+    from dalipipe.utils import usable_cores
+
+    pipe = make_dali_pipeline(indexed_dir, device="cpu", verbose=False)
+    assert pipe.options.num_threads == usable_cores()
+
+
+def test_memory_growth_default_is_set_once_and_never_overrides():
+    """Without TensorFlow started (see test_dataset.py for the real imports)."""
+    from dalipipe.options import default_memory_growth
+
+    environ = {}
+    assert default_memory_growth(environ, {}) and environ == {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+    environ = {"TF_FORCE_GPU_ALLOW_GROWTH": "false"}
+    assert not default_memory_growth(environ, {})
+    assert environ == {"TF_FORCE_GPU_ALLOW_GROWTH": "false"}
+
+
+def test_tfrecord_samples_are_not_padded(tagged_tfrecords):
+    pipe = make_dali_pipeline(tagged_tfrecords, batch_size=16, shuffle=False, device="cpu",
+                              verbose=False)
+    samples = pipe.load_samples(np.arange(16))
+    flat, lengths = pipe.load_records(np.arange(16))
+    assert isinstance(samples, list) and [len(s) for s in samples] == lengths.tolist()
+    assert flat.dtype == np.uint8 and len(flat) == lengths.sum()
+    for sample, label in zip(samples, pipe.labels[:16]):
+        assert sample[:4].view("<i4")[0] == label
+        assert sample[4:8].view("<i4")[0] == len(sample) - 8
+        assert sample[8:12].tobytes() == b"\x89PNG"
