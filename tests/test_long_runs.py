@@ -29,7 +29,8 @@ def test_memory_and_file_descriptors_stay_bounded(color_dir):
 
 
 SCRIPT = textwrap.dedent("""
-    import sys, time
+    import faulthandler, signal, sys, time
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # stacks, if it hangs
     import keras
     from dalipipe import make_dali_dataset
     ds = make_dali_dataset(sys.argv[1], image_size=(32, 32), batch_size=4, device="cpu", seed=0,
@@ -52,8 +53,12 @@ SCRIPT = textwrap.dedent("""
 
 def run_script(color_dir, mode):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    # As from a terminal: Ctrl-C's default action. An ignored SIGINT is inherited
+    # (some libraries' worker pools ignore it in the test process), and Python then
+    # installs no KeyboardInterrupt handler.
     return subprocess.Popen([sys.executable, "-c", SCRIPT, color_dir, mode],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def test_interpreter_exit_mid_epoch_does_not_hang(color_dir):
@@ -70,8 +75,11 @@ def test_ctrl_c_during_fit_stops_promptly(color_dir):
     try:
         _, err = process.communicate(timeout=60)
     except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGUSR1)  # Python's stacks of every thread, to stderr
+        time.sleep(2)
         process.kill()
-        pytest.fail("fit did not stop within 60 s of Ctrl-C")
+        _, err = process.communicate()
+        pytest.fail(f"fit did not stop within 60 s of Ctrl-C. Its stderr:\n{err[-6000:]}")
     assert "KeyboardInterrupt" in err
     assert process.returncode != 0
     print(f"stopped {time.monotonic() - started:.1f} s after SIGINT")
