@@ -505,22 +505,16 @@ def encode_samples(file_paths: Sequence[str], labels: Optional[np.ndarray]) -> n
     return pack_payloads(labels, [os.fsencode(p) for p in file_paths])
 
 
-def pack_payloads(labels: Optional[np.ndarray], payloads: Sequence[bytes], *,
-                  with_length: bool = False) -> np.ndarray:
-    """Packs a little-endian int32 label (0 when `labels` is None), with
-    `with_length` the int32 length of the payload, then the payload, one uint8 row
-    per sample, padded with zeros to the longest.
+def pack_payloads(labels: Optional[np.ndarray], payloads: Sequence[bytes]) -> np.ndarray:
+    """Packs a little-endian int32 label (0 when `labels` is None), then the payload,
+    one uint8 row per sample, padded with zeros to the longest.
 
     Returns:
-        uint8 array of shape `(len(payloads), 4 [+ 4] + longest payload)`.
+        uint8 array of shape `(len(payloads), 4 + longest payload)`.
     """
-    head = 8 if with_length else 4
-    packed = np.zeros((len(payloads), head + max(len(p) for p in payloads)), np.uint8)
+    packed = np.zeros((len(payloads), 4 + max(len(p) for p in payloads)), np.uint8)
     label_values = np.zeros(len(payloads), np.int32) if labels is None else np.asarray(labels)
     packed[:, :4] = label_values.astype("<i4").reshape(-1, 1).view(np.uint8)
-    if with_length:
-        lengths = np.array([len(p) for p in payloads], "<i4")
-        packed[:, 4:8] = lengths.reshape(-1, 1).view(np.uint8)
     for row, payload in zip(packed, payloads):
-        row[head: head + len(payload)] = np.frombuffer(payload, np.uint8)
+        row[4: 4 + len(payload)] = np.frombuffer(payload, np.uint8)
     return packed
