@@ -1,12 +1,15 @@
 """dalipipe: an NVIDIA DALI image pipeline that Keras trains from directly.
 
-`make_dali_dataset` (needs TensorFlow) returns a `tf.data.Dataset` for `model.fit`;
-`make_dali_pipeline` builds the same DALI graph without TensorFlow.
+`make_dali_dataset` returns what `model.fit` takes on Keras's backend: a
+`tf.data.Dataset` on TensorFlow, a `keras.utils.PyDataset` of torch tensors or jax
+arrays on torch and JAX (which never load TensorFlow). `make_dali_pipeline` builds
+the same DALI graph without Keras.
 """
 
 import os
 import sys
 
+from dalipipe.dataset import make_dali_dataset
 from dalipipe.options import default_memory_growth
 from dalipipe.pipeline import ImagePipeline, make_dali_pipeline
 from dalipipe.sample_data import make_sample_dataset
@@ -18,11 +21,3 @@ __version__ = "0.1.0"
 # DALI's GPU pipelines need their own: TF_FORCE_GPU_ALLOW_GROWTH=true unless set.
 default_memory_growth(os.environ, sys.modules)
 
-
-def __getattr__(name):
-    # TensorFlow loads only when the Keras entry point is asked for.
-    if name == "make_dali_dataset":
-        from dalipipe.dataset import make_dali_dataset
-
-        return make_dali_dataset
-    raise AttributeError(f"module 'dalipipe' has no attribute {name!r}")

@@ -30,6 +30,7 @@ class Runner:
         self.batches = {}
         self.position = {}
         self.pipe = None
+        self.finished = True  # whether the last run was read to its end
 
     def run(self, sample_ids, random=None, weights=None, *, copy_to_host=True):
         """See `ImagePipeline.run` (a generator: nothing runs before the first batch)."""
@@ -41,6 +42,9 @@ class Runner:
             "weights": np.ones(count, np.float32)
             if weights is None else np.asarray(weights, np.float32),
         }
+        if not self.finished:
+            # A run left before its end leaves prefetched batches in DALI's queue.
+            self.pipe = None
         if self.pipe is None:
             from nvidia.dali.pipeline import do_not_convert
 
@@ -53,11 +57,13 @@ class Runner:
         }
         self.position = dict.fromkeys(inputs, 0)
         self.pipe.reset()
+        self.finished = False
         returned = 0
         while True:
             try:
                 outputs = self.pipe.run()
             except StopIteration:
+                self.finished = True
                 return
             except RuntimeError as e:
                 self.pipe = None  # DALI's pipeline is no longer valid: the next run builds one

@@ -32,7 +32,9 @@ INTERPOLATIONS = ("bilinear", "nearest", "bicubic", "area", "lanczos3", "lanczos
 LABEL_MODES = ("int", "categorical", "binary", None)
 # color_mode -> channels.
 COLOR_MODES = {"rgb": 3, "grayscale": 1, "rgba": 4}
-FORMATS = ("tf",)
+# None: the form for Keras's backend ("tf" on TensorFlow, "pydataset" on torch and JAX).
+FORMATS = (None, "tf", "pydataset")
+BACKENDS = ("tensorflow", "torch", "jax")
 DTYPES = ("float32", "float16", "uint8")
 DATA_FORMATS = ("channels_last", "channels_first", None)
 DEVICES = ("auto", "gpu", "cpu")
@@ -95,7 +97,7 @@ class Options:
     crop_to_aspect_ratio: bool = False
     pad_to_aspect_ratio: bool = False
     data_format: Optional[str] = None
-    format: str = "tf"
+    format: Optional[str] = None
     verbose: bool = True
     # What dalipipe adds.
     path_column: str = "path"
@@ -192,8 +194,9 @@ class Options:
             )
         if self.format not in FORMATS:
             raise ValueError(
-                '`format` must be "tf": dalipipe returns a `tf.data.Dataset` fed by DALI '
-                f"(`make_dali_pipeline` runs the graph without TensorFlow). "
+                '`format` must be one of (None, "tf", "pydataset"): None for the form '
+                "that Keras's backend takes best, \"tf\" for a `tf.data.Dataset`, "
+                '"pydataset" for a `keras.utils.PyDataset` of the backend\'s tensors. '
                 f"Received: format={self.format!r}"
             )
         for name, allowed in (
@@ -373,19 +376,37 @@ class Options:
 def keras_image_data_format():
     """`keras.config.image_data_format()`, read without importing Keras when it is not
     yet imported (from `$KERAS_HOME/keras.json`, else `~/.keras/keras.json`)."""
-    import json
-    import os
     import sys
 
     if "keras" in sys.modules:
         return sys.modules["keras"].config.image_data_format()
+    value = _keras_config().get("image_data_format", "channels_last")
+    return value if value in DATA_FORMATS[:2] else "channels_last"
+
+
+def keras_backend():
+    """`keras.backend.backend()`, read without importing Keras when it is not yet
+    imported: `KERAS_BACKEND`, else `keras.json`, else "tensorflow", as Keras reads it."""
+    import os
+    import sys
+
+    if "keras" in sys.modules:
+        return sys.modules["keras"].backend.backend()
+    return os.environ.get("KERAS_BACKEND") or _keras_config().get("backend", "tensorflow")
+
+
+def _keras_config():
+    """The settings of `$KERAS_HOME/keras.json` (else `~/.keras/keras.json`), or {}."""
+    import json
+    import os
+
     home = os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
     try:
         with open(os.path.join(home, "keras.json")) as f:
-            value = json.load(f).get("image_data_format", "channels_last")
-    except (OSError, ValueError, AttributeError):
-        return "channels_last"
-    return value if value in DATA_FORMATS[:2] else "channels_last"
+            config = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
 
 
 def check_global_batch(batch_size, num_replicas):

@@ -5,15 +5,18 @@ inputs of the DALI graph, without TensorFlow.
 `ImagePipeline` (two for `subset="both"`). An `ImagePipeline` knows its samples, its
 output shapes, which samples each epoch loads in which order (`epoch_inputs`), and
 makes the DALI pipeline of the graph (`dali_pipeline`); `epoch` runs it natively with
-NumPy outputs (`dalipipe.native`), and `dalipipe.dataset` hands it to TensorFlow.
+NumPy outputs (`dalipipe.native`); `dalipipe.tf_dataset` hands it to TensorFlow and
+`dalipipe.py_dataset` to Keras's other backends.
 """
 
 import os
+import warnings
 from typing import NamedTuple
 
 import numpy as np
 
 from dalipipe import checks, graph, sampling, sources, tfrecord
+from dalipipe.install import DALI_FIX
 from dalipipe.options import Options, check_global_batch, is_inferred
 from dalipipe.utils import listing
 
@@ -36,7 +39,7 @@ def make_dali_pipeline(
     crop_to_aspect_ratio=False,
     pad_to_aspect_ratio=False,
     data_format=None,
-    format="tf",
+    format=None,
     verbose=True,
     path_column="path",
     root=None,
@@ -125,6 +128,30 @@ def _print_found(index):
         print(f"Found {len(index)} {what}.")
     else:
         print(f"Found {len(index)} {what} belonging to {len(index.class_names)} classes.")
+
+
+def choose_device(device, framework_gpus, dali_gpus, *, framework, framework_fix):
+    """`"gpu"` or `"cpu"` for `device` in ("auto", "gpu") when the framework that
+    takes the batches (`framework`: "TensorFlow", "PyTorch", "JAX") sees
+    `framework_gpus` GPUs and DALI sees `dali_gpus`. `"auto"` warns when only one of
+    them sees a GPU, naming the fix (`framework_fix` for the framework); `"gpu"`
+    raises RuntimeError."""
+    if framework_gpus and dali_gpus:
+        return "gpu"
+    fix = ""
+    if dali_gpus:
+        fix = f" To use the GPU, {framework_fix}."
+    elif framework_gpus:
+        fix = f" To use the GPU, {DALI_FIX}."
+    counts = f"{framework} sees {framework_gpus}, DALI sees {dali_gpus}."
+    if device == "gpu":
+        raise RuntimeError(
+            f"`device='gpu'` needs a GPU that both {framework} and DALI can use. {counts} "
+            f"Use device='cpu' or device='auto'.{fix}"
+        )
+    if fix:
+        warnings.warn(f"`device='auto'` runs DALI on the CPU: {counts}{fix}", stacklevel=5)
+    return "cpu"
 
 
 def _dali_device(device):

@@ -168,20 +168,27 @@ def test_auto_device_falls_back_to_cpu(indexed_dir):
     assert "CPU" in images.device and images.shape == (8, 8, 8, 3)
 
 
-def test_auto_device_warns_when_only_dali_or_only_tensorflow_sees_a_gpu():
-    from dalipipe.dataset import choose_device
+def test_auto_device_warns_when_only_dali_or_only_the_framework_sees_a_gpu():
+    from dalipipe.install import GPU_TENSORFLOW_FIX
+    from dalipipe.pipeline import choose_device
 
-    assert choose_device("auto", 1, 2) == "gpu"
+    def choose(device, tf_gpus, dali_gpus):
+        return choose_device(device, tf_gpus, dali_gpus, framework="TensorFlow",
+                             framework_fix=GPU_TENSORFLOW_FIX)
+
+    assert choose("auto", 1, 2) == "gpu"
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert choose_device("auto", 0, 0) == "cpu"
+        assert choose("auto", 0, 0) == "cpu"
     fix_tf = r"TensorFlow sees 0, DALI sees 1\..*'dalipipe\[gpu\]'.*tensorflow\[and-cuda\]"
     with pytest.warns(UserWarning, match=r"`device='auto'` runs DALI on the CPU: " + fix_tf):
-        assert choose_device("auto", 0, 1) == "cpu"
+        assert choose("auto", 0, 1) == "cpu"
     with pytest.warns(UserWarning, match=r"TensorFlow sees 1, DALI sees 0\..*'dalipipe\[cuda12\]'"):
-        assert choose_device("auto", 1, 0) == "cpu"
+        assert choose("auto", 1, 0) == "cpu"
     with pytest.raises(RuntimeError, match=fix_tf):
-        choose_device("gpu", 0, 1)
+        choose("gpu", 0, 1)
+    with pytest.raises(RuntimeError, match=r"both PyTorch and DALI.*PyTorch sees 0, DALI sees 1"):
+        choose_device("gpu", 0, 1, framework="PyTorch", framework_fix="install PyTorch")
 
 
 def test_tfrecords_feed_keras_like_their_directory(tagged_dir, tagged_tfrecords):
@@ -294,7 +301,7 @@ def test_a_gpu_placed_dataset_refuses_cpu_transformations(indexed_dir):
     (False, [], "TRUE", True),  # TensorFlow takes only "true" and "false"
 ])
 def test_memory_growth_error_follows_tensorflows_rule(growth, limits, variable, raises):
-    from dalipipe.dataset import memory_growth_error
+    from dalipipe.tf_dataset import memory_growth_error
 
     error = memory_growth_error("/physical_device:GPU:0", growth=growth, memory_limits=limits,
                                 variable=variable)
@@ -344,13 +351,13 @@ def configurations(*limits):
          ("/physical_device:GPU:1", None)], 1),
 ])
 def test_cuda_ordinal_of_tensorflows_gpu_index(index, visible, ordinal):
-    from dalipipe.dataset import cuda_ordinal
+    from dalipipe.tf_dataset import cuda_ordinal
 
     assert cuda_ordinal(index, visible) == ordinal
 
 
 def test_cuda_ordinal_refuses_what_it_cannot_tell():
-    from dalipipe.dataset import cuda_ordinal
+    from dalipipe.tf_dataset import cuda_ordinal
 
     with pytest.raises(ValueError, match=r"2 visible logical GPUs, so there is no /gpu:2"):
         cuda_ordinal(2, [("/physical_device:GPU:0", None), ("/physical_device:GPU:1", None)])
@@ -368,7 +375,7 @@ def test_cuda_ordinal_refuses_what_it_cannot_tell():
     (121, True, False, [(range(0, 8), 16)]),  # a GPU cannot join two DALI datasets
 ])
 def test_tfrecord_feed_parts(num_loaded, gpu, per_sample, parts):
-    from dalipipe.dataset import feed_parts
+    from dalipipe.tf_dataset import feed_parts
 
     assert feed_parts(num_loaded, 16, from_tfrecord=True, gpu=gpu) == (per_sample, parts)
     assert feed_parts(num_loaded, 16, from_tfrecord=False, gpu=gpu) == \
@@ -381,7 +388,7 @@ def test_tfrecord_batches_feed_each_record_unpadded(tagged_dir, tmp_path):
     from PIL import Image
 
     from dalipipe import sources, tfrecord
-    from dalipipe.dataset import input_datasets
+    from dalipipe.tf_dataset import input_datasets
 
     index = sources.index_source(tagged_dir)
     rng = np.random.default_rng(0)

@@ -1,0 +1,228 @@
+"""The Keras adapter for every backend: an `ImagePipeline` as a `keras.utils.PyDataset`.
+
+`make_dali_dataset`'s `"pydataset"` format, the default on the torch and JAX
+backends. The DALI graph runs natively (`dalipipe.native`), and each batch is copied
+from DALI's buffers into the backend's own tensors on the pipeline's device: torch
+tensors through DALI's PyTorch plugin, jax arrays through DLPack, NumPy arrays on
+TensorFlow. No TensorFlow import: a Keras program on torch or JAX never loads it.
+
+Several devices: on JAX, a `keras.distribution.DataParallel` distribution; with
+PyTorch, one process per device under `torch.distributed`. Both use the shard
+arithmetic of `tf.distribute` (`ImagePipeline.shard`): every step is a full batch,
+the last one padded with samples of weight 0.
+"""
+
+import keras
+import numpy as np
+
+from dalipipe import graph, native
+from dalipipe.options import check_global_batch, keras_backend
+from dalipipe.pipeline import choose_device, image_pipelines
+
+# What makes each framework see the GPUs that DALI sees.
+FRAMEWORK_GPU_FIXES = {
+    "torch": ("PyTorch", "install PyTorch with CUDA (https://pytorch.org/get-started/)"),
+    "jax": ("JAX", "install JAX with CUDA: pip install 'jax[cuda12]' (or 'jax[cuda13]')"),
+}
+
+
+class DALIPyDataset(keras.utils.PyDataset):
+    """A `keras.utils.PyDataset` of DALI batches, for `fit`, `evaluate` and `predict`.
+
+    Each item is a tuple of the backend's tensors, on the pipeline's device (a CUDA
+    device for a GPU pipeline, the CPU otherwise): torch tensors on torch, jax
+    arrays on JAX, NumPy arrays on other backends:
+    - images: `(n, height, width, channels)` for `"channels_last"`,
+      `(n, channels, height, width)` for `"channels_first"`, of the `dtype` option;
+    - labels, unless there are none: int32 `(n,)` for `label_mode="int"`, float32
+      `(n, num_classes)` for `"categorical"`, float32 `(n, 1)` for `"binary"`;
+    - sample weights, with `class_weight` or several devices: float32 `(n,)`.
+
+    `n` is `batch_size`, smaller only for the last batch of an epoch (unless
+    `drop_remainder=True`, or with several devices, where the last step is padded
+    with samples of weight 0). Without labels an item is `(images,)`. With
+    `batch_size=None`, items are single samples without the batch dimension.
+
+    Epochs: the batches come in the order that DALI prepares them, `prefetch_queue_depth`
+    ahead, so an item is the pass's next batch, whatever index is asked: Keras's
+    `fit(shuffle=True)` permutes the indices of a PyDataset's batches, and the
+    pass's order is already a new permutation of the samples every epoch (with
+    `shuffle=True`; `file_paths` order otherwise, which is how `predict` reads
+    it). A pass ends after `len()` items, or when an index already read in it is
+    asked for again (a new Keras iterator); pass `n` loads what
+    `make_dali_pipeline(...).epoch(n)` loads, the same order and crops for a seed.
+    The items are copies: they stay valid after the next one is read.
+
+    Attributes:
+        class_names: the class names, or None without labels.
+        file_paths: the files, in the order that `shuffle` and `seed` give.
+        image_pipeline: the `ImagePipeline` (a shard of it with several devices).
+        backend: the Keras backend whose tensors the items are.
+    """
+
+    def __init__(self, image_pipeline, backend=None):
+        # One worker: DALI reads, decodes and prefetches on its own threads, and
+        # its batches come in its order.
+        super().__init__(workers=1, use_multiprocessing=False)
+        self.image_pipeline = image_pipeline
+        self.backend = backend or keras_backend()
+        self.class_names = image_pipeline.class_names
+        self.file_paths = list(image_pipeline.file_paths)
+        self._convert = _converter(self.backend, image_pipeline.device == "gpu")
+        self._runner = native.Runner(image_pipeline)
+        self._epoch = -1
+        self._served = set()
+        self._stream = None
+
+    def __len__(self):
+        return self.image_pipeline.steps
+
+    def __getitem__(self, index):
+        if not isinstance(index, (int, np.integer)) or not 0 <= index < len(self):
+            raise IndexError(
+                f"`index` must be an integer in [0, {len(self)}), the batches of an epoch. "
+                f"Received: index={index!r}"
+            )
+        if self._stream is None or index in self._served or len(self._served) == len(self):
+            self._epoch += 1
+            self._served = set()
+            self._stream = self._runner.run(*self.image_pipeline.epoch_inputs(self._epoch),
+                                            copy_to_host=False)
+        self._served.add(index)
+        batch = tuple(self._convert(self._sample(out)) for out in next(self._stream))
+        if len(self._served) == len(self):
+            # The pass is whole: let the runner see DALI's end of epoch.
+            for _ in self._stream:
+                raise RuntimeError("DALI gave more batches than the epoch has")
+        return batch
+
+    def _sample(self, tensor_list):
+        """One output as a dense DALI tensor (a single sample for `batch_size=None`)."""
+        return tensor_list[0] if self.image_pipeline.unbatched else tensor_list.as_tensor()
+
+    def __repr__(self):
+        pipeline = self.image_pipeline
+        return (f"<DALIPyDataset: {len(pipeline.file_paths)} samples, {len(self)} batches "
+                f"of {pipeline.batch_size}, {self.backend} tensors on {pipeline.device}>")
+
+
+def make(source, options):
+    """`make_dali_dataset` for validated `Options` in the `"pydataset"` format: a
+    `DALIPyDataset`, or a pair of them for `subset="both"`."""
+    backend = keras_backend()
+    device, device_id = resolve_device(options.device, backend)
+    sharding = data_parallel_shard(options, backend)
+    result = image_pipelines(source, options.replace(device=device))
+
+    def wrap(image_pipeline):
+        if device == "gpu":
+            image_pipeline = image_pipeline.on_device(device_id)
+        if sharding is not None:
+            image_pipeline = image_pipeline.shard(*sharding, device_id=device_id or 0)
+        return DALIPyDataset(image_pipeline, backend)
+
+    if isinstance(result, tuple):
+        return tuple(wrap(p) for p in result)
+    return wrap(result)
+
+
+def resolve_device(device, backend):
+    """`(device, device_id)`: "gpu" or "cpu" for the `device` option, and the CUDA
+    ordinal of the backend's first device for a GPU pipeline (else None).
+
+    On torch and JAX, `"auto"` means the GPU when both the framework and DALI see
+    one (see `choose_device`); on other backends, when DALI sees one.
+    """
+    if device == "cpu":
+        return "cpu", None
+    if backend not in FRAMEWORK_GPU_FIXES:
+        return device, 0  # `image_pipelines` asks DALI
+    framework, fix = FRAMEWORK_GPU_FIXES[backend]
+    ordinals = _framework_gpus(backend)
+    chosen = choose_device(device, len(ordinals), graph.dali_gpu_count(),
+                           framework=framework, framework_fix=fix)
+    return chosen, ordinals[0] if chosen == "gpu" else None
+
+
+def _framework_gpus(backend):
+    """The CUDA ordinals of the backend's GPUs, its current (first) one first."""
+    if backend == "torch":
+        import torch
+
+        if not torch.cuda.is_available():
+            return []
+        current = torch.cuda.current_device()
+        return [current] + [i for i in range(torch.cuda.device_count()) if i != current]
+    import jax
+
+    try:
+        gpus = jax.local_devices(backend="gpu")
+    except RuntimeError:  # no GPU backend
+        return []
+    return [getattr(d, "local_hardware_id", None) or d.id for d in gpus]
+
+
+def data_parallel_shard(options, backend):
+    """`(replica_ids, num_replicas)` of this process's shard when Keras trains on
+    several devices, else None.
+
+    JAX: under a `keras.distribution.DataParallel` distribution each process loads
+    its part of every global batch (`batch_size`), and Keras splits it over the
+    process's devices. torch: under `torch.distributed`, each process (one per
+    device) loads its `batch_size // world_size` samples of every global batch.
+    """
+    if backend == "jax":
+        distribution = keras.distribution.distribution()
+        if distribution is None:
+            return None
+        if not isinstance(distribution, keras.distribution.DataParallel):
+            raise ValueError(
+                "dalipipe feeds a `keras.distribution.DataParallel` distribution, which "
+                "splits each batch over the devices. Received: distribution="
+                f"{type(distribution).__name__}"
+            )
+        import jax
+
+        devices = int(np.prod(distribution.device_mesh.shape))
+        processes, index = jax.process_count(), jax.process_index()
+        what = f"a DataParallel distribution over {devices} devices"
+    elif backend == "torch":
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            return None
+        devices = processes = dist.get_world_size()
+        index = dist.get_rank()
+        what = f"torch.distributed with {processes} processes"
+    else:
+        return None
+    if devices == 1 and processes == 1:
+        return None
+    if options.label_mode is None or options.labels is None or options.batch_size is None:
+        raise ValueError(
+            f"With {what}, every step is a full batch and the last one is padded with "
+            "zero-weight samples, which needs labels to weigh and a `batch_size`. To "
+            "predict, make the dataset on one device. Received: "
+            f"labels={options.labels!r}, label_mode={options.label_mode!r}, "
+            f"batch_size={options.batch_size!r}"
+        )
+    check_global_batch(options.batch_size, devices)
+    return [index], processes
+
+
+def _converter(backend, gpu):
+    """The function that copies one dense DALI tensor into the backend's tensor."""
+    if backend == "torch":
+        from nvidia.dali.plugin.pytorch.torch_utils import to_torch_tensor
+
+        return lambda tensor: to_torch_tensor(tensor, copy=True)
+    if backend == "jax":
+        import jax
+        import jax.dlpack
+
+        if gpu:
+            return lambda tensor: jax.dlpack.from_dlpack(tensor).copy()
+        return lambda tensor: jax.device_put(np.array(tensor))
+    if gpu:
+        return lambda tensor: np.array(tensor.as_cpu())
+    return np.array
