@@ -48,9 +48,14 @@ class DALIPyDataset(keras.utils.PyDataset):
     `fit(shuffle=True)` permutes the indices of a PyDataset's batches, and the
     pass's order is already a new permutation of the samples every epoch (with
     `shuffle=True`; `file_paths` order otherwise, which is how `predict` reads
-    it). A pass ends after `len()` items, or when an index already read in it is
-    asked for again (a new Keras iterator); pass `n` loads what
-    `make_dali_pipeline(...).epoch(n)` loads, the same order and crops for a seed.
+    it). A new pass starts at the first item asked for after `num_batches` is read
+    (every new Keras iterator reads it first, as `iter()` does; `len()` does not),
+    after `len()` items, or when an index already read in the pass is asked for
+    again. So each Keras epoch is one exact pass, and one pass runs on over
+    several epochs with `steps_per_epoch` smaller than `len()`, as Keras's own
+    iterators do. Pass `n` loads what `make_dali_pipeline(...).epoch(n)` loads,
+    the same order and crops for a seed (the first `fit` also reads one batch to
+    build the model, so its first epoch is pass 1).
     The items are copies: they stay valid after the next one is read.
 
     Attributes:
@@ -73,9 +78,16 @@ class DALIPyDataset(keras.utils.PyDataset):
         self._epoch = -1
         self._served = set()
         self._stream = None
+        self._new_reader = True
 
     def __len__(self):
         return self.image_pipeline.steps
+
+    @property
+    def num_batches(self):
+        """The batches per epoch, `len()`; reading it starts a new pass (see above)."""
+        self._new_reader = True
+        return len(self)
 
     def __getitem__(self, index):
         if not isinstance(index, (int, np.integer)) or not 0 <= index < len(self):
@@ -83,7 +95,8 @@ class DALIPyDataset(keras.utils.PyDataset):
                 f"`index` must be an integer in [0, {len(self)}), the batches of an epoch. "
                 f"Received: index={index!r}"
             )
-        if self._stream is None or index in self._served or len(self._served) == len(self):
+        if self._new_reader or index in self._served or len(self._served) == len(self):
+            self._new_reader = False
             self._epoch += 1
             self._served = set()
             self._stream = self._runner.run(*self.image_pipeline.epoch_inputs(self._epoch),

@@ -1,0 +1,192 @@
+"""One Keras backend in its own process, fed by `make_dali_dataset` (`test_backends.py`).
+
+    KERAS_BACKEND=torch python backend_job.py MODE TAGGED_DIR OUT_JSON
+
+MODE `single`: `fit` with a metric that counts every sample it sees, `evaluate`,
+`predict`, and the dataset's passes against the native epochs. MODE `data_parallel`
+(JAX, with several devices): `fit` and `evaluate` under `keras.distribution.DataParallel`.
+MODE `torch_distributed` (with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set): one
+process of a `torch.distributed` group reads two passes of its shard. The images are
+`tagged_dir`'s (see `conftest.py`): each tells its index from its pixels.
+"""
+
+import json
+import os
+import sys
+
+import numpy as np
+
+import keras
+from keras import ops
+
+import dalipipe
+from helpers import CLASSES, NUM_TAGGED
+
+BATCH = 8
+OPTIONS = dict(image_size=(12, 12), batch_size=BATCH, normalization=None, device="cpu",
+               verbose=False)
+
+
+class TagCounter(keras.metrics.Metric):
+    """How many times each tagged image was seen (weighed by its sample weight), and
+    how many of them came with a label other than their class."""
+
+    def __init__(self, name="tags"):
+        super().__init__(name=name)
+        self.counts = self.add_variable(shape=(NUM_TAGGED,), initializer="zeros", name="counts")
+        self.mislabeled = self.add_variable(shape=(), initializer="zeros", name="mislabeled")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        tags = ops.cast(ops.round(y_pred[:, -1]), "int32")
+        weights = ops.ones_like(y_pred[:, -1]) if sample_weight is None else \
+            ops.cast(ops.reshape(sample_weight, (-1,)), y_pred.dtype)
+        self.counts.assign(self.counts + ops.sum(
+            ops.one_hot(tags, NUM_TAGGED) * weights[:, None], axis=0))
+        wrong = ops.cast(ops.not_equal(ops.reshape(ops.cast(y_true, "int32"), (-1,)), tags % 3),
+                         y_pred.dtype)
+        self.mislabeled.assign(self.mislabeled + ops.sum(wrong * weights))
+
+    def result(self):
+        return ops.sum(self.counts)
+
+
+def tag_model():
+    """Class logits from the image, and the image's tag as a last column."""
+    images = keras.Input((12, 12, 3))
+    pooled = keras.layers.GlobalAveragePooling2D()(keras.layers.Rescaling(1 / 255)(images))
+    logits = keras.layers.Dense(3)(pooled)
+    tags = keras.layers.Lambda(
+        lambda x: ops.mean(x[:, -2:], axis=(1, 2, 3), keepdims=False)[:, None] / 2)(images)
+    model = keras.Model(images, keras.layers.Concatenate()([logits, tags]))
+    model.compile(keras.optimizers.Adam(0.05), loss=class_loss,
+                  metrics=[class_accuracy], weighted_metrics=[TagCounter()])
+    return model
+
+
+def class_loss(y_true, y_pred):
+    return keras.losses.sparse_categorical_crossentropy(y_true, y_pred[:, :3], from_logits=True)
+
+
+def class_accuracy(y_true, y_pred):
+    return keras.metrics.sparse_categorical_accuracy(y_true, y_pred[:, :3])
+
+
+class EpochCounts(keras.callbacks.Callback):
+    """The counts of `TagCounter` at the end of every epoch."""
+
+    def __init__(self):
+        super().__init__()
+        self.epochs = []
+
+    def on_epoch_end(self, epoch, logs=None):
+        counts = _tag_counter(self.model).counts
+        self.epochs.append(ops.convert_to_numpy(counts).tolist())
+
+
+def _tag_counter(model):
+    for metric in model.metrics:
+        for sub in [metric, *getattr(metric, "metrics", [])]:
+            if isinstance(sub, TagCounter):
+                return sub
+    raise LookupError("no TagCounter among the model's metrics")
+
+
+def tag_of_path(path):
+    return int(os.path.basename(path)[4:7])
+
+
+def single(tagged_dir):
+    """Everything one device does; returns what the test checks."""
+    result = {"backend": keras.backend.backend()}
+    train = dalipipe.make_dali_dataset(tagged_dir, seed=7, **OPTIONS)
+    images, labels = train[0]
+    result["types"] = [type(images).__module__.split(".")[0], type(labels).__module__.split(".")[0]]
+    result["shapes"] = [list(images.shape), list(labels.shape)]
+    result["dtypes"] = [str(images.dtype), str(labels.dtype)]
+    result["len"] = len(train)
+    result["class_names"] = train.class_names
+    # Passes of the dataset (as Keras reads them) against the native epochs.
+    native = dalipipe.make_dali_pipeline(tagged_dir, seed=7, **OPTIONS)
+    passes = []
+    for epoch in (1, 2):  # pass 0 was started by train[0] above
+        tags = [tag_of_batch(train[i][0]) for i in range(len(train))]
+        passes.append(tags)
+        want = [int(round(float(np.mean(im[-2:])) / 2))
+                for batch, _ in native.epoch(epoch) for im in batch]
+        result[f"pass_{epoch}_equals_native"] = sum(tags, []) == want
+    result["pass_sizes"] = [len(batch) for batch in passes[0]]
+    result["passes_differ"] = passes[0] != passes[1]
+
+    model = tag_model()
+    counts = EpochCounts()
+    history = model.fit(train, epochs=12, verbose=0, callbacks=[counts])
+    result["fit_counts"] = counts.epochs
+    result["fit_accuracy"] = history.history["class_accuracy"][-1]
+
+    ordered = dalipipe.make_dali_dataset(tagged_dir, shuffle=False, **OPTIONS)
+    evaluated = model.evaluate(ordered, verbose=0, return_dict=True)
+    result["evaluate"] = {k: float(v) for k, v in evaluated.items()}
+    counter = _tag_counter(model)
+    result["evaluate_counts"] = ops.convert_to_numpy(counter.counts).tolist()
+    result["evaluate_mislabeled"] = float(ops.convert_to_numpy(counter.mislabeled))
+
+    images_only = dalipipe.make_dali_dataset(tagged_dir, labels=None, shuffle=False, **OPTIONS)
+    predicted = model.predict(images_only, verbose=0)
+    labels = np.array([CLASSES.index(os.path.basename(os.path.dirname(p)))
+                       for p in images_only.file_paths])
+    logits = predicted[:, :3].astype(np.float64)
+    log_softmax = logits - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1, keepdims=True)) \
+        - logits.max(1, keepdims=True)
+    result["numpy_loss"] = float(-np.mean(log_softmax[np.arange(len(labels)), labels]))
+    result["predict_tags"] = np.round(predicted[:, -1]).astype(int).tolist()
+    result["file_tags"] = [tag_of_path(p) for p in images_only.file_paths]
+    result["tensorflow_loaded"] = "tensorflow" in sys.modules
+    return result
+
+
+def tag_of_batch(images):
+    array = ops.convert_to_numpy(images)
+    return [int(round(float(np.mean(im[-2:])) / 2)) for im in array]
+
+
+def data_parallel(tagged_dir):
+    import jax
+
+    devices = jax.devices()
+    keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
+    train = dalipipe.make_dali_dataset(tagged_dir, seed=7, **OPTIONS)
+    model = tag_model()
+    counts = EpochCounts()
+    model.fit(train, epochs=2, verbose=0, callbacks=[counts])
+    evaluated = model.evaluate(train, verbose=0, return_dict=True)
+    return {"devices": len(devices), "fit_counts": counts.epochs,
+            "batch_sizes": sorted({int(train[i][0].shape[0]) for i in range(len(train))}),
+            "evaluate_tags": float(evaluated["tags"]),
+            "evaluate_mislabeled": float(ops.convert_to_numpy(_tag_counter(model).mislabeled)),
+            "tensorflow_loaded": "tensorflow" in sys.modules}
+
+
+def torch_distributed(tagged_dir):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    train = dalipipe.make_dali_dataset(tagged_dir, seed=7, **OPTIONS)
+    runs = []
+    for _ in range(2):
+        seen = []
+        for i in range(len(train)):
+            images, labels, weights = (ops.convert_to_numpy(t) for t in train[i])
+            seen += [[tag, int(label), float(w)]
+                     for tag, label, w in zip(tag_of_batch(images), labels, weights)]
+        runs.append(seen)
+    dist.destroy_process_group()
+    return {"rank": int(os.environ["RANK"]), "runs": runs,
+            "tensorflow_loaded": "tensorflow" in sys.modules}
+
+
+if __name__ == "__main__":
+    mode, tagged_dir, out = sys.argv[1:4]
+    result = {"single": single, "data_parallel": data_parallel,
+              "torch_distributed": torch_distributed}[mode](tagged_dir)
+    with open(out, "w") as f:
+        json.dump(result, f)

@@ -1,0 +1,104 @@
+"""`make_dali_dataset` on Keras's torch and JAX backends, each in its own process
+(`backend_job.py`): what `fit`, `evaluate` and `predict` read, on the CPU."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from helpers import NUM_TAGGED
+
+JOB = os.path.join(os.path.dirname(__file__), "backend_job.py")
+BATCH = 8
+STEPS = -(-NUM_TAGGED // BATCH)
+
+
+def run_job(backend, mode, tagged_dir, out, *, env=None, timeout=300):
+    pytest.importorskip(backend)
+    environ = {**os.environ, "KERAS_BACKEND": backend, "CUDA_VISIBLE_DEVICES": "",
+               "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__),
+                                              os.environ.get("PYTHONPATH", "")]),
+               **(env or {})}
+    process = subprocess.run([sys.executable, JOB, mode, tagged_dir, str(out)], env=environ,
+                             capture_output=True, text=True, timeout=timeout)
+    assert process.returncode == 0, process.stderr[-4000:]
+    with open(out) as f:
+        return json.load(f)
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_fit_evaluate_and_predict_on_the_backend(backend, tagged_dir, tmp_path):
+    result = run_job(backend, "single", tagged_dir, tmp_path / "single.json")
+    assert result["backend"] == backend
+    # The backend's own tensors, with the TensorFlow path's shapes and dtypes.
+    assert result["types"] == [{"torch": "torch", "jax": "jaxlib"}[backend]] * 2
+    assert result["shapes"] == [[BATCH, 12, 12, 3], [BATCH]]
+    assert [d.split(".")[-1] for d in result["dtypes"]] == ["float32", "int32"]
+    assert result["len"] == STEPS and result["class_names"] == ["blue", "green", "red"]
+    # Each pass is the native epoch of its number, new every epoch, with a partial last batch.
+    assert result["pass_1_equals_native"] and result["pass_2_equals_native"]
+    assert result["passes_differ"]
+    assert result["pass_sizes"] == [BATCH] * (STEPS - 1) + [NUM_TAGGED - BATCH * (STEPS - 1)]
+    # `fit`: every sample exactly once per epoch, labels aligned, and it learns.
+    assert len(result["fit_counts"]) == 12
+    for counts in result["fit_counts"]:
+        assert counts == [1.0] * NUM_TAGGED
+    assert result["fit_accuracy"] >= 0.95
+    # `evaluate` sees every sample once; its loss is NumPy's over `predict`'s logits.
+    assert result["evaluate_counts"] == [1.0] * NUM_TAGGED
+    assert result["evaluate_mislabeled"] == 0
+    np.testing.assert_allclose(result["evaluate"]["loss"], result["numpy_loss"], rtol=1e-5)
+    # `predict` of an images-only dataset is in `file_paths` order.
+    assert result["predict_tags"] == result["file_tags"]
+    assert not result["tensorflow_loaded"]
+
+
+@pytest.mark.slow
+def test_jax_data_parallel_over_two_cpu_devices(tagged_dir, tmp_path):
+    result = run_job("jax", "data_parallel", tagged_dir, tmp_path / "dp.json",
+                     env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+    assert result["devices"] == 2
+    # Full global batches only (the last one padded with zero weights): each sample
+    # weighs exactly once per epoch.
+    assert result["batch_sizes"] == [BATCH]
+    assert result["fit_counts"] == [[1.0] * NUM_TAGGED] * 2
+    assert result["evaluate_tags"] == NUM_TAGGED
+    assert result["evaluate_mislabeled"] == 0
+    assert not result["tensorflow_loaded"]
+
+
+@pytest.mark.slow
+def test_torch_distributed_processes_read_their_shards(tagged_dir, tmp_path):
+    pytest.importorskip("torch")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    world = 2
+    processes = []
+    for rank in range(world):
+        env = {**os.environ, "KERAS_BACKEND": "torch", "CUDA_VISIBLE_DEVICES": "",
+               "RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(port),
+               "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__),
+                                              os.environ.get("PYTHONPATH", "")])}
+        processes.append(subprocess.Popen(
+            [sys.executable, JOB, "torch_distributed", tagged_dir, str(tmp_path / f"{rank}.json")],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for process in processes:
+        _, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err[-4000:]
+    runs = [json.loads((tmp_path / f"{rank}.json").read_text())["runs"] for rank in range(world)]
+    orders = []
+    for epoch in zip(*runs):
+        assert [len(seen) for seen in epoch] == [STEPS * BATCH // world] * world
+        weighed = sorted(t for seen in epoch for t, _, w in seen if w == 1)
+        assert weighed == list(range(NUM_TAGGED))
+        assert sorted(w for seen in epoch for _, _, w in seen if w != 1) == \
+            [0.0] * (STEPS * BATCH - NUM_TAGGED)
+        assert all(label == tag % 3 for seen in epoch for tag, label, _ in seen)
+        orders.append([t for seen in epoch for t, _, _ in seen])
+    assert orders[0] != orders[1], "the order must change between epochs"
