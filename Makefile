@@ -7,6 +7,9 @@ STAMP := $(VENV)/.installed
 # chooses), and TensorFlow with its CUDA libraries (the gpu extra) where there is a driver.
 DRIVER_CUDA := $(shell nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9]*\).*/\1/p' | head -n 1)
 CUDA ?= $(if $(filter 13 14 15 16,$(DRIVER_CUDA)),13,12)
+# PyTorch for the torch-backend tests, first: this CPU build is on these machines' disk,
+# where a plain `torch` requirement would download a CUDA build of several GB.
+TORCH ?= torch==2.13.0
 comma := ,
 EXTRAS := cuda$(CUDA),test$(if $(DRIVER_CUDA),$(comma)gpu)
 
@@ -20,6 +23,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip setuptools wheel
+	$(BIN)/pip install -q "$(TORCH)"
 	$(BIN)/pip install -q -e ".[$(EXTRAS)]"
 	$(BIN)/dalipipe install-plugin -q
 	$(BIN)/dalipipe doctor

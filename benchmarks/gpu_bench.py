@@ -12,6 +12,11 @@ absent), for these loaders:
 - a torch `DataLoader` with a worker per core, decoding with `decode_jpeg` on the CPU;
 - dalipipe's CPU graph run natively, and DALI's decoding alone (CPU and GPU).
 
+Then Keras's `fit` with its PyTorch backend (`KERAS_BACKEND=torch`) trains ResNet-50
+on the train workload fed by `make_dali_dataset` (GPU-decoded batches as CUDA
+tensors), and on the same batches held in device memory: the ratio is the input
+efficiency (`dalipipe.bench.keras_fit`).
+
 Each (loader, workload) runs in a fresh process with `--section-timeout` seconds, and
 all of them within `--time-budget` seconds (the sample images are made before). One
 whose requirements are absent (torch, a GPU) is recorded as skipped with the reason,
@@ -23,7 +28,10 @@ where matplotlib is installed) to `--out`.
 """
 
 import argparse
+import importlib.util
+import json
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -48,6 +56,11 @@ def parse_args(argv=None):
     parser.add_argument("--quick", action="store_true", help="a smoke run on 64 images")
     parser.add_argument("--section-timeout", type=float, default=120,
                         help="seconds after which a (loader, workload) is stopped")
+    parser.add_argument("--fit-model", default=None, choices=("resnet50", "small"),
+                        help="the model of the Keras fit section (default: resnet50; "
+                             "small with --quick)")
+    parser.add_argument("--fit-timeout", type=float, default=240,
+                        help="seconds after which the Keras fit section is stopped")
     parser.add_argument("--time-budget", type=float, default=240,
                         help="seconds for all the measurements; what is left then is "
                              "stopped or not started")
@@ -71,9 +84,60 @@ def main(argv=None):
             train_steps=0, quick=args.quick, reference="dalipipe_native_gpu",
             timeout=args.section_timeout, time_budget=args.time_budget, stream=sys.stdout,
         )
-    print(report.markdown(result))
+        fit = keras_fit_section(args, data=args.data or os.path.join(scratch, "data"))
+    result["keras_fit"] = fit
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(result, f, indent=2)
+    table = report.markdown(result) + "\n" + fit_markdown(fit)
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write(table)
+    print(table)
     print(f"wrote {args.out}/results.json and results.md in {result['seconds']:.0f} s")
     return 0
+
+
+def keras_fit_section(args, *, data):
+    """`dalipipe.bench.keras_fit` in a fresh process on Keras's torch backend: its
+    result, or `{"skipped": reason}`."""
+    for module in ("torch", "keras"):
+        if importlib.util.find_spec(module) is None:
+            return {"skipped": f"{module} is not installed"}
+    quick = args.quick
+    command = [sys.executable, "-m", "dalipipe.bench.keras_fit", "--data", data,
+               "--model", args.fit_model or ("small" if quick else "resnet50"),
+               "--image-size", "32" if quick else "224",
+               "--batch-size", str(min(args.batch_size, 8) if quick else args.batch_size),
+               "--epochs", "2" if quick else "3", "--warmup", "2" if quick else "5"]
+    with tempfile.TemporaryDirectory(prefix="keras_fit_") as scratch:
+        out = os.path.join(scratch, "fit.json")
+        env = {**os.environ, "KERAS_BACKEND": "torch",
+               "PYTHONPATH": os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)}
+        try:
+            done = subprocess.run(command + ["--out", out], env=env, capture_output=True,
+                                  text=True, timeout=args.fit_timeout)
+        except subprocess.TimeoutExpired:
+            return {"skipped": f"stopped after {args.fit_timeout:g} s"}
+        if done.returncode != 0:
+            return {"failed": done.stderr[-3000:]}
+        with open(out) as f:
+            return json.load(f)
+
+
+def fit_markdown(fit):
+    """The Keras fit section's lines for results.md."""
+    head = "## Keras fit, torch backend: input efficiency\n\n"
+    if "skipped" in fit or "failed" in fit:
+        reason = fit.get("skipped") or "failed: " + fit["failed"].strip().splitlines()[-1]
+        return head + f"{reason}\n"
+    return head + (
+        f"{fit['model']} at {fit['image_size'][0]}×{fit['image_size'][1]}, batch "
+        f"{fit['batch_size']}, {fit['steps_per_epoch']} steps × {fit['epochs']} epochs "
+        f"({fit['warmup_steps']} untimed), DALI on the {fit['device']}:\n\n"
+        "| fed by | images/s |\n|---|---|\n"
+        f"| make_dali_dataset | {fit['images_per_s_dalipipe']:.1f} |\n"
+        f"| the same batches in device memory | {fit['images_per_s_in_memory']:.1f} |\n\n"
+        f"Input efficiency: {fit['input_efficiency']:.3f}\n"
+    )
 
 
 if __name__ == "__main__":

@@ -23,8 +23,9 @@ import dalipipe
 from helpers import CLASSES, NUM_TAGGED
 
 BATCH = 8
-OPTIONS = dict(image_size=(12, 12), batch_size=BATCH, normalization=None, device="cpu",
-               verbose=False)
+# BACKEND_JOB_DEVICE=gpu runs the DALI graph on the GPU (`test_gpu.py`).
+OPTIONS = dict(image_size=(12, 12), batch_size=BATCH, normalization=None, verbose=False,
+               device=os.environ.get("BACKEND_JOB_DEVICE", "cpu"))
 
 
 class TagCounter(keras.metrics.Metric):
@@ -103,6 +104,7 @@ def single(tagged_dir):
     result["types"] = [type(images).__module__.split(".")[0], type(labels).__module__.split(".")[0]]
     result["shapes"] = [list(images.shape), list(labels.shape)]
     result["dtypes"] = [str(images.dtype), str(labels.dtype)]
+    result["devices"] = [str(getattr(t, "device", None)) for t in (images, labels)]
     result["len"] = len(train)
     result["class_names"] = train.class_names
     # Passes of the dataset (as Keras reads them) against the native epochs.

@@ -18,8 +18,11 @@ STEPS = -(-NUM_TAGGED // BATCH)
 
 
 def run_job(backend, mode, tagged_dir, out, *, env=None, timeout=300):
+    """Runs `backend_job.py MODE` with Keras on `backend` (no GPU unless `env` sets
+    BACKEND_JOB_DEVICE=gpu); returns its JSON result."""
     pytest.importorskip(backend)
-    environ = {**os.environ, "KERAS_BACKEND": backend, "CUDA_VISIBLE_DEVICES": "",
+    hide_gpus = {} if (env or {}).get("BACKEND_JOB_DEVICE") == "gpu" else {"CUDA_VISIBLE_DEVICES": ""}
+    environ = {**os.environ, "KERAS_BACKEND": backend, **hide_gpus,
                "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__),
                                               os.environ.get("PYTHONPATH", "")]),
                **(env or {})}
@@ -33,6 +36,12 @@ def run_job(backend, mode, tagged_dir, out, *, env=None, timeout=300):
 @pytest.mark.parametrize("backend", ["torch", "jax"])
 def test_fit_evaluate_and_predict_on_the_backend(backend, tagged_dir, tmp_path):
     result = run_job(backend, "single", tagged_dir, tmp_path / "single.json")
+    check_single(result, backend)
+    assert all("cpu" in device.lower() for device in result["devices"]), result["devices"]
+
+
+def check_single(result, backend):
+    """What `backend_job.py single` must find on any device."""
     assert result["backend"] == backend
     # The backend's own tensors, with the TensorFlow path's shapes and dtypes.
     assert result["types"] == [{"torch": "torch", "jax": "jaxlib"}[backend]] * 2

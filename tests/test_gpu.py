@@ -111,3 +111,12 @@ def test_gpu_pipeline_defaults_to_four_threads_and_cuda_device_0(indexed_dir):
     assert gpu.device_id == 0 and gpu.on_device(0).device_id == 0
     images, labels = next(iter(gpu.epoch()))
     assert images.shape == (8, 6, 6, 3)
+
+
+def test_torch_backend_fits_from_batches_on_the_gpu(tagged_dir, tmp_path):
+    from test_backends import check_single, run_job
+
+    result = run_job("torch", "single", tagged_dir, tmp_path / "single.json",
+                     env={"BACKEND_JOB_DEVICE": "gpu"})
+    check_single(result, "torch")
+    assert result["devices"] == ["cuda:0", "cuda:0"]

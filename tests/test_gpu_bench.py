@@ -1,10 +1,13 @@
 """`benchmarks/gpu_bench.py --quick` rehearsed without TensorFlow, pandas, scikit-image,
 scikit-learn, matplotlib and tqdm, as on the GPU machine; its GPU sections skip here."""
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+
+import pytest
 
 from dalipipe.bench import harness
 from dalipipe.bench.loaders import unavailable
@@ -53,3 +56,13 @@ def test_gpu_bench_runs_without_tensorflow_and_records_what_it_skipped(tmp_path)
     assert results[("dali_decode_only_cpu", "decode")]["images_per_s"] > 0
     if dali_gpu_count() == 0:
         assert results[("dali_decode_only_gpu", "decode")]["skipped"] == "DALI sees no CUDA GPU"
+    # Keras's fit on the torch backend, fed by make_dali_dataset and from memory.
+    fit = report["keras_fit"]
+    if importlib.util.find_spec("torch") is None:
+        assert fit == {"skipped": "torch is not installed"}
+    else:
+        assert fit["backend"] == "torch" and fit["model"] == "small", fit
+        assert fit["images_per_s_dalipipe"] > 0 and fit["images_per_s_in_memory"] > 0
+        assert fit["input_efficiency"] == pytest.approx(
+            fit["images_per_s_dalipipe"] / fit["images_per_s_in_memory"])
+        assert "| make_dali_dataset |" in table and "Input efficiency:" in table

@@ -1,0 +1,153 @@
+"""Input efficiency of Keras's `fit` fed by `make_dali_dataset`, on any backend.
+
+images/s of `model.fit` on a model (ResNet-50 by default) fed by dalipipe, against
+the same model fed the same batches from device memory (copies of dalipipe's own
+batches, already on the device): the ratio is the share of the model's speed that
+the input pipeline leaves. Needs no TensorFlow on the torch and JAX backends; the
+backend is `KERAS_BACKEND`'s.
+
+    KERAS_BACKEND=torch python -m dalipipe.bench.keras_fit --data DIR --out result.json
+        [--model resnet50|small] [--image-size 224] [--batch-size 128] [--epochs 3]
+"""
+
+import argparse
+import json
+import sys
+import time
+
+
+import keras
+
+from dalipipe.bench import harness
+
+
+class _Batches(keras.utils.PyDataset):
+    """The same batches, held in memory, `len(batches)` per epoch."""
+
+    def __init__(self, batches):
+        super().__init__()
+        self.batches = batches
+
+    def __len__(self):
+        return len(self.batches)
+
+    def __getitem__(self, index):
+        return self.batches[index]
+
+
+class _StepTimes(keras.callbacks.Callback):
+    """The time at the end of every training step, after the device has finished it."""
+
+    def __init__(self):
+        super().__init__()
+        self.times = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        # Reading a variable the step wrote waits for the step.
+        keras.ops.convert_to_numpy(self.model.optimizer.iterations)
+        self.times.append(time.perf_counter())
+
+
+def make_model(name, image_size, num_classes):
+    """A Keras model for `image_size` RGB images, compiled with SGD.
+
+    Not seeded: `keras.utils.set_random_seed` imports TensorFlow where it is installed.
+    """
+    shape = (*image_size, 3)
+    if name == "resnet50":
+        model = keras.applications.ResNet50(weights=None, input_shape=shape,
+                                            classes=num_classes)
+    elif name == "small":
+        model = keras.Sequential([
+            keras.Input(shape),
+            keras.layers.Conv2D(16, 3, strides=2, activation="relu"),
+            keras.layers.Conv2D(32, 3, strides=2, activation="relu"),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(num_classes, activation="softmax"),
+        ])
+    else:
+        raise ValueError(f'`model` must be "resnet50" or "small". Received: model={name!r}')
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="sparse_categorical_crossentropy")
+    return model
+
+
+def images_per_second(model, data, *, epochs, batch_size, warmup):
+    """images/s of `model.fit(data, epochs=epochs)`, after `warmup` steps."""
+    times = _StepTimes()
+    model.fit(data, epochs=epochs, verbose=0, callbacks=[times])
+    steps = len(times.times) - 1 - warmup
+    if steps <= 0:
+        raise ValueError(
+            f"`epochs` × the steps per epoch must exceed `warmup` + 1 to time any step. "
+            f"Received: {len(times.times)} steps, warmup={warmup}"
+        )
+    return steps * batch_size / (times.times[-1] - times.times[warmup])
+
+
+def input_efficiency(data, *, model="resnet50", image_size=(224, 224), batch_size=128,
+                     epochs=3, warmup=5, device="auto"):
+    """Measures `fit` fed by dalipipe against the same batches from device memory.
+
+    The dataset is the train workload: random-resized crops with flips, ImageNet
+    normalization, float32 `(batch, height, width, 3)` images and int32 labels, with
+    `drop_remainder=True` so that every step has `batch_size` images.
+
+    Returns:
+        A dict: `images_per_s_dalipipe`, `images_per_s_in_memory`,
+        `input_efficiency` (their ratio), and what was measured (backend, device,
+        model, sizes, steps).
+    """
+    from dalipipe import make_dali_dataset
+
+    dataset = make_dali_dataset(data, image_size=image_size, batch_size=batch_size, seed=0,
+                                augment=True, drop_remainder=True, device=device,
+                                verbose=False)
+    # The epochs, and so the steps, are the same in both runs; the first warms up.
+    net = make_model(model, image_size, len(dataset.class_names))
+    in_memory = _Batches([dataset[i] for i in range(len(dataset))])
+    images_per_s_in_memory = images_per_second(net, in_memory, epochs=epochs,
+                                               batch_size=batch_size, warmup=warmup)
+    images_per_s_dalipipe = images_per_second(net, dataset, epochs=epochs,
+                                              batch_size=batch_size, warmup=warmup)
+    return {
+        "backend": keras.backend.backend(),
+        "device": dataset.image_pipeline.device,
+        "model": model,
+        "image_size": list(image_size),
+        "batch_size": batch_size,
+        "images": len(dataset.file_paths),
+        "steps_per_epoch": len(dataset),
+        "epochs": epochs,
+        "warmup_steps": warmup,
+        "images_per_s_dalipipe": images_per_s_dalipipe,
+        "images_per_s_in_memory": images_per_s_in_memory,
+        "input_efficiency": images_per_s_dalipipe / images_per_s_in_memory,
+    }
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", required=True, help="an image folder, one subfolder per class")
+    parser.add_argument("--out", required=True, help="the JSON file to write")
+    parser.add_argument("--model", default="resnet50", choices=("resnet50", "small"))
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=5, help="untimed steps of each run")
+    parser.add_argument("--device", default="auto", choices=("auto", "gpu", "cpu"))
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    result = input_efficiency(args.data, model=args.model,
+                              image_size=(args.image_size, args.image_size),
+                              batch_size=args.batch_size, epochs=args.epochs,
+                              warmup=args.warmup, device=args.device)
+    result["machine"] = harness.machine_info()
+    result["seconds"] = time.perf_counter() - started
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=2)
+    print(json.dumps({k: v for k, v in result.items() if k != "machine"}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
