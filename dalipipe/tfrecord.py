@@ -7,8 +7,9 @@ from index files in the format of DALI's `tfrecord2idx` (one `offset size` line 
 record), made when missing or out of date. Records are read with `os.pread`, their
 checksums verified with `google-crc32c`, and parsed with `protobuf` into message
 classes built here from a description of TensorFlow's `tf.train.Example` (in a
-descriptor pool of their own, so that TensorFlow's classes load beside them): no
-TensorFlow is needed to read, only to write (`write_tfrecords`).
+descriptor pool of their own, so that TensorFlow's classes load beside them).
+Writing (`write_tfrecords`) uses the same classes: no TensorFlow is needed. protobuf
+and google-crc32c are imported at their first use.
 
 A TFRecord file is a sequence of records, each:
 
@@ -40,9 +41,9 @@ import stat
 import struct
 from typing import NamedTuple, Optional
 
-import google_crc32c
+import functools
+
 import numpy as np
-from google.protobuf import descriptor_pb2, descriptor_pool, message, message_factory
 
 from dalipipe.utils import IMAGE_EXTENSIONS, UNDECODABLE_EXTENSIONS, cache_dir, progress
 
@@ -68,6 +69,8 @@ _GLOB_CHARS = ("*", "?", "[")
 
 def masked_crc32c(data):
     """The CRC-32C (Castagnoli) of `data` (bytes), masked the way TFRecord files store it."""
+    import google_crc32c
+
     crc = google_crc32c.value(data)
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
@@ -87,6 +90,8 @@ def _example_file():
         message Features { map<string, Feature> feature = 1; }
         message Example { Features features = 1; }
     """
+    from google.protobuf import descriptor_pb2
+
     field = descriptor_pb2.FieldDescriptorProto
     file = descriptor_pb2.FileDescriptorProto(
         name="dalipipe/tensorflow_example.proto", package="tensorflow", syntax="proto3"
@@ -123,16 +128,19 @@ def _example_file():
     return file
 
 
-def _message_class(descriptor):
+@functools.cache
+def example_class():
+    """The protobuf message class of `tf.train.Example` (see `_example_file`), made
+    at the first call, in a pool of its own: TensorFlow adds its `tensorflow.Example`
+    to the default pool. protobuf is imported here, so `import dalipipe` needs it not."""
+    from google.protobuf import descriptor_pool, message_factory
+
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(_example_file())
+    descriptor = pool.FindMessageTypeByName("tensorflow.Example")
     if hasattr(message_factory, "GetMessageClass"):  # protobuf 4.22 and later
         return message_factory.GetMessageClass(descriptor)
-    return message_factory.MessageFactory(descriptor.file.pool).GetPrototype(descriptor)
-
-
-# A pool of its own: TensorFlow adds its `tensorflow.Example` to the default pool.
-_POOL = descriptor_pool.DescriptorPool()
-_POOL.Add(_example_file())
-_Example = _message_class(_POOL.FindMessageTypeByName("tensorflow.Example"))
+    return message_factory.MessageFactory(pool).GetPrototype(descriptor)
 
 
 def _data_length(header):
@@ -495,9 +503,11 @@ def parse_example(payload):
 
 
 def _parse(data):
+    from google.protobuf import message
+
     """The `tf.train.Example` message of `data` (bytes)."""
     try:
-        return _Example.FromString(data)
+        return example_class().FromString(data)
     except message.DecodeError as e:
         raise ValueError(f"Not a serialized tf.train.Example ({e})") from e
 
@@ -708,8 +718,6 @@ def write_tfrecords(file_paths, labels, class_names, out_dir, *, num_shards=1, p
     train-00002-of-00003.tfrecord.idx
     ```
 
-    Needs TensorFlow.
-
     Args:
         file_paths: paths of the image files.
         labels: integer class index of each file, or None.
@@ -727,8 +735,6 @@ def write_tfrecords(file_paths, labels, class_names, out_dir, *, num_shards=1, p
     """
     file_paths = [os.fspath(p) for p in file_paths]
     labels = check_write_args(file_paths, labels, class_names, num_shards, prefix)
-    import tensorflow as tf
-
     os.makedirs(out_dir, exist_ok=True)
     per_shard, extra = divmod(len(file_paths), num_shards)
     bounds = [i * per_shard + min(i, extra) for i in range(num_shards + 1)]
@@ -736,9 +742,9 @@ def write_tfrecords(file_paths, labels, class_names, out_dir, *, num_shards=1, p
     with progress(len(file_paths), "records written", enabled=verbose) as bar:
         for shard in range(num_shards):
             path = os.path.join(out_dir, f"{prefix}-{shard:05d}-of-{num_shards:05d}.tfrecord")
-            with _replacing(path) as temporary, tf.io.TFRecordWriter(temporary) as writer:
+            with _replacing(path) as temporary, open(temporary, "wb") as f:
                 for i in range(bounds[shard], bounds[shard + 1]):
-                    writer.write(_example(tf, file_paths[i], labels, class_names, i))
+                    f.write(_record(_example(file_paths[i], labels, class_names, i)))
                     bar.update(1)
             write_index(path, index_path_for(path))
             written.append(path)
@@ -789,20 +795,25 @@ def check_write_args(file_paths, labels, class_names, num_shards, prefix):
     return labels
 
 
-def _example(tf, path, labels, class_names, i):
+def _record(data):
+    """One TFRecord record: the little-endian uint64 length and its masked CRC-32C,
+    the data and its masked CRC-32C."""
+    length = struct.pack("<Q", len(data))
+    return b"".join((length, struct.pack("<I", masked_crc32c(length)), data,
+                     struct.pack("<I", masked_crc32c(data))))
+
+
+def _example(path, labels, class_names, i):
+    """The serialized `tf.train.Example` of file `i` (see `write_tfrecords`)."""
     with open(path, "rb") as f:
         data = f.read()
-
-    def bytes_feature(value):
-        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
-
-    feature = {
-        ENCODED: bytes_feature(data),
-        FILENAME: bytes_feature(os.fsencode(os.path.basename(path))),
-    }
+    example = example_class()()
+    feature = example.features.feature
+    feature[ENCODED].bytes_list.value.append(data)
+    feature[FILENAME].bytes_list.value.append(os.fsencode(os.path.basename(path)))
     if labels is not None:
         label = int(labels[i])
-        feature[LABEL] = tf.train.Feature(int64_list=tf.train.Int64List(value=[label]))
+        feature[LABEL].int64_list.value.append(label)
         if class_names is not None:
-            feature[TEXT] = bytes_feature(str(class_names[label]).encode("utf-8"))
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+            feature[TEXT].bytes_list.value.append(str(class_names[label]).encode("utf-8"))
+    return example.SerializeToString()

@@ -100,7 +100,7 @@ def test_the_import_graph_has_no_cycle():
 
 
 def test_only_the_adapters_and_the_baselines_import_tensorflow():
-    allowed = {"dalipipe.tf_dataset", "dalipipe.cli", "dalipipe.doctor", "dalipipe.tfrecord",
+    allowed = {"dalipipe.tf_dataset", "dalipipe.cli", "dalipipe.doctor",
                "dalipipe.bench.harness", "dalipipe.bench.loaders"}
     importers = set()
     for path in PACKAGE.rglob("*.py"):
