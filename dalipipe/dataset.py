@@ -208,8 +208,9 @@ def make_dali_dataset(
         `(batch, channels, height, width)`; labels as `label_mode` says; sample
         weights float32 `(batch,)`. With `batch_size=None`, single samples without
         the batch dimension. It has the attributes `class_names` (None without
-        labels) and `file_paths` (in the order that `shuffle` and `seed` give, as
-        Keras's), and `cardinality()` is the number of batches per epoch. On the
+        labels), `file_paths` (in the order that `shuffle` and `seed` give, as
+        Keras's) and `image_pipeline` (the `ImagePipeline` it runs), and
+        `cardinality()` is the number of batches per epoch. On the
         CPU, an iterator builds its DALI pipeline at its first element, so one that
         is never read costs nothing. On a GPU it is placed on `/gpu:0` and its
         tensors live there: `.map` and the other CPU transformations of `tf.data`

@@ -388,6 +388,7 @@ class _KerasDataset(tf.data.Dataset):
         self._spec = spec[0] if isinstance(spec, tuple) and len(spec) == 1 else spec
         self._steps = image_pipeline.steps
         self._gpu_device = device
+        self.image_pipeline = image_pipeline
         self.class_names = image_pipeline.class_names
         self.file_paths = list(image_pipeline.file_paths)
         self._input_dataset = dataset

@@ -12,7 +12,11 @@ import pytest
 
 from helpers import NUM_TAGGED
 
-JOB = os.path.join(os.path.dirname(__file__), "backend_job.py")
+TESTS = os.path.dirname(os.path.abspath(__file__))
+JOB = os.path.join(TESTS, "backend_job.py")
+# The job imports `helpers` and this checkout's dalipipe, installed or not.
+PYTHONPATH = os.pathsep.join(p for p in (TESTS, os.path.dirname(TESTS),
+                                         os.environ.get("PYTHONPATH")) if p)
 BATCH = 8
 STEPS = -(-NUM_TAGGED // BATCH)
 
@@ -23,9 +27,7 @@ def run_job(backend, mode, tagged_dir, out, *, env=None, timeout=300):
     pytest.importorskip(backend)
     hide_gpus = {} if (env or {}).get("BACKEND_JOB_DEVICE") == "gpu" else {"CUDA_VISIBLE_DEVICES": ""}
     environ = {**os.environ, "KERAS_BACKEND": backend, **hide_gpus,
-               "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__),
-                                              os.environ.get("PYTHONPATH", "")]),
-               **(env or {})}
+               "PYTHONPATH": PYTHONPATH, **(env or {})}
     process = subprocess.run([sys.executable, JOB, mode, tagged_dir, str(out)], env=environ,
                              capture_output=True, text=True, timeout=timeout)
     assert process.returncode == 0, process.stderr[-4000:]
@@ -91,9 +93,7 @@ def test_torch_distributed_processes_read_their_shards(tagged_dir, tmp_path):
     for rank in range(world):
         env = {**os.environ, "KERAS_BACKEND": "torch", "CUDA_VISIBLE_DEVICES": "",
                "RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
-               "MASTER_PORT": str(port),
-               "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__),
-                                              os.environ.get("PYTHONPATH", "")])}
+               "MASTER_PORT": str(port), "PYTHONPATH": PYTHONPATH}
         processes.append(subprocess.Popen(
             [sys.executable, JOB, "torch_distributed", tagged_dir, str(tmp_path / f"{rank}.json")],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))

@@ -3,8 +3,9 @@
 images/s of `model.fit` on a model (ResNet-50 by default) fed by dalipipe, against
 the same model fed the same batches from device memory (copies of dalipipe's own
 batches, already on the device): the ratio is the share of the model's speed that
-the input pipeline leaves. Needs no TensorFlow on the torch and JAX backends; the
-backend is `KERAS_BACKEND`'s.
+the input pipeline leaves. The backend is `KERAS_BACKEND`'s, and the dataset the
+one `make_dali_dataset` gives there (a `tf.data.Dataset` on TensorFlow, a
+`keras.utils.PyDataset` on torch and JAX, which never import TensorFlow).
 
     KERAS_BACKEND=torch python -m dalipipe.bench.keras_fit --data DIR --out result.json
         [--model resnet50|small] [--image-size 224] [--batch-size 128] [--epochs 3]
@@ -104,7 +105,7 @@ def input_efficiency(data, *, model="resnet50", image_size=(224, 224), batch_siz
                                 verbose=False)
     # The epochs, and so the steps, are the same in both runs; the first warms up.
     net = make_model(model, image_size, len(dataset.class_names))
-    in_memory = _Batches([dataset[i] for i in range(len(dataset))])
+    in_memory = _Batches(list(dataset))  # a tf.data.Dataset on TensorFlow: its tensors
     images_per_s_in_memory = images_per_second(net, in_memory, epochs=epochs,
                                                batch_size=batch_size, warmup=warmup)
     images_per_s_dalipipe = images_per_second(net, dataset, epochs=epochs,
