@@ -9,6 +9,8 @@ import tempfile
 import time
 import warnings
 
+from dalipipe.options import keras_backend
+
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="dalipipe", description=__doc__)
@@ -271,7 +273,8 @@ def _hide_start_up_lines():
     """Hides what TensorFlow's and DALI's C++ code writes to stderr as they start.
 
     Their log lines below FATAL are turned off (`TF_CPP_MIN_LOG_LEVEL=3`, unless
-    already set), and what the import of TensorFlow writes to file descriptor 2
+    already set), and what the import of TensorFlow (and of DALI's TensorFlow plugin,
+    on Keras's TensorFlow backend) writes to file descriptor 2
     before its logging is set up ("All log messages before absl::InitializeLog()
     ...", the CUDA stub's lines) is dropped, unless the import fails.
     """
@@ -284,6 +287,9 @@ def _hide_start_up_lines():
         os.dup2(captured.fileno(), 2)
         try:
             import tensorflow  # noqa: F401
+
+            if keras_backend() == "tensorflow":
+                import dalipipe.tf_dataset  # noqa: F401  (DALI's plugin, which starts CUDA)
         except ImportError:
             pass  # the command says what is missing
         except BaseException:

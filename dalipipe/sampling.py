@@ -1,8 +1,9 @@
 """What is random in an epoch, written once: the order of the samples and the crops.
 
 Both depend on `seed` and the epoch number only, so the native runner
-(`ImagePipeline.epoch`), the TensorFlow inputs (`dalipipe.dataset`) and the
-benchmarks draw the same order and the same crops for the same seed. NumPy only;
+(`ImagePipeline.epoch`, which `dalipipe.py_dataset` runs), the TensorFlow inputs
+(`dalipipe.tf_dataset`) and the benchmarks draw the same order and the same crops for
+the same seed. NumPy only;
 `random_resized_crop_window` also runs on DALI's graph arithmetic.
 """
 

@@ -334,7 +334,7 @@ def machine_info():
     versions = {}
     for package in ("nvidia-dali-cuda120", "nvidia-dali-cuda130",
                     "nvidia-dali-tf-plugin-cuda120", "tensorflow", "keras", "torch",
-                    "torchvision", "numpy", "pillow"):
+                    "torchvision", "jax", "jaxlib", "numpy", "pillow"):
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
