@@ -273,8 +273,8 @@ def _hide_start_up_lines():
     """Hides what TensorFlow's and DALI's C++ code writes to stderr as they start.
 
     Their log lines below FATAL are turned off (`TF_CPP_MIN_LOG_LEVEL=3`, unless
-    already set), and what the import of TensorFlow (and of DALI's TensorFlow plugin,
-    on Keras's TensorFlow backend) writes to file descriptor 2
+    already set), and what the import of TensorFlow (and of DALI's TensorFlow plugin
+    and CUDA's start, on Keras's TensorFlow backend) writes to file descriptor 2
     before its logging is set up ("All log messages before absl::InitializeLog()
     ...", the CUDA stub's lines) is dropped, unless the import fails.
     """
@@ -286,10 +286,12 @@ def _hide_start_up_lines():
     with tempfile.TemporaryFile() as captured:
         os.dup2(captured.fileno(), 2)
         try:
-            import tensorflow  # noqa: F401
+            import tensorflow as tf
 
             if keras_backend() == "tensorflow":
-                import dalipipe.tf_dataset  # noqa: F401  (DALI's plugin, which starts CUDA)
+                import dalipipe.tf_dataset  # noqa: F401  (DALI's TensorFlow plugin)
+
+                tf.config.list_physical_devices("GPU")  # CUDA's start-up lines
         except ImportError:
             pass  # the command says what is missing
         except BaseException:

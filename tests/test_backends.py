@@ -111,3 +111,40 @@ def test_torch_distributed_processes_read_their_shards(tagged_dir, tmp_path):
         assert all(label == tag % 3 for seen in epoch for tag, label, _ in seen)
         orders.append([t for seen in epoch for t, _, _ in seen])
     assert orders[0] != orders[1], "the order must change between epochs"
+
+
+def test_pydataset_format_on_tensorflow_gives_numpy_batches(tagged_dir):
+    """In this (TensorFlow) process: `format="pydataset"` yields NumPy batches that
+    Keras trains from, in passes like the other backends'."""
+    import keras
+
+    import dalipipe
+
+    ds = dalipipe.make_dali_dataset(tagged_dir, format="pydataset", image_size=(12, 12),
+                                    batch_size=BATCH, seed=7, normalization=None, device="cpu",
+                                    verbose=False)
+    assert isinstance(ds, keras.utils.PyDataset) and len(ds) == STEPS
+    images, labels = ds[0]
+    assert isinstance(images, np.ndarray) and images.shape == (BATCH, 12, 12, 3)
+    assert labels.dtype == np.int32
+    seen = [tag for images, _ in ds for tag in tag_of_batch(images)]  # `iter` starts a pass
+    assert sorted(seen) == list(range(NUM_TAGGED))
+    with pytest.raises(IndexError, match=r"`index` must be an integer in \[0, 16\).*index=16"):
+        ds[STEPS]
+    model = keras.Sequential([keras.Input((12, 12, 3)), keras.layers.GlobalAveragePooling2D(),
+                              keras.layers.Dense(3)])
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(ds, epochs=1, verbose=0)
+    assert len(history.history["loss"]) == 1
+
+
+def test_strategy_needs_the_tf_format(tagged_dir):
+    import dalipipe
+
+    with pytest.raises(ValueError, match=r"`strategy` is a `tf.distribute` strategy.*"
+                                         r"format='pydataset'"):
+        dalipipe.make_dali_dataset(tagged_dir, format="pydataset", strategy=object())
+
+
+def tag_of_batch(images):
+    return [int(round(float(np.mean(image[-2:])) / 2)) for image in images]

@@ -40,7 +40,7 @@ def test_the_wheel_holds_every_module_and_declares_requirements_extras_and_comma
     assert core == {"tensorflow", "keras", "numpy", "pillow", "protobuf", "google-crc32c", "tqdm"}
     assert "keras>=3" in requires
     assert set(metadata.get_all("Provides-Extra")) == {
-        "cuda12", "cuda13", "gpu", "sample", "bench", "pandas", "test"}
+        "cuda12", "cuda13", "gpu", "sample", "bench", "pandas", "torch", "jax", "test"}
     for dali, extra in install.DALI_PACKAGES.items():
         assert f'{dali}<3,>=2.4; extra == "{extra}"' in requires
     assert 'pandas; extra == "pandas"' in requires
@@ -62,8 +62,9 @@ def test_plugin_message_names_the_command_that_fixes_each_case():
 
 def test_make_dali_dataset_without_the_plugin_names_the_command():
     script = BLOCK_PLUGIN + """
+from dalipipe import make_dali_dataset  # the plugin is imported at the first call
 try:
-    from dalipipe import make_dali_dataset
+    make_dali_dataset("no-such-folder", format="tf")
 except ImportError as e:
     print(e)
 """
