@@ -1,8 +1,8 @@
 """`dalipipe doctor`: what is installed, what it sees, and whether `make_dali_dataset` runs.
 
 One line for each part: DALI and the CUDA it is built for, the GPUs DALI sees and the
-driver, the hardware JPEG decoder, TensorFlow and its GPUs, Keras, DALI's TensorFlow
-plugin, memory growth. Then `make_dali_dataset` runs on a few images made on the spot
+driver, the hardware JPEG decoder, TensorFlow and its GPUs, Keras, PyTorch and JAX,
+DALI's TensorFlow plugin, memory growth. Then `make_dali_dataset` runs on a few images made on the spot
 (on the CPU, and on the GPU when TensorFlow and DALI both see one). The exit status
 is 0 when it ran, 1 otherwise, with the reasons.
 """
@@ -78,6 +78,7 @@ def diagnose():
         seen = ", ".join(g.name for g in tf_gpus) or "none"
         rows.append(("TensorFlow", f"{tf.__version__} ({built}); GPUs: {seen}"))
         rows.append(("Keras", _keras(problems, advice)))
+    rows.append(("other backends", _other_backends()))
     if dali_gpus and not tf_gpus:
         advice.append(f"DALI sees a GPU and TensorFlow does not: {install.GPU_TENSORFLOW_FIX}.")
 
@@ -188,6 +189,16 @@ def _memory_growth(tf, tf_gpus):
     states = {g.name: tf.config.experimental.get_memory_growth(g) for g in tf_gpus}
     listed = ", ".join(f"{name} {'on' if on else 'off'}" for name, on in states.items())
     return f"{env}; TensorFlow: {listed} (make_dali_dataset turns it on for GPU datasets)"
+
+
+def _other_backends():
+    """The installed versions of PyTorch and JAX, Keras's other backends (not imported)."""
+    found = [f"{name} {version}" for name, version in
+             (("PyTorch", install.installed_version("torch")),
+              ("JAX", install.installed_version("jax"))) if version]
+    if not found:
+        return "none (pip install 'dalipipe[torch]' or 'dalipipe[jax]' for them)"
+    return ", ".join(found) + " (KERAS_BACKEND=torch or jax: batches as their tensors)"
 
 
 def _try_dataset(device, problems):

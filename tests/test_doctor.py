@@ -1,18 +1,24 @@
 """`dalipipe doctor` on the real packages: exit 0 here, 1 with the reason without the plugin."""
 
+import re
 import subprocess
 import sys
 
 from dalipipe.cli import main
+from dalipipe.install import installed_version
 from helpers import BLOCK_PLUGIN
 
 
 def test_doctor_reports_the_parts_and_runs_a_dataset(capsys):
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
-    for part in ("DALI ", "DALI GPUs", "hardware JPEG", "TensorFlow", "Keras", "TF plugin",
-                 "memory growth", "dataset (cpu)  2 batches of (2, 16, 16, 3)"):
-        assert part in out
+    for part in ("DALI ", "DALI GPUs", "hardware JPEG", "TensorFlow", "Keras",
+                 "other backends", "TF plugin", "memory growth"):
+        assert re.search(rf"^{re.escape(part)}", out, re.M), part
+    assert re.search(r"^dataset \(cpu\) +2 batches of \(2, 16, 16, 3\)", out, re.M)
+    for backend, package in (("PyTorch", "torch"), ("JAX", "jax")):
+        version = installed_version(package)
+        assert (f"{backend} {version}" in out) == (version is not None)
     assert out.endswith("make_dali_dataset can run\n")
 
 
