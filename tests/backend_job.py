@@ -124,6 +124,10 @@ def single(tagged_dir):
     history = model.fit(train, epochs=12, verbose=0, callbacks=[counts])
     result["fit_counts"] = counts.epochs
     result["fit_accuracy"] = history.history["class_accuracy"][-1]
+    # With `steps_per_epoch` half of `len()`, one pass runs on over two Keras epochs.
+    halves = EpochCounts()
+    model.fit(train, epochs=4, steps_per_epoch=len(train) // 2, verbose=0, callbacks=[halves])
+    result["half_epoch_counts"] = halves.epochs
 
     ordered = dalipipe.make_dali_dataset(tagged_dir, shuffle=False, **OPTIONS)
     evaluated = model.evaluate(ordered, verbose=0, return_dict=True)
@@ -161,7 +165,13 @@ def data_parallel(tagged_dir):
     counts = EpochCounts()
     model.fit(train, epochs=2, verbose=0, callbacks=[counts])
     evaluated = model.evaluate(train, verbose=0, return_dict=True)
-    return {"devices": len(devices), "fit_counts": counts.epochs,
+    errors = []
+    for options in (dict(OPTIONS, labels=None), dict(OPTIONS, batch_size=7)):
+        try:
+            dalipipe.make_dali_dataset(tagged_dir, **options)
+        except ValueError as e:
+            errors.append(str(e))
+    return {"devices": len(devices), "fit_counts": counts.epochs, "errors": errors,
             "batch_sizes": sorted({int(train[i][0].shape[0]) for i in range(len(train))}),
             "evaluate_tags": float(evaluated["tags"]),
             "evaluate_mislabeled": float(ops.convert_to_numpy(_tag_counter(model).mislabeled)),

@@ -59,6 +59,9 @@ def check_single(result, backend):
     for counts in result["fit_counts"]:
         assert counts == [1.0] * NUM_TAGGED
     assert result["fit_accuracy"] >= 0.95
+    halves = np.array(result["half_epoch_counts"])  # 4 epochs of half a pass each
+    assert (halves[0::2] + halves[1::2]).tolist() == [[1.0] * NUM_TAGGED] * 2
+    assert all(0 < sum(h) < NUM_TAGGED for h in halves)
     # `evaluate` sees every sample once; its loss is NumPy's over `predict`'s logits.
     assert result["evaluate_counts"] == [1.0] * NUM_TAGGED
     assert result["evaluate_mislabeled"] == 0
@@ -80,6 +83,10 @@ def test_jax_data_parallel_over_two_cpu_devices(tagged_dir, tmp_path):
     assert result["evaluate_tags"] == NUM_TAGGED
     assert result["evaluate_mislabeled"] == 0
     assert not result["tensorflow_loaded"]
+    no_labels, odd_batch = result["errors"]
+    assert "DataParallel distribution over 2 devices" in no_labels
+    assert "labels=None" in no_labels
+    assert "`batch_size`" in odd_batch and "7" in odd_batch
 
 
 @pytest.mark.slow
