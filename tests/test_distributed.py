@@ -6,6 +6,7 @@ TensorFlow starts."""
 import collections
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -23,20 +24,39 @@ GLOBAL_BATCH = 8
 
 
 def _env(**extra):
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "", **extra}
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "",
+           "PYTHONFAULTHANDLER": "1", **extra}
     env.pop("TF_CONFIG", None)
     env.update(extra)
     return env
 
 
-def _wait(process, timeout=240):
+def _wait(process, timeout=240, *, crash_ok=False):
+    """Waits for a job; with `crash_ok`, returns False when it died of SIGSEGV (see
+    `_run_mirrored`) instead of failing."""
     try:
         _, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         process.kill()
         _, err = process.communicate()
         pytest.fail(f"distributed job hung for {timeout} s:\n{err.decode()[-3000:]}")
+    if crash_ok and process.returncode == -signal.SIGSEGV:
+        print(f"the job died of SIGSEGV:\n{err.decode()[-3000:]}")
+        return False
     assert process.returncode == 0, err.decode()[-3000:]
+    return True
+
+
+def _run_mirrored(source, out):
+    """The mirrored job, run a second time if the first dies of SIGSEGV: DALI's
+    TensorFlow plugin crashes the process, rarely, when a distributed iterator over a
+    DALI dataset is destroyed after a partial read (Keras's `evaluate` does so; about
+    once in 1,300 such iterators on a loaded 2-core machine). README: known limits."""
+    for attempt in range(2):
+        process = subprocess.Popen([sys.executable, JOB, "mirrored", source, str(out)],
+                                   env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if _wait(process, crash_ok=attempt == 0):
+            return
 
 
 def _check_epochs(replica_runs):
@@ -59,9 +79,7 @@ def _check_epochs(replica_runs):
 def test_mirrored_strategy_over_two_logical_cpus(tagged_dir, tagged_tfrecords, tmp_path, kind):
     out = tmp_path / "mirrored.json"
     source = tagged_dir if kind == "directory" else tagged_tfrecords
-    process = subprocess.Popen([sys.executable, JOB, "mirrored", source, str(out)],
-                               env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _wait(process)
+    _run_mirrored(source, out)
     report = json.loads(out.read_text())
     assert report["replicas"] == 2
     assert report["cardinality"] == -(-NUM_TAGGED // GLOBAL_BATCH)
