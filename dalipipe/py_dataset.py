@@ -128,8 +128,8 @@ def make(source, options):
     result = image_pipelines(source, options.replace(device=device))
 
     def wrap(image_pipeline):
-        if device == "gpu":
-            image_pipeline = image_pipeline.on_device(device_id)
+        if image_pipeline.device == "gpu":
+            image_pipeline = image_pipeline.on_device(device_id or 0)
         if sharding is not None:
             image_pipeline = image_pipeline.shard(*sharding, device_id=device_id or 0)
         return DALIPyDataset(image_pipeline, backend)
@@ -140,8 +140,10 @@ def make(source, options):
 
 
 def resolve_device(device, backend):
-    """`(device, device_id)`: "gpu" or "cpu" for the `device` option, and the CUDA
-    ordinal of the backend's first device for a GPU pipeline (else None).
+    """`(device, device_id)`: "gpu" or "cpu" for the `device` option (on backends
+    other than torch and JAX, the option itself, which `image_pipelines` resolves),
+    and the CUDA ordinal of the backend's first GPU for a GPU pipeline (else None,
+    which means CUDA device 0).
 
     On torch and JAX, `"auto"` means the GPU when both the framework and DALI see
     one (see `choose_device`); on other backends, when DALI sees one.
@@ -149,7 +151,7 @@ def resolve_device(device, backend):
     if device == "cpu":
         return "cpu", None
     if backend not in FRAMEWORK_GPU_FIXES:
-        return device, 0  # `image_pipelines` asks DALI
+        return device, None  # `image_pipelines` asks DALI; CUDA device 0
     framework, fix = FRAMEWORK_GPU_FIXES[backend]
     ordinals = _framework_gpus(backend)
     chosen = choose_device(device, len(ordinals), graph.dali_gpu_count(),
