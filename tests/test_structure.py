@@ -42,11 +42,11 @@ def test_make_dali_dataset_takes_the_options_and_strategy():
 
 
 def readme_options():
-    """`{name: default}` from the README's options table (defaults as Python literals)."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("\n## Options", 1)[1].split("\n## ", 1)[0]
+    """`{name: default}` from the options table of `docs/options.md`, which the
+    README links to (defaults as Python literals)."""
+    text = (ROOT / "docs" / "options.md").read_text(encoding="utf-8")
     rows = {}
-    for line in section.splitlines():
+    for line in text.splitlines():
         match = re.match(r"\|\s*`(\w+)`\s*\|\s*`([^`]*)`\s*\|", line)
         if match:
             rows[match.group(1)] = ast.literal_eval(match.group(2))
