@@ -33,6 +33,7 @@ Where files go:
 
 import collections
 import contextlib
+import functools
 import glob
 import hashlib
 import json
@@ -40,8 +41,6 @@ import os
 import stat
 import struct
 from typing import NamedTuple, Optional
-
-import functools
 
 import numpy as np
 
@@ -503,13 +502,18 @@ def parse_example(payload):
 
 
 def _parse(data):
-    from google.protobuf import message
-
     """The `tf.train.Example` message of `data` (bytes)."""
     try:
         return example_class().FromString(data)
-    except message.DecodeError as e:
+    except _decode_error() as e:  # evaluated only when parsing fails
         raise ValueError(f"Not a serialized tf.train.Example ({e})") from e
+
+
+def _decode_error():
+    """protobuf's `DecodeError`, imported when a parse fails, not once per record."""
+    from google.protobuf import message
+
+    return message.DecodeError
 
 
 def _values(feature):
