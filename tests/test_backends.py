@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import NUM_TAGGED
+from helpers import NUM_TAGGED, tag_of
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(TESTS, "backend_job.py")
@@ -134,7 +134,7 @@ def test_pydataset_format_on_tensorflow_gives_numpy_batches(tagged_dir):
     images, labels = ds[0]
     assert isinstance(images, np.ndarray) and images.shape == (BATCH, 12, 12, 3)
     assert labels.dtype == np.int32
-    seen = [tag for images, _ in ds for tag in tag_of_batch(images)]  # `iter` starts a pass
+    seen = [tag_of(image) for images, _ in ds for image in images]  # `iter` starts a pass
     assert sorted(seen) == list(range(NUM_TAGGED))
     with pytest.raises(IndexError, match=r"`index` must be an integer in \[0, 16\).*index=16"):
         ds[STEPS]
@@ -151,7 +151,3 @@ def test_strategy_needs_the_tf_format(tagged_dir):
     with pytest.raises(ValueError, match=r"`strategy` is a `tf.distribute` strategy.*"
                                          r"format='pydataset'"):
         dalipipe.make_dali_dataset(tagged_dir, format="pydataset", strategy=object())
-
-
-def tag_of_batch(images):
-    return [int(round(float(np.mean(image[-2:])) / 2)) for image in images]
