@@ -13,9 +13,7 @@ held in memory, and their ratio. Writes one JSON file.
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,27 +33,20 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=2,
                         help="the backends run in turn this many times; each result is a list")
     args = parser.parse_args(argv)
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3",
-           "PYTHONPATH": os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)}
+    if REPO_ROOT not in sys.path:  # the checkout this script belongs to is measured
+        sys.path.insert(0, REPO_ROOT)
+    from dalipipe.bench import harness
+
     runs = {backend: [] for backend in BACKENDS}
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="backends_") as scratch:
-        for round_ in range(args.rounds):
-            for backend in BACKENDS:
-                out = os.path.join(scratch, f"{backend}-{round_}.json")
-                command = [sys.executable, "-m", "dalipipe.bench.keras_fit", "--data", args.data,
-                           "--out", out, "--model", args.model,
-                           "--image-size", str(args.image_size),
-                           "--batch-size", str(args.batch_size), "--epochs", str(args.epochs),
-                           "--warmup", str(args.warmup), "--device", args.device]
-                done = subprocess.run(command, env={**env, "KERAS_BACKEND": backend},
-                                      capture_output=True, text=True)
-                if done.returncode != 0:
-                    sys.exit(f"{backend} failed:\n{done.stderr[-3000:]}")
-                with open(out) as f:
-                    runs[backend].append(json.load(f))
-                print(backend, {k: round(v, 3) for k, v in runs[backend][-1].items()
-                                if k.startswith(("images_per_s", "input_"))}, flush=True)
+    for _ in range(args.rounds):
+        for backend in BACKENDS:
+            runs[backend].append(harness.run_keras_fit(
+                args.data, backend=backend, model=args.model, image_size=args.image_size,
+                batch_size=args.batch_size, epochs=args.epochs, warmup=args.warmup,
+                device=args.device))
+            print(backend, {k: round(v, 3) for k, v in runs[backend][-1].items()
+                            if k.startswith(("images_per_s", "input_"))}, flush=True)
     machine = runs["tensorflow"][0].pop("machine")
     for results in runs.values():
         for result in results:

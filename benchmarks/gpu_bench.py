@@ -102,25 +102,19 @@ def keras_fit_section(args, *, data):
     for module in ("torch", "keras"):
         if importlib.util.find_spec(module) is None:
             return {"skipped": f"{module} is not installed"}
+    from dalipipe.bench import harness
+
     quick = args.quick
-    command = [sys.executable, "-m", "dalipipe.bench.keras_fit", "--data", data,
-               "--model", args.fit_model or ("small" if quick else "resnet50"),
-               "--image-size", "32" if quick else "224",
-               "--batch-size", str(min(args.batch_size, 8) if quick else args.batch_size),
-               "--epochs", "2" if quick else "3", "--warmup", "2" if quick else "5"]
-    with tempfile.TemporaryDirectory(prefix="keras_fit_") as scratch:
-        out = os.path.join(scratch, "fit.json")
-        env = {**os.environ, "KERAS_BACKEND": "torch",
-               "PYTHONPATH": os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)}
-        try:
-            done = subprocess.run(command + ["--out", out], env=env, capture_output=True,
-                                  text=True, timeout=args.fit_timeout)
-        except subprocess.TimeoutExpired:
-            return {"skipped": f"stopped after {args.fit_timeout:g} s"}
-        if done.returncode != 0:
-            return {"failed": done.stderr[-3000:]}
-        with open(out) as f:
-            return json.load(f)
+    try:
+        return harness.run_keras_fit(
+            data, backend="torch", model=args.fit_model or ("small" if quick else "resnet50"),
+            image_size=32 if quick else 224,
+            batch_size=min(args.batch_size, 8) if quick else args.batch_size,
+            epochs=2 if quick else 3, warmup=2 if quick else 5, timeout=args.fit_timeout)
+    except subprocess.TimeoutExpired:
+        return {"skipped": f"stopped after {args.fit_timeout:g} s"}
+    except RuntimeError as e:
+        return {"failed": str(e)}
 
 
 def fit_markdown(fit):
