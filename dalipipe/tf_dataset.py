@@ -31,10 +31,10 @@ def make(source, options, strategy=None):
     elif device in ("auto", "gpu"):
         options = options.replace(device=_resolve_gpu(device))
     result = image_pipelines(source, options)
-    make = to_dataset if strategy is None else (lambda p: distribute(p, strategy))
+    wrap = to_dataset if strategy is None else (lambda p: distribute(p, strategy))
     if isinstance(result, tuple):
-        return tuple(make(p) for p in result)
-    return make(result)
+        return tuple(wrap(p) for p in result)
+    return wrap(result)
 
 
 def distribute(image_pipeline, strategy):
