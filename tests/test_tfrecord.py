@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+import dalipipe
 from dalipipe import checks, tfrecord
 
 CLASS_NAMES = ["cat", "dog", "émeu"]  # a non-ASCII class text
@@ -497,7 +498,7 @@ def test_records_are_read_where_tensorflow_cannot_be_imported(written, images):
                                  and sys.modules[m] is not None),
         }))
     """)
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(tfrecord.__file__)))
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(dalipipe.__file__)))
     env = {**os.environ, "PYTHONPATH": package_root}
     done = subprocess.run([sys.executable, "-c", code, *written], capture_output=True,
                           text=True, env=env, timeout=300)

@@ -1,0 +1,127 @@
+"""Reading records: the serialized `tf.train.Example` at a place in a TFRecord file,
+its features, and the encoded images of many records at once (`load_encoded`, the
+path every training sample takes).
+
+Each record is read with `os.pread`, both of its checksums verified, and parsed with
+protobuf into the message class of `format.example_class`.
+"""
+
+import os
+
+import numpy as np
+
+from dalipipe.tfrecord.format import ENCODED, example_class, record_data
+
+
+def read_example(path, offset, size):
+    """The serialized `tf.train.Example` of the record at `offset` of `path`.
+
+    Args:
+        path: a TFRecord file.
+        offset: the record's first byte, as its index gives it.
+        size: the record's whole size (header, data and data checksum).
+
+    Returns:
+        bytes: the record's data.
+
+    Raises:
+        ValueError: naming the file and offset when the record is cut short, or its
+            header or data checksum is corrupt.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        record = os.pread(fd, size, offset)
+    finally:
+        os.close(fd)
+    return record_data(record, path, offset, size)
+
+
+def parse_example(payload):
+    """Decodes a serialized `tf.train.Example`.
+
+    Args:
+        payload: bytes of a serialized `tf.train.Example`.
+
+    Returns:
+        dict: feature name -> list of values: `bytes` for a `bytes_list`, `int` for
+        an `int64_list` and `float` for a `float_list` (packed or not); an empty
+        list for a feature without a value list.
+
+    Raises:
+        ValueError: when `payload` is not a well-formed `tf.train.Example`.
+    """
+    features = parse(bytes(payload)).features.feature
+    return {name: _values(feature) for name, feature in features.items()}
+
+
+def parse(data):
+    """The `tf.train.Example` message of `data` (bytes)."""
+    try:
+        return example_class().FromString(data)
+    except _decode_error() as e:  # evaluated only when parsing fails
+        raise ValueError(f"Not a serialized tf.train.Example ({e})") from e
+
+
+def _decode_error():
+    """protobuf's `DecodeError`, imported when a parse fails, not once per record."""
+    from google.protobuf import message
+
+    return message.DecodeError
+
+
+def _values(feature):
+    """The values of a `Feature` message, as a list: empty without a value list."""
+    kind = feature.WhichOneof("kind")
+    return list(getattr(feature, kind).value) if kind else []
+
+
+def feature_values(features, name):
+    """The values of the feature `name` of a `Features` map, or None without it."""
+    feature = features.get(name)
+    return None if feature is None else _values(feature)
+
+
+def load_encoded(shards, refs):
+    """The encoded images of records.
+
+    Opens each shard once per call and reads the records with `os.pread`: safe to
+    call from several threads and from forked processes, which share no file
+    position.
+
+    Args:
+        shards: paths of TFRecord files.
+        refs: int64 array of shape `(n, 3)`: shard number (into `shards`), offset
+            and size of each record, as `scan` gives them.
+
+    Returns:
+        list of `n` bytes objects: the `image/encoded` value of each record.
+
+    Raises:
+        ValueError: naming the shard and offset of a record that is cut short, has a
+            corrupt header or data checksum, is not a `tf.train.Example` or has no
+            `image/encoded` bytes.
+    """
+    fds = {}
+    images = []
+    try:
+        for shard, offset, size in np.asarray(refs, np.int64).reshape(-1, 3).tolist():
+            fd = fds.get(shard)
+            if fd is None:
+                fd = fds[shard] = os.open(shards[shard], os.O_RDONLY)
+            path = shards[shard]
+            data = record_data(os.pread(fd, size, offset), path, offset, size)
+            try:
+                features = parse(data).features.feature
+            except ValueError as e:
+                raise ValueError(f"{e}: the record at byte {offset} of {path!r}") from None
+            value = feature_values(features, ENCODED)
+            if not value or not isinstance(value[0], bytes):
+                raise ValueError(
+                    f"The record at byte {offset} of {path!r} has no {ENCODED!r} bytes "
+                    f"(features: {sorted(features)})"
+                )
+            images.append(value[0])
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    return images

@@ -1,0 +1,133 @@
+"""Scanning TFRecord files: their records' places, labels and class texts, read
+once and cached per shard (where, says `paths.scan_cache_path`), valid while the
+shard's size and modification time are those recorded there."""
+
+import json
+import os
+from typing import NamedTuple, Optional
+
+import numpy as np
+
+from dalipipe.tfrecord.format import LABEL, TEXT, record_data
+from dalipipe.tfrecord.index import ensure_and_read_indexes
+from dalipipe.tfrecord.paths import scan_cache_path, write_atomically
+from dalipipe.tfrecord.read import feature_values, parse
+from dalipipe.utils import progress
+
+_SCAN_VERSION = 1  # bump when what `scan` caches changes
+
+
+class Records(NamedTuple):
+    """The records of TFRecord files.
+
+    Attributes:
+        shards: list of the files' absolute paths.
+        refs: int64 array of shape `(num_records, 3)`: shard number (into `shards`),
+            offset and size of each record, shard by shard in file order.
+        labels: int64 array of shape `(num_records,)` of the `image/class/label`
+            values, or None when no record has that feature.
+        texts: list of the `image/class/text` strings, or None when no record has
+            that feature.
+    """
+
+    shards: list
+    refs: np.ndarray
+    labels: Optional[np.ndarray]
+    texts: Optional[list]
+
+    def __len__(self):
+        return len(self.refs)
+
+
+def scan(paths, verbose=False):
+    """Indexes TFRecord files and reads the label and class text of every record.
+
+    Every record is read once (its length and data checksums verified); what is
+    found is cached per shard in `$DALIPIPE_CACHE_DIR/tfrecord-scan/` (default
+    `~/.cache/dalipipe/tfrecord-scan/`), keyed on the shard's absolute path, size and
+    modification time, so a second scan reads only the index files.
+
+    Args:
+        paths: paths of TFRecord files (see `tfrecord_files`).
+        verbose: draw progress bars over the files on stderr.
+
+    Returns:
+        `Records`.
+
+    Raises:
+        ValueError: for a corrupt or truncated file, a record that is not a
+            `tf.train.Example`, a label that is not a single integer, and when some
+            records have a label (or text) and others do not; each names the file and
+            record.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    shards = [os.path.abspath(os.fspath(p)) for p in paths]
+    if not shards:
+        raise ValueError("`paths` must name at least one TFRecord file. Received: paths=[]")
+    indexed = ensure_and_read_indexes(shards, verbose)
+    refs, labels, texts = [], [], []
+    with progress(len(shards), "TFRecord files scanned", enabled=verbose) as bar:
+        for i, (path, (_, offsets)) in enumerate(zip(shards, indexed)):
+            found = _scan_shard(path, offsets)
+            refs.append(np.column_stack([np.full(len(offsets), i, np.int64), offsets]))
+            labels.append(found["labels"])
+            texts.append(found["texts"])
+            bar.update(1)
+    return Records(
+        shards,
+        np.concatenate(refs).astype(np.int64),
+        _all_or_none(labels, shards, LABEL, lambda v: np.asarray(v, np.int64)),
+        _all_or_none(texts, shards, TEXT, list),
+    )
+
+
+def _all_or_none(per_shard, shards, name, build):
+    values = [v for shard in per_shard for v in shard]
+    if all(v is None for v in values):
+        return None
+    for shard, shard_values in zip(shards, per_shard):
+        if None in shard_values:
+            record = shard_values.index(None)
+            raise ValueError(
+                f"Some records have the feature {name!r} and some do not: record {record} "
+                f"of {shard!r} has none."
+            )
+    return build(values)
+
+
+def _scan_shard(path, offsets):
+    """{"labels": [...], "texts": [...]} of a shard's records, from the cache or read."""
+    info = os.stat(path)
+    cache_path = scan_cache_path(path)
+    signature = {"version": _SCAN_VERSION, "path": os.fsdecode(path), "size": info.st_size,
+                 "mtime_ns": info.st_mtime_ns, "count": len(offsets)}
+    try:
+        with open(cache_path, encoding="utf-8") as f:
+            cached = json.load(f)
+        if {k: cached.get(k) for k in signature} == signature:
+            return cached
+    except (OSError, ValueError):
+        pass
+    found = {"labels": [], "texts": []}
+    with open(path, "rb", buffering=1 << 20) as f:
+        for record, (offset, size) in enumerate(offsets.tolist()):
+            f.seek(offset)
+            data = record_data(f.read(size), path, offset, size)
+            where = f"record {record} (at byte {offset}) of {path!r}"
+            try:
+                features = parse(data).features.feature
+            except ValueError as e:
+                raise ValueError(f"{e}: {where}") from None
+            label, text = feature_values(features, LABEL), feature_values(features, TEXT)
+            if label is not None and (len(label) != 1 or not isinstance(label[0], int)):
+                raise ValueError(f"{LABEL!r} must hold one integer. Found {label!r} in {where}")
+            if text is not None and (len(text) != 1 or not isinstance(text[0], bytes)):
+                raise ValueError(f"{TEXT!r} must hold one string. Found {text!r} in {where}")
+            found["labels"].append(None if label is None else label[0])
+            found["texts"].append(None if text is None else text[0].decode("utf-8", "replace"))
+    try:
+        write_atomically(cache_path, json.dumps({**signature, **found}).encode("utf-8"))
+    except OSError:
+        pass  # no cache: the next scan reads the records again
+    return found
