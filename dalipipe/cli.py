@@ -5,11 +5,11 @@
 import argparse
 import os
 import sys
-import tempfile
 import time
 import warnings
 
 from dalipipe.options import keras_backend
+from dalipipe.utils import captured_stderr
 
 
 def main(argv=None):
@@ -281,27 +281,22 @@ def _hide_start_up_lines():
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     if "tensorflow" in sys.modules:
         return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
-            import tensorflow as tf
+    captured = None
+    try:
+        with captured_stderr() as captured:
+            try:
+                import tensorflow as tf
 
-            if keras_backend() == "tensorflow":
-                import dalipipe.tf_dataset  # noqa: F401  (DALI's TensorFlow plugin)
+                if keras_backend() == "tensorflow":
+                    import dalipipe.tf_dataset  # noqa: F401  (DALI's TensorFlow plugin)
 
-                tf.config.list_physical_devices("GPU")  # CUDA's start-up lines
-        except ImportError:
-            pass  # the command says what is missing
-        except BaseException:
-            os.dup2(saved, 2)
-            captured.seek(0)
-            sys.stderr.write(captured.read().decode(errors="replace"))
-            raise
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
+                    tf.config.list_physical_devices("GPU")  # CUDA's start-up lines
+            except ImportError:
+                pass  # the command says what is missing
+    except BaseException:
+        if captured is not None:  # None: the capture did not start
+            sys.stderr.write(captured.text)
+        raise
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
 """Small helpers shared by every module: cache folder, progress, cores, extensions,
-the environment of a child interpreter.
+the environment of a child interpreter, stderr captured at the file descriptor.
 
 The lowest module of the package: it imports nothing else from dalipipe.
 """
 
+import contextlib
 import os
 import sys
+import tempfile
 
 # What DALI's image decoders read, by extension. GIF is not among them.
 IMAGE_EXTENSIONS = (
@@ -80,3 +82,42 @@ def listing(items):
     """The first `_MAX_LISTED` items, comma-separated, with "..." when there are more."""
     items = [str(item) for item in items]
     return ", ".join(items[:_MAX_LISTED]) + (", ..." if len(items) > _MAX_LISTED else "")
+
+
+class Captured:
+    """What `captured_stderr` caught: `text` is a str, empty until its block ends."""
+
+    text = ""
+
+
+@contextlib.contextmanager
+def captured_stderr():
+    """Sends file descriptor 2 to a temporary file for the block.
+
+    C and C++ libraries (nvImageCodec, libjpeg, TensorFlow's and CUDA's start-up)
+    write straight to the descriptor, past `sys.stderr`. What the block wrote there
+    is not shown; it is in the yielded `Captured`'s `text` once the block ends, also
+    when the block raises. Where there is no file descriptor 2 to redirect, nothing
+    is captured and `text` stays empty.
+
+    Yields:
+        A `Captured`.
+    """
+    captured = Captured()
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no stderr to redirect
+        yield captured
+        return
+    try:
+        with tempfile.TemporaryFile() as f:
+            os.dup2(f.fileno(), 2)
+            try:
+                yield captured
+            finally:
+                os.dup2(saved, 2)
+                f.seek(0)
+                captured.text = f.read().decode("utf-8", "replace")
+    finally:
+        os.close(saved)

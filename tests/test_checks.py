@@ -15,6 +15,7 @@ import pytest
 from PIL import Image, ImageOps
 
 from dalipipe import checks, make_dali_pipeline
+from dalipipe.utils import child_env
 
 
 def jpeg_bytes(image, **save):
@@ -213,7 +214,7 @@ def test_unreadable_file(tmp_path):
                  "import sys; from dalipipe import checks; print(checks.check_file(sys.argv[1]))",
                  path],
                 capture_output=True, text=True, timeout=120,
-                env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(checks.__file__))},
+                env=child_env(),
             )
             if run.returncode != 0 and "unshare" in run.stderr:
                 pytest.skip(f"running as root, and `unshare -U` failed: {run.stderr.strip()}")

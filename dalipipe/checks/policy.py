@@ -1,0 +1,89 @@
+"""What happens to the bad samples the check found: an error or a warning with a
+report (`apply_policy`, `write_report`), and the check again of files that change
+during training (`verify_unchanged`).
+"""
+
+import os
+import time
+import warnings
+
+import numpy as np
+
+from dalipipe.checks.driver import check_file
+from dalipipe.utils import cache_dir
+
+
+def apply_policy(index, bad, *, on_bad_file, keep_classes):
+    """The index to train on, given the bad samples found by `check_index`.
+
+    `on_bad_file="raise"`: a ValueError that lists the bad files, and the report's
+    path. `"skip"`: the index less the bad files (classes left empty are dropped
+    unless `keep_classes`), with a warning that gives the count and the report.
+    """
+    if not bad:
+        return index
+    report = write_report(bad, len(index))
+    listed = "\n".join(f"  {path}: {reason}" for path, reason in list(bad.items())[:100])
+    more = f"\n  ... and {len(bad) - 100} more" if len(bad) > 100 else ""
+    if on_bad_file == "raise":
+        raise ValueError(
+            f"{len(bad)} of {len(index)} files cannot be loaded (DALI would stop at the "
+            f"first of them). Fix or remove them, or pass on_bad_file='skip'. Report: "
+            f"{report}\n{listed}{more}"
+        )
+    kept = index.without(bad, keep_classes=keep_classes)
+    if not len(kept):
+        raise ValueError(f"All {len(index)} files are bad. Report: {report}\n{listed}{more}")
+    dropped = sorted(set(index.class_names or []) - set(kept.class_names or []))
+    warnings.warn(
+        f"Left out {len(bad)} of {len(index)} files that cannot be loaded"
+        + (f"; classes left without images: {dropped}" if dropped else "")
+        + f". Report: {report}",
+        stacklevel=4,
+    )
+    return kept
+
+
+def verify_unchanged(paths, stamps, *, check):
+    """Raises RuntimeError naming a file deleted or changed since it was checked.
+
+    Args:
+        paths: file paths.
+        stamps: int64 `(len(paths), 2)`: `(size, mtime_ns)` when they were checked
+            (see `check_index`).
+        check: `"structure"` or `"full"`: a file whose size or modification time
+            changed is checked again at this level, and accepted if it passes. None:
+            any change is an error (for TFRecord files, whose records may have moved).
+    """
+    for path, (size, mtime_ns) in zip(paths, np.asarray(stamps).tolist()):
+        try:
+            info = os.stat(path)
+        except OSError as e:
+            raise RuntimeError(
+                f"{path} was checked before training and cannot be opened now "
+                f"({e.strerror}): it was deleted or moved during training."
+            ) from None
+        if (info.st_size, info.st_mtime_ns) == (size, mtime_ns):
+            continue
+        if check is None:
+            raise RuntimeError(
+                f"{path} changed after the check before training: its records may have "
+                "moved. Make the dataset again."
+            )
+        reason = check_file(path, full=check == "full")
+        if reason is not None:
+            raise RuntimeError(
+                f"{path} changed after the check before training and is now bad: {reason}."
+            )
+
+
+def write_report(bad, total, *, directory=None):
+    """Writes one line per bad file (reason, then path); returns the report's path."""
+    directory = directory or os.path.join(cache_dir(), "reports")
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, time.strftime("bad-files-%Y%m%d-%H%M%S.txt"))
+    with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
+        f.write(f"# {len(bad)} bad file(s) of {total} checked\n")
+        for file_path, reason in sorted(bad.items()):
+            f.write(f"{reason}\t{os.fsdecode(file_path)}\n")
+    return path
