@@ -9,7 +9,7 @@ import tempfile
 import time
 import warnings
 
-from dalipipe.options import keras_backend
+from dalipipe.keras_config import keras_backend
 
 
 def main(argv=None):
