@@ -8,7 +8,7 @@ For TFRecord files such as `dalipipe convert` writes (made from `--images` in
   image), read off the adapter's own `"samples"` input;
 - `dense`: one tensor of the batch, each record padded to the batch's longest, as a
   GPU pipeline takes an epoch that ends in a partial batch (see
-  `dalipipe.tf_dataset.feed_parts`).
+  `dalipipe.tf_inputs.feed_parts`).
 
 On the CPU DALI reads the fed tensors in place; on a GPU they are copied to the GPU
 (`copy_to_device`) and back to DALI's CPU external source (`FeedInputs` in DALI's
@@ -64,17 +64,17 @@ def summary(rows):
 
 
 def measure(pattern, batch_size, drop_remainder=False):
-    from dalipipe import make_dali_pipeline, tf_dataset
+    from dalipipe import make_dali_pipeline, tf_inputs
 
     pipe = make_dali_pipeline(pattern, batch_size=batch_size, image_size=(224, 224),
                               shuffle=True, seed=0, device="cpu", check=None, verbose=False,
                               drop_remainder=drop_remainder)
-    inputs = tf_dataset.input_datasets(pipe)
-    per_sample, parts = tf_dataset.feed_parts(len(pipe.positions()[0]), batch_size,
-                                           from_tfrecord=True, gpu=False)
-    gpu_per_sample, _ = tf_dataset.feed_parts(len(pipe.positions()[0]), batch_size,
-                                           from_tfrecord=True, gpu=True)
-    result = summary(batch_bytes(pipe, inputs["samples"], per_sample))
+    samples = tf_inputs.EpochFeed(pipe).dataset("samples")
+    per_sample, parts = tf_inputs.feed_parts(len(pipe.positions()[0]), batch_size,
+                                             from_tfrecord=True, gpu=False)
+    gpu_per_sample, _ = tf_inputs.feed_parts(len(pipe.positions()[0]), batch_size,
+                                             from_tfrecord=True, gpu=True)
+    result = summary(batch_bytes(pipe, samples, per_sample))
     result.update(cpu_per_sample=per_sample, gpu_per_sample=gpu_per_sample,
                   dali_datasets_cpu=len(parts))
     fed = result["fed_bytes"] if gpu_per_sample else result["dense_bytes"]

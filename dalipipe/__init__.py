@@ -10,7 +10,7 @@ import os
 import sys
 
 from dalipipe.dataset import make_dali_dataset
-from dalipipe.options import default_memory_growth
+from dalipipe.devices import default_memory_growth
 from dalipipe.pipeline import ImagePipeline, make_dali_pipeline
 from dalipipe.sample_data import make_sample_dataset
 

@@ -8,7 +8,7 @@ import sys
 import time
 import warnings
 
-from dalipipe.options import keras_backend
+from dalipipe.keras_config import keras_backend
 from dalipipe.utils import captured_stderr
 
 

@@ -6,7 +6,8 @@ TensorFlow plugin) or `dalipipe.py_dataset` (a `keras.utils.PyDataset` for torch
 JAX). Nothing here imports TensorFlow, so that Keras on torch or JAX never loads it.
 """
 
-from dalipipe.options import Options, keras_backend
+from dalipipe.keras_config import keras_backend
+from dalipipe.options import Options
 
 
 def make_dali_dataset(
@@ -233,7 +234,7 @@ def make_dali_dataset(
     if (options.format or _backend_format()) == "tf":
         from dalipipe import tf_dataset
 
-        return tf_dataset.make(source, options, strategy)
+        return tf_dataset.make_tf_dataset(source, options, strategy)
     if strategy is not None:
         raise ValueError(
             "`strategy` is a `tf.distribute` strategy, which feeds a `tf.data.Dataset`: "
@@ -244,7 +245,7 @@ def make_dali_dataset(
         )
     from dalipipe import py_dataset
 
-    return py_dataset.make(source, options)
+    return py_dataset.make_py_dataset(source, options)
 
 
 def _backend_format():

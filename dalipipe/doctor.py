@@ -16,7 +16,8 @@ import sys
 import tempfile
 import time
 
-from dalipipe import graph, install
+from dalipipe import install
+from dalipipe.devices import GPU_TENSORFLOW_FIX, dali_gpu_count
 
 
 def main():
@@ -60,7 +61,7 @@ def diagnose():
         built = str(dali_module.__cuda_version__)[:2]
         rows.append(("DALI", f"{dali_module.__version__} ({dali[0] if dali else 'package unknown'}"
                              f", built for CUDA {built})"))
-        dali_gpus = graph.dali_gpu_count()
+        dali_gpus = dali_gpu_count()
         rows.append(("DALI GPUs", _gpus_and_driver(backend, dali_gpus, built, advice)))
         rows.append(("hardware JPEG", _hardware_jpeg(dali_gpus)))
 
@@ -80,7 +81,7 @@ def diagnose():
         rows.append(("Keras", _keras(problems, advice)))
     rows.append(("other backends", _other_backends()))
     if dali_gpus and not tf_gpus:
-        advice.append(f"DALI sees a GPU and TensorFlow does not: {install.GPU_TENSORFLOW_FIX}.")
+        advice.append(f"DALI sees a GPU and TensorFlow does not: {GPU_TENSORFLOW_FIX}.")
 
     name = install.plugin_package(dali[0]) if dali else "DALI's TensorFlow plugin"
     plugin = install.installed_version(name) if dali else None

@@ -45,14 +45,12 @@ INTERPOLATION_FILTERS = {
 }
 
 
-def dali_gpu_count():
-    """Number of CUDA devices DALI can use (0 on a machine without a driver)."""
-    from nvidia.dali import backend
-
-    try:
-        return backend.GetCUDADeviceCount()
-    except RuntimeError:
-        return 0
+def class_weight_table(class_weight):
+    """`(keys, values)` of the `class_weight` dict, sorted by key, for DALI's lookup
+    table; classes missing from it weigh 1.0, as in Keras. Never empty: DALI 2.4's
+    lookup table crashes the process on empty keys."""
+    items = sorted(class_weight.items()) or [(0, 1.0)]
+    return [k for k, _ in items], [v for _, v in items]
 
 
 def define(options, *, feed, padded, from_tfrecord, num_classes):
@@ -103,7 +101,7 @@ def define(options, *, feed, padded, from_tfrecord, num_classes):
         outputs.append(label)
     weights = external("weights", dali_types.FLOAT, ndim=0) if padded else None
     if options.class_weight is not None:
-        keys, values = options.class_weight_table()
+        keys, values = class_weight_table(options.class_weight)
         by_class = fn.lookup_table(label, keys=keys, values=values, default_value=1.0,
                                    dtype=dali_types.FLOAT)
         weights = by_class if weights is None else by_class * weights

@@ -15,11 +15,6 @@ import sys
 
 # DALI's package for each CUDA major version -> the dalipipe extra that installs it.
 DALI_PACKAGES = {"nvidia-dali-cuda120": "cuda12", "nvidia-dali-cuda130": "cuda13"}
-# What makes TensorFlow see the GPUs that DALI sees.
-GPU_TENSORFLOW_FIX = (
-    "install TensorFlow with its CUDA libraries: pip install 'dalipipe[gpu]' "
-    "(that is, tensorflow[and-cuda])"
-)
 # What installs DALI, or makes it see the GPUs.
 DALI_FIX = (
     "install DALI for the CUDA version of the NVIDIA driver (nvidia-smi shows it; CUDA 12 "

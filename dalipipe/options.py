@@ -14,7 +14,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from dalipipe.utils import usable_cores
+from dalipipe.devices import default_num_threads
+from dalipipe.keras_config import IMAGE_DATA_FORMATS, keras_image_data_format
 
 IMAGENET_DEFAULT_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 IMAGENET_DEFAULT_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
@@ -36,18 +37,11 @@ COLOR_MODES = {"rgb": 3, "grayscale": 1, "rgba": 4}
 FORMATS = (None, "tf", "pydataset")
 BACKENDS = ("tensorflow", "torch", "jax")
 DTYPES = ("float32", "float16", "uint8")
-DATA_FORMATS = ("channels_last", "channels_first", None)
+DATA_FORMATS = (*IMAGE_DATA_FORMATS, None)
 DEVICES = ("auto", "gpu", "cpu")
 SUBSETS = ("training", "validation", "both")
 CHECKS = ("structure", "full", None)
 ON_BAD_FILE = ("raise", "skip")
-# DALI CPU threads of a GPU pipeline, as in DALI's own examples: the GPU decodes, the
-# threads only read files and prepare the GPU's work. A CPU pipeline takes every
-# usable core.
-GPU_NUM_THREADS = 4
-# TensorFlow's switch for GPU memory growth, read when it creates its GPU devices:
-# "true" or "false" overrides `tf.config.experimental.set_memory_growth`.
-MEMORY_GROWTH_VARIABLE = "TF_FORCE_GPU_ALLOW_GROWTH"
 
 
 def normalization_stats(normalization, channels):
@@ -130,9 +124,9 @@ class Options:
         return dataclasses.replace(self, **changes)
 
     def resolved(self):
-        """A copy with `seed` drawn at random if None, `num_threads` set if None (the
-        usable cores on the CPU, at most `GPU_NUM_THREADS` for `device="gpu"`), and
-        `data_format` set to Keras's `image_data_format()` if None.
+        """A copy with `seed` drawn at random if None, `num_threads` set if None
+        (`devices.default_num_threads`: the usable cores, at most 4 for
+        `device="gpu"`), and `data_format` set to Keras's `image_data_format()` if None.
 
         Resolve `device` first: the thread default depends on it.
         """
@@ -140,9 +134,7 @@ class Options:
         if seed is None:
             seed = int(np.random.SeedSequence().generate_state(1)[0] & 0x7FFFFFFF)
         if num_threads is None:
-            num_threads = usable_cores()
-            if self.device == "gpu":
-                num_threads = min(GPU_NUM_THREADS, num_threads)
+            num_threads = default_num_threads(self.device)
         data_format = self.data_format or keras_image_data_format()
         return self.replace(seed=seed, num_threads=num_threads, data_format=data_format)
 
@@ -338,13 +330,6 @@ class Options:
                 f"Received: class_weight={self.class_weight!r}"
             )
 
-    def class_weight_table(self):
-        """`(keys, values)` of `class_weight`, sorted by key, for DALI's lookup table;
-        classes missing from it weigh 1.0, as in Keras. Never empty: DALI 2.4's
-        lookup table crashes the process on empty keys."""
-        items = sorted(self.class_weight.items()) or [(0, 1.0)]
-        return [k for k, _ in items], [v for _, v in items]
-
     def _check_split(self):
         split, subset = self.validation_split, self.subset
         if split is not None and (not _is_number(split) or not 0 <= split < 1):
@@ -373,52 +358,6 @@ class Options:
             )
 
 
-def keras_image_data_format():
-    """`keras.config.image_data_format()`, read without importing Keras when it is not
-    yet imported (from `$KERAS_HOME/keras.json`, else `~/.keras/keras.json`)."""
-    import sys
-
-    if "keras" in sys.modules:
-        return sys.modules["keras"].config.image_data_format()
-    value = _keras_config().get("image_data_format", "channels_last")
-    return value if value in DATA_FORMATS[:2] else "channels_last"
-
-
-def keras_backend():
-    """`keras.backend.backend()`, read without importing Keras when it is not yet
-    imported: `KERAS_BACKEND`, else `keras.json`, else "tensorflow", as Keras reads it."""
-    import os
-    import sys
-
-    if "keras" in sys.modules:
-        return sys.modules["keras"].backend.backend()
-    return os.environ.get("KERAS_BACKEND") or _keras_config().get("backend", "tensorflow")
-
-
-def _keras_config():
-    """The settings of `$KERAS_HOME/keras.json` (else `~/.keras/keras.json`), or {}."""
-    import json
-    import os
-
-    home = os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
-    try:
-        with open(os.path.join(home, "keras.json")) as f:
-            config = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return config if isinstance(config, dict) else {}
-
-
-def check_global_batch(batch_size, num_replicas):
-    """Raises ValueError unless the global `batch_size` splits evenly over the replicas."""
-    if batch_size % num_replicas:
-        raise ValueError(
-            "`batch_size` is the global batch, split evenly over the replicas, so it must "
-            f"be a multiple of their number. Received: batch_size={batch_size} for "
-            f"{num_replicas} replicas"
-        )
-
-
 def _is_int(value):
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
@@ -435,24 +374,3 @@ def _one_of(name, value, allowed):
 def _positive_int(name, value):
     if not _is_int(value) or value <= 0:
         raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
-
-
-def default_memory_growth(environ, modules):
-    """Sets `TF_FORCE_GPU_ALLOW_GROWTH=true` in `environ` unless it is set or
-    TensorFlow (found in `modules`, `sys.modules`) has already created its devices, so
-    that TensorFlow leaves GPU memory to DALI. Returns whether it set it.
-
-    `import dalipipe` calls it: a program that imports dalipipe before TensorFlow
-    starts on a GPU gets memory growth without asking.
-    """
-    if MEMORY_GROWTH_VARIABLE in environ or _tensorflow_started(modules):
-        return False
-    environ[MEMORY_GROWTH_VARIABLE] = "true"
-    return True
-
-
-def _tensorflow_started(modules):
-    # TensorFlow creates its devices with its eager context; it reads the variable then.
-    context = modules.get("tensorflow.python.eager.context")
-    current = context.context_safe() if context is not None else None
-    return getattr(current, "_context_handle", None) is not None

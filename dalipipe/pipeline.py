@@ -10,15 +10,13 @@ NumPy outputs (`dalipipe.native`); `dalipipe.tf_dataset` hands it to TensorFlow 
 """
 
 import os
-import warnings
-from typing import NamedTuple
 
 import numpy as np
 
 from dalipipe import checks, graph, sampling, sources, tfrecord
-from dalipipe.install import DALI_FIX
-from dalipipe.options import Options, check_global_batch, is_inferred
-from dalipipe.utils import listing
+from dalipipe.devices import dali_device
+from dalipipe.options import Options, is_inferred
+from dalipipe.sharding import Sharding, check_global_batch
 
 
 def make_dali_pipeline(
@@ -76,7 +74,7 @@ def image_pipelines(source, options):
     With `verbose`, prints what Keras's `image_dataset_from_directory` prints and
     shows the check's progress.
     """
-    options = options.replace(device=_dali_device(options.device)).resolved()
+    options = options.replace(device=dali_device(options.device)).resolved()
     is_directory = isinstance(source, (str, os.PathLike)) and os.path.isdir(source)
     labels = options.labels
     if options.label_mode is None and not is_directory and is_inferred(labels):
@@ -128,48 +126,6 @@ def _print_found(index):
         print(f"Found {len(index)} {what}.")
     else:
         print(f"Found {len(index)} {what} belonging to {len(index.class_names)} classes.")
-
-
-def choose_device(device, framework_gpus, dali_gpus, *, framework, framework_fix):
-    """`"gpu"` or `"cpu"` for `device` in ("auto", "gpu") when the framework that
-    takes the batches (`framework`: "TensorFlow", "PyTorch", "JAX") sees
-    `framework_gpus` GPUs and DALI sees `dali_gpus`. `"auto"` warns when only one of
-    them sees a GPU, naming the fix (`framework_fix` for the framework); `"gpu"`
-    raises RuntimeError."""
-    if framework_gpus and dali_gpus:
-        return "gpu"
-    fix = ""
-    if dali_gpus:
-        fix = f" To use the GPU, {framework_fix}."
-    elif framework_gpus:
-        fix = f" To use the GPU, {DALI_FIX}."
-    counts = f"{framework} sees {framework_gpus}, DALI sees {dali_gpus}."
-    if device == "gpu":
-        raise RuntimeError(
-            f"`device='gpu'` needs a GPU that both {framework} and DALI can use. {counts} "
-            f"Use device='cpu' or device='auto'.{fix}"
-        )
-    if fix:
-        warnings.warn(f"`device='auto'` runs DALI on the CPU: {counts}{fix}", stacklevel=5)
-    return "cpu"
-
-
-def _dali_device(device):
-    if device == "auto":
-        return "gpu" if graph.dali_gpu_count() > 0 else "cpu"
-    if device == "gpu" and graph.dali_gpu_count() == 0:
-        raise RuntimeError(
-            "`device='gpu'` needs a CUDA GPU that DALI can use, and DALI found none. "
-            "Use device='cpu' or device='auto'."
-        )
-    return device
-
-
-class Sharding(NamedTuple):
-    """Which replicas of a distributed dataset a pipeline feeds (`ImagePipeline.shard`)."""
-
-    num_replicas: int
-    replica_ids: tuple
 
 
 class ImagePipeline:
@@ -319,14 +275,7 @@ class ImagePipeline:
         n, b = len(self.file_paths), self.batch_size
         if self.sharding is None:
             return np.arange(min(n, self.num_batches * b), dtype=np.int64), None
-        global_batch = b * self.sharding.num_replicas
-        positions = (
-            np.arange(self.steps, dtype=np.int64)[:, None, None] * global_batch
-            + np.asarray(self.sharding.replica_ids, np.int64)[None, :, None] * b
-            + np.arange(b, dtype=np.int64)[None, None, :]
-        ).reshape(-1)
-        # Padding repeats samples from the start of the order, with weight 0.
-        return positions % n, (positions < n).astype(np.float32)
+        return self.sharding.positions(n, self.steps, b)
 
     def epoch_inputs(self, epoch=0):
         """The inputs of epoch `epoch`: `(sample_ids, random, weights)`, NumPy arrays.

@@ -8,22 +8,19 @@ TensorFlow. No TensorFlow import: a Keras program on torch or JAX never loads it
 
 Several devices: on JAX, a `keras.distribution.DataParallel` distribution; with
 PyTorch, one process per device under `torch.distributed`. Both use the shard
-arithmetic of `tf.distribute` (`ImagePipeline.shard`): every step is a full batch,
-the last one padded with samples of weight 0.
+arithmetic of `tf.distribute` (`dalipipe.sharding`): every step is a full batch,
+the last one padded with samples of weight 0. The device and its CUDA ordinal come
+from `dalipipe.devices`.
 """
 
 import keras
 import numpy as np
 
-from dalipipe import graph, native
-from dalipipe.options import check_global_batch, keras_backend
-from dalipipe.pipeline import choose_device, image_pipelines
-
-# What makes each framework see the GPUs that DALI sees.
-FRAMEWORK_GPU_FIXES = {
-    "torch": ("PyTorch", "install PyTorch with CUDA (https://pytorch.org/get-started/)"),
-    "jax": ("JAX", "install JAX with CUDA: pip install 'jax[cuda12]' (or 'jax[cuda13]')"),
-}
+from dalipipe import native
+from dalipipe.devices import resolve_device
+from dalipipe.keras_config import keras_backend
+from dalipipe.pipeline import image_pipelines
+from dalipipe.sharding import data_parallel_shard
 
 
 class DALIPyDataset(keras.utils.PyDataset):
@@ -119,7 +116,7 @@ class DALIPyDataset(keras.utils.PyDataset):
                 f"of {pipeline.batch_size}, {self.backend} tensors on {pipeline.device}>")
 
 
-def make(source, options):
+def make_py_dataset(source, options):
     """`make_dali_dataset` for validated `Options` in the `"pydataset"` format: a
     `DALIPyDataset`, or a pair of them for `subset="both"`."""
     backend = keras_backend()
@@ -137,92 +134,6 @@ def make(source, options):
     if isinstance(result, tuple):
         return tuple(wrap(p) for p in result)
     return wrap(result)
-
-
-def resolve_device(device, backend):
-    """`(device, device_id)`: "gpu" or "cpu" for the `device` option (on backends
-    other than torch and JAX, the option itself, which `image_pipelines` resolves),
-    and the CUDA ordinal of the backend's first GPU for a GPU pipeline (else None,
-    which means CUDA device 0).
-
-    On torch and JAX, `"auto"` means the GPU when both the framework and DALI see
-    one (see `choose_device`); on other backends, when DALI sees one.
-    """
-    if device == "cpu":
-        return "cpu", None
-    if backend not in FRAMEWORK_GPU_FIXES:
-        return device, None  # `image_pipelines` asks DALI; CUDA device 0
-    framework, fix = FRAMEWORK_GPU_FIXES[backend]
-    ordinals = _framework_gpus(backend)
-    chosen = choose_device(device, len(ordinals), graph.dali_gpu_count(),
-                           framework=framework, framework_fix=fix)
-    return chosen, ordinals[0] if chosen == "gpu" else None
-
-
-def _framework_gpus(backend):
-    """The CUDA ordinals of the backend's GPUs, its current (first) one first."""
-    if backend == "torch":
-        import torch
-
-        if not torch.cuda.is_available():
-            return []
-        current = torch.cuda.current_device()
-        return [current] + [i for i in range(torch.cuda.device_count()) if i != current]
-    import jax
-
-    try:
-        gpus = jax.local_devices(backend="gpu")
-    except RuntimeError:  # no GPU backend
-        return []
-    return [getattr(d, "local_hardware_id", None) or d.id for d in gpus]
-
-
-def data_parallel_shard(options, backend):
-    """`(replica_ids, num_replicas)` of this process's shard when Keras trains on
-    several devices, else None.
-
-    JAX: under a `keras.distribution.DataParallel` distribution each process loads
-    its part of every global batch (`batch_size`), and Keras splits it over the
-    process's devices. torch: under `torch.distributed`, each process (one per
-    device) loads its `batch_size // world_size` samples of every global batch.
-    """
-    if backend == "jax":
-        distribution = keras.distribution.distribution()
-        if distribution is None:
-            return None
-        if not isinstance(distribution, keras.distribution.DataParallel):
-            raise ValueError(
-                "dalipipe feeds a `keras.distribution.DataParallel` distribution, which "
-                "splits each batch over the devices. Received: distribution="
-                f"{type(distribution).__name__}"
-            )
-        import jax
-
-        devices = int(np.prod(distribution.device_mesh.shape))
-        processes, index = jax.process_count(), jax.process_index()
-        what = f"a DataParallel distribution over {devices} devices"
-    elif backend == "torch":
-        import torch.distributed as dist
-
-        if not (dist.is_available() and dist.is_initialized()):
-            return None
-        devices = processes = dist.get_world_size()
-        index = dist.get_rank()
-        what = f"torch.distributed with {processes} processes"
-    else:
-        return None
-    if devices == 1 and processes == 1:
-        return None
-    if options.label_mode is None or options.labels is None or options.batch_size is None:
-        raise ValueError(
-            f"With {what}, every step is a full batch and the last one is padded with "
-            "zero-weight samples, which needs labels to weigh and a `batch_size`. To "
-            "predict, make the dataset on one device. Received: "
-            f"labels={options.labels!r}, label_mode={options.label_mode!r}, "
-            f"batch_size={options.batch_size!r}"
-        )
-    check_global_batch(options.batch_size, devices)
-    return [index], processes
 
 
 def _converter(backend, gpu):

@@ -19,9 +19,7 @@ import numpy as np
 
 from dalipipe import tfrecord
 from dalipipe.options import is_inferred
-from dalipipe.utils import IMAGE_EXTENSIONS, UNDECODABLE_EXTENSIONS, listing
-
-_MAX_LISTED = 10
+from dalipipe.utils import IMAGE_EXTENSIONS, MAX_LISTED, UNDECODABLE_EXTENSIONS, listing
 
 
 class Index(NamedTuple):
@@ -218,7 +216,7 @@ def _index_records(records, labels, class_names):
         if mixed:
             raise ValueError(
                 "Each 'image/class/label' value must have one 'image/class/text'. Found "
-                f"several: {dict(list(mixed.items())[:_MAX_LISTED])}"
+                f"several: {dict(list(mixed.items())[:MAX_LISTED])}"
             )
         found = [texts[v].pop() for v in values.tolist()]
     if class_names is not None:
@@ -407,7 +405,7 @@ def _index_table(columns, column, labels, class_names, path_column, root, what,
     empty = [i for i, p in enumerate(paths) if _is_missing(p) or p == ""]
     if empty:
         raise ValueError(
-            f"Column {path_column!r} of {what} has no path at rows {empty[:_MAX_LISTED]}."
+            f"Column {path_column!r} of {what} has no path at rows {empty[:MAX_LISTED]}."
         )
     label_values = None
     if labels is not None:
@@ -429,7 +427,7 @@ def _index_list(paths, labels, class_names, root, what="the list", column=None,
     bad = [p for p in paths if not isinstance(p, (str, bytes, os.PathLike))]
     if bad:
         raise ValueError(
-            f"File paths must be strings. Received in {what}: {bad[:_MAX_LISTED]}"
+            f"File paths must be strings. Received in {what}: {bad[:MAX_LISTED]}"
         )
     base = os.path.abspath(root if root is not None else os.getcwd())
     file_paths = [
@@ -457,7 +455,7 @@ def _encode_labels(labels, class_names, num_files, column=None):
         )
     missing = [i for i, v in enumerate(values) if _is_missing(v)]
     if missing:
-        raise ValueError(f"Missing labels in {where} at rows {missing[:_MAX_LISTED]}.")
+        raise ValueError(f"Missing labels in {where} at rows {missing[:MAX_LISTED]}.")
     if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
         target = np.asarray(values, np.int64)
         num_classes = len(class_names) if class_names is not None else int(target.max()) + 1
@@ -475,7 +473,7 @@ def _encode_labels(labels, class_names, num_files, column=None):
     unknown = sorted(set(strings) - set(lookup))
     if unknown:
         raise ValueError(
-            f"Labels in {where} must be among `class_names`. Not found: {unknown[:_MAX_LISTED]}. "
+            f"Labels in {where} must be among `class_names`. Not found: {unknown[:MAX_LISTED]}. "
             f"Received: class_names={names}"
         )
     return np.asarray([lookup[s] for s in strings], np.int32), names

@@ -16,7 +16,8 @@ IMAGE_EXTENSIONS = (
 )
 # Image files that DALI does not decode: reported, never taken as samples.
 UNDECODABLE_EXTENSIONS = (".gif", ".heic", ".avif")
-_MAX_LISTED = 10
+# How many items an error message lists.
+MAX_LISTED = 10
 
 
 def cache_dir():
@@ -79,9 +80,9 @@ class _NoBar:
 
 
 def listing(items):
-    """The first `_MAX_LISTED` items, comma-separated, with "..." when there are more."""
+    """The first `MAX_LISTED` items, comma-separated, with "..." when there are more."""
     items = [str(item) for item in items]
-    return ", ".join(items[:_MAX_LISTED]) + (", ..." if len(items) > _MAX_LISTED else "")
+    return ", ".join(items[:MAX_LISTED]) + (", ..." if len(items) > MAX_LISTED else "")
 
 
 class Captured:

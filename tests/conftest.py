@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dalipipe.graph import dali_gpu_count
+from dalipipe.devices import dali_gpu_count
 from helpers import CLASSES, NUM_INDEXED, NUM_TAGGED, indexed_color
 
 _CACHE = None

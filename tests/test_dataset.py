@@ -1,7 +1,6 @@
 """make_dali_dataset through DALI's TensorFlow plugin, on CPU, with Keras 3."""
 
 import os
-import warnings
 
 import numpy as np
 import pytest
@@ -168,29 +167,6 @@ def test_auto_device_falls_back_to_cpu(indexed_dir):
     assert "CPU" in images.device and images.shape == (8, 8, 8, 3)
 
 
-def test_auto_device_warns_when_only_dali_or_only_the_framework_sees_a_gpu():
-    from dalipipe.install import GPU_TENSORFLOW_FIX
-    from dalipipe.pipeline import choose_device
-
-    def choose(device, tf_gpus, dali_gpus):
-        return choose_device(device, tf_gpus, dali_gpus, framework="TensorFlow",
-                             framework_fix=GPU_TENSORFLOW_FIX)
-
-    assert choose("auto", 1, 2) == "gpu"
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert choose("auto", 0, 0) == "cpu"
-    fix_tf = r"TensorFlow sees 0, DALI sees 1\..*'dalipipe\[gpu\]'.*tensorflow\[and-cuda\]"
-    with pytest.warns(UserWarning, match=r"`device='auto'` runs DALI on the CPU: " + fix_tf):
-        assert choose("auto", 0, 1) == "cpu"
-    with pytest.warns(UserWarning, match=r"TensorFlow sees 1, DALI sees 0\..*'dalipipe\[cuda12\]'"):
-        assert choose("auto", 1, 0) == "cpu"
-    with pytest.raises(RuntimeError, match=fix_tf):
-        choose("gpu", 0, 1)
-    with pytest.raises(RuntimeError, match=r"both PyTorch and DALI.*PyTorch sees 0, DALI sees 1"):
-        choose_device("gpu", 0, 1, framework="PyTorch", framework_fix="install PyTorch")
-
-
 def test_tfrecords_feed_keras_like_their_directory(tagged_dir, tagged_tfrecords):
     options = dict(image_size=(8, 8), batch_size=16, shuffle=False, normalization=None,
                    device="cpu")
@@ -291,26 +267,6 @@ def test_a_gpu_placed_dataset_refuses_cpu_transformations(indexed_dir):
     assert ds.prefetch(1).element_spec == ds.element_spec  # prefetch runs on a GPU too
 
 
-@pytest.mark.parametrize("growth, limits, variable, raises", [
-    (True, [], None, False),
-    (False, [], "true", False),
-    (False, [2048], None, False),
-    (False, [None], None, True),
-    (False, [], None, True),
-    (True, [], "false", True),  # the variable overrides set_memory_growth
-    (False, [], "TRUE", True),  # TensorFlow takes only "true" and "false"
-])
-def test_memory_growth_error_follows_tensorflows_rule(growth, limits, variable, raises):
-    from dalipipe.tf_dataset import memory_growth_error
-
-    error = memory_growth_error("/physical_device:GPU:0", growth=growth, memory_limits=limits,
-                                variable=variable)
-    assert (error is not None) == raises
-    if raises:
-        assert error.startswith("TensorFlow holds all the memory of /physical_device:GPU:0")
-        assert f"Received: memory growth={growth}, TF_FORCE_GPU_ALLOW_GROWTH={variable!r}" in error
-
-
 def test_import_sets_memory_growth_unless_set_or_too_late(tmp_path):
     import subprocess
     import sys
@@ -335,38 +291,6 @@ def test_import_sets_memory_growth_unless_set_or_too_late(tmp_path):
     assert variable_after("import tensorflow as tf; tf.constant(1); import dalipipe") == "None"
 
 
-def configurations(*limits):
-    return [tf.config.LogicalDeviceConfiguration(memory_limit=limit) for limit in limits]
-
-
-@pytest.mark.parametrize("index, visible, ordinal", [
-    (0, [("/physical_device:GPU:0", None)], 0),
-    # tf.config.set_visible_devices(gpus[1:3]): TensorFlow's GPU 0 is CUDA device 1.
-    (0, [("/physical_device:GPU:1", None), ("/physical_device:GPU:2", None)], 1),
-    (1, [("/physical_device:GPU:2", None), ("/physical_device:GPU:1", None)], 2),
-    # Two logical GPUs on GPU 0, one on GPU 1.
-    (1, [("/physical_device:GPU:0", configurations(1024, 1024)),
-         ("/physical_device:GPU:1", None)], 0),
-    (2, [("/physical_device:GPU:0", configurations(1024, 1024)),
-         ("/physical_device:GPU:1", None)], 1),
-])
-def test_cuda_ordinal_of_tensorflows_gpu_index(index, visible, ordinal):
-    from dalipipe.tf_dataset import cuda_ordinal
-
-    assert cuda_ordinal(index, visible) == ordinal
-
-
-def test_cuda_ordinal_refuses_what_it_cannot_tell():
-    from dalipipe.tf_dataset import cuda_ordinal
-
-    with pytest.raises(ValueError, match=r"2 visible logical GPUs, so there is no /gpu:2"):
-        cuda_ordinal(2, [("/physical_device:GPU:0", None), ("/physical_device:GPU:1", None)])
-    ordered = [tf.config.LogicalDeviceConfiguration(memory_limit=512,
-                                                    experimental_device_ordinal=1)]
-    with pytest.raises(ValueError, match=r"`experimental_device_ordinal` reorders"):
-        cuda_ordinal(0, [("/physical_device:GPU:0", ordered)])
-
-
 @pytest.mark.parametrize("num_loaded, gpu, per_sample, parts", [
     (121, False, True, [(range(0, 7), 16), (range(7, 8), 9)]),
     (128, False, True, [(range(0, 8), 16)]),
@@ -375,7 +299,7 @@ def test_cuda_ordinal_refuses_what_it_cannot_tell():
     (121, True, False, [(range(0, 8), 16)]),  # a GPU cannot join two DALI datasets
 ])
 def test_tfrecord_feed_parts(num_loaded, gpu, per_sample, parts):
-    from dalipipe.tf_dataset import feed_parts
+    from dalipipe.tf_inputs import feed_parts
 
     assert feed_parts(num_loaded, 16, from_tfrecord=True, gpu=gpu) == (per_sample, parts)
     assert feed_parts(num_loaded, 16, from_tfrecord=False, gpu=gpu) == \
@@ -388,7 +312,7 @@ def test_tfrecord_batches_feed_each_record_unpadded(tagged_dir, tmp_path):
     from PIL import Image
 
     from dalipipe import sources, tfrecord
-    from dalipipe.tf_dataset import input_datasets
+    from dalipipe.tf_inputs import EpochFeed
 
     index = sources.index_source(tagged_dir)
     rng = np.random.default_rng(0)
@@ -403,7 +327,7 @@ def test_tfrecord_batches_feed_each_record_unpadded(tagged_dir, tmp_path):
                    device="cpu", verbose=False)
     pipe = make_dali_pipeline(pattern, **options)
     sample_ids, _, _ = pipe.epoch_inputs(0)
-    records = iter(input_datasets(pipe)["samples"])
+    records = iter(EpochFeed(pipe).dataset("samples"))
     sizes = [os.path.getsize(p) for p in paths]
     for start in range(0, 40, 16):
         batch = sample_ids[start:start + 16]

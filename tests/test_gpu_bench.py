@@ -11,7 +11,7 @@ import pytest
 
 from dalipipe.bench import harness
 from dalipipe.bench.loaders import unavailable
-from dalipipe.graph import dali_gpu_count
+from dalipipe.devices import dali_gpu_count
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BLOCKED = ("tensorflow", "pandas", "sklearn", "skimage", "matplotlib", "tqdm")

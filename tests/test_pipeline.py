@@ -345,32 +345,11 @@ def test_class_weight_is_a_weight_output_times_the_padding(indexed_dir):
     assert set(collect(unweighted.epoch())[2]) == {1.0}
 
 
-def test_gpu_pipelines_default_to_dali_examples_threads():
-    from dalipipe.options import GPU_NUM_THREADS, Options
-    from dalipipe.utils import usable_cores
-
-    assert GPU_NUM_THREADS == 4
-    assert Options(device="gpu").resolved().num_threads == min(4, usable_cores())
-    assert Options(device="cpu").resolved().num_threads == usable_cores()
-    assert Options(device="gpu", num_threads=7).resolved().num_threads == 7
-
-
 def test_cpu_pipeline_threads_are_the_usable_cores(indexed_dir):
     from dalipipe.utils import usable_cores
 
     pipe = make_dali_pipeline(indexed_dir, device="cpu", verbose=False)
     assert pipe.options.num_threads == usable_cores()
-
-
-def test_memory_growth_default_is_set_once_and_never_overrides():
-    """Without TensorFlow started (see test_dataset.py for the real imports)."""
-    from dalipipe.options import default_memory_growth
-
-    environ = {}
-    assert default_memory_growth(environ, {}) and environ == {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}
-    environ = {"TF_FORCE_GPU_ALLOW_GROWTH": "false"}
-    assert not default_memory_growth(environ, {})
-    assert environ == {"TF_FORCE_GPU_ALLOW_GROWTH": "false"}
 
 
 def test_tfrecord_samples_are_not_padded(tagged_tfrecords):

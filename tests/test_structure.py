@@ -99,16 +99,46 @@ def test_the_import_graph_has_no_cycle():
     assert not cycle, " -> ".join(cycle)
 
 
-def test_only_the_adapters_and_the_baselines_import_tensorflow():
-    allowed = {"dalipipe.tf_dataset", "dalipipe.cli", "dalipipe.doctor",
-               "dalipipe.bench.harness", "dalipipe.bench.loaders"}
+def imported_names(nodes):
+    """The top-level package names that the import statements among `nodes` import."""
+    names = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def importers_of(package, *, top_level_only=False):
+    """The dalipipe modules that import `package`, anywhere in the file or (with
+    `top_level_only`) in the module's own body, where importing the module runs it."""
     importers = set()
     for path in PACKAGE.rglob("*.py"):
         module, _ = imports_of(path)
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-            if any(n == "tensorflow" or n.startswith("tensorflow.") for n in names):
-                importers.add(module)
-    assert importers <= allowed, importers - allowed
+        nodes = tree.body if top_level_only else ast.walk(tree)
+        if package in imported_names(nodes):
+            importers.add(module)
+    return importers
+
+
+def test_only_the_tensorflow_side_imports_tensorflow():
+    # The TensorFlow adapter and its parts, the command line and the baselines; the
+    # device module asks TensorFlow inside its functions only.
+    on_import = {"dalipipe.tf_dataset", "dalipipe.tf_inputs", "dalipipe.tf_keras_dataset",
+                 "dalipipe.cli", "dalipipe.doctor", "dalipipe.bench.harness",
+                 "dalipipe.bench.loaders"}
+    importers = importers_of("tensorflow")
+    assert importers <= on_import | {"dalipipe.devices"}, importers - on_import
+    top_level = importers_of("tensorflow", top_level_only=True)
+    assert top_level <= on_import, top_level - on_import
+
+
+@pytest.mark.parametrize("package", ["tensorflow", "torch", "jax", "keras"])
+def test_devices_sharding_and_keras_config_import_no_framework_on_import(package):
+    """`dalipipe.devices` runs where there is no TensorFlow (the GPU tests,
+    `gpu_bench.py`); the frameworks are asked inside the functions that need them."""
+    light = {"dalipipe.devices", "dalipipe.sharding", "dalipipe.keras_config",
+             "dalipipe.options", "dalipipe.pipeline", "dalipipe.graph", "dalipipe.native"}
+    assert not light & importers_of(package, top_level_only=True)

@@ -406,7 +406,7 @@ def unavailable(name):
     """
     for need in REQUIREMENTS.get(name, ()):
         if need == "dali_gpu":
-            from dalipipe.graph import dali_gpu_count
+            from dalipipe.devices import dali_gpu_count
 
             if dali_gpu_count() == 0:
                 return "DALI sees no CUDA GPU"

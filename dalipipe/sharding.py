@@ -1,0 +1,110 @@
+"""Sharding: which samples of each global batch a replica's pipeline loads.
+
+The arithmetic of `tf.distribute`, used on every backend: every step takes the next
+`batch_size` samples of the epoch's order (the global batch, shared by all
+pipelines through the same `seed`), and replica `r` gets the `r`-th slice of
+`batch_size // num_replicas` samples. The last step is padded with samples from the
+start of the order, of weight 0, so that every replica runs the same number of
+full batches and each sample counts exactly once per epoch.
+
+`data_parallel_shard` finds the replicas of this process under Keras's JAX
+distribution or `torch.distributed`; Keras, JAX and PyTorch are imported only there.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+
+
+class Sharding(NamedTuple):
+    """Which replicas of a distributed dataset a pipeline feeds (`ImagePipeline.shard`)."""
+
+    num_replicas: int
+    replica_ids: tuple
+
+    def positions(self, num_samples, steps, batch_size):
+        """The positions in an epoch's order that this pipeline loads, and their weights.
+
+        Args:
+            num_samples: the samples of the epoch's order.
+            steps: the global batches of an epoch.
+            batch_size: samples per replica's batch.
+
+        Returns:
+            `(positions, weights)`: int64 `(steps * len(replica_ids) * batch_size,)`
+            indices into the epoch's order, step by step and replica by replica, and
+            float32 weights of the same shape, 0 for padding.
+        """
+        global_batch = batch_size * self.num_replicas
+        positions = (
+            np.arange(steps, dtype=np.int64)[:, None, None] * global_batch
+            + np.asarray(self.replica_ids, np.int64)[None, :, None] * batch_size
+            + np.arange(batch_size, dtype=np.int64)[None, None, :]
+        ).reshape(-1)
+        # Padding repeats samples from the start of the order, with weight 0.
+        return positions % num_samples, (positions < num_samples).astype(np.float32)
+
+
+def check_global_batch(batch_size, num_replicas):
+    """Raises ValueError unless the global `batch_size` splits evenly over the replicas."""
+    if batch_size % num_replicas:
+        raise ValueError(
+            "`batch_size` is the global batch, split evenly over the replicas, so it must "
+            f"be a multiple of their number. Received: batch_size={batch_size} for "
+            f"{num_replicas} replicas"
+        )
+
+
+def data_parallel_shard(options, backend):
+    """`(replica_ids, num_replicas)` of this process's shard when Keras trains on
+    several devices, else None.
+
+    JAX: under a `keras.distribution.DataParallel` distribution each process loads
+    its part of every global batch (`batch_size`), and Keras splits it over the
+    process's devices. torch: under `torch.distributed`, each process (one per
+    device) loads its `batch_size // world_size` samples of every global batch.
+
+    Raises:
+        ValueError: for another Keras distribution, without labels or `batch_size`
+            (the padding needs weights), or for a `batch_size` that the devices do
+            not divide.
+    """
+    if backend == "jax":
+        import keras
+
+        distribution = keras.distribution.distribution()
+        if distribution is None:
+            return None
+        if not isinstance(distribution, keras.distribution.DataParallel):
+            raise ValueError(
+                "dalipipe feeds a `keras.distribution.DataParallel` distribution, which "
+                "splits each batch over the devices. Received: distribution="
+                f"{type(distribution).__name__}"
+            )
+        import jax
+
+        devices = int(np.prod(distribution.device_mesh.shape))
+        processes, index = jax.process_count(), jax.process_index()
+        what = f"a DataParallel distribution over {devices} devices"
+    elif backend == "torch":
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            return None
+        devices = processes = dist.get_world_size()
+        index = dist.get_rank()
+        what = f"torch.distributed with {processes} processes"
+    else:
+        return None
+    if devices == 1 and processes == 1:
+        return None
+    if options.label_mode is None or options.labels is None or options.batch_size is None:
+        raise ValueError(
+            f"With {what}, every step is a full batch and the last one is padded with "
+            "zero-weight samples, which needs labels to weigh and a `batch_size`. To "
+            "predict, make the dataset on one device. Received: "
+            f"labels={options.labels!r}, label_mode={options.label_mode!r}, "
+            f"batch_size={options.batch_size!r}"
+        )
+    check_global_batch(options.batch_size, devices)
+    return [index], processes

@@ -1,0 +1,162 @@
+"""The inputs of DALI's TensorFlow plugin: each epoch's batches, fed from `tf.data`.
+
+An `EpochFeed` turns an `ImagePipeline`'s `epoch_inputs` into the `tf.data` inputs
+of DALI's `DALIDatasetWithInputs`, one per input of the graph (`"samples"`,
+`"random"`, `"weights"`). Each iteration of an input is one epoch, numbered from 0
+by the iterations that input has started, and holds that epoch's batches: so the
+n-th pass over the dataset loads what the native `ImagePipeline.epoch(n)` loads,
+the inputs end with the epoch (DALI's dataset with them), and the shards of a
+distributed dataset split one common order. `feed_parts` says how an epoch is cut
+into DALI datasets.
+"""
+
+import collections
+import threading
+
+import numpy as np
+import tensorflow as tf
+
+from dalipipe import sampling
+
+
+def feed_parts(num_loaded, batch_size, *, from_tfrecord, gpu):
+    """How DALI's plugin is fed an epoch of `num_loaded` samples in batches of
+    `batch_size`: `(per_sample, parts)`.
+
+    TFRecord records go one per sample (DALI's `Input(..., batch=False)`), so that no
+    record is padded to its batch's longest; file paths as one dense batch. DALI
+    takes exactly `batch_size` samples per run from a per-sample input (a short last
+    batch is dropped: `PrepareBatchesSampleMode` in `dali_dataset_op.cc`), so a
+    partial last batch is a second part, a DALI dataset of that batch size, joined
+    with `concatenate`. On a GPU there is no joining: `ConcatenateDataset` has a CPU
+    kernel only, so the records of an epoch with a partial last batch go as dense
+    batches, padded to each batch's longest record.
+
+    Returns:
+        `per_sample`: whether the `"samples"` input is per sample; `parts`: a list of
+        `(batch numbers, DALI batch size)`, one per DALI dataset, in order.
+    """
+    num_batches = -(-num_loaded // batch_size)
+    last = num_loaded - (num_batches - 1) * batch_size
+    per_sample = from_tfrecord and not (gpu and last != batch_size)
+    if not per_sample or last == batch_size:
+        return per_sample, [(range(num_batches), batch_size)]
+    parts = [(range(num_batches - 1), batch_size)] if num_batches > 1 else []
+    return per_sample, parts + [(range(num_batches - 1, num_batches), last)]
+
+
+class EpochFeed:
+    """The Python side of the inputs: epoch numbers and each epoch's batches.
+
+    Keeps the last three epochs' `ImagePipeline.epoch_inputs`, which all of its
+    inputs read.
+    """
+
+    def __init__(self, image_pipeline):
+        self.image_pipeline = image_pipeline
+        num_loaded = len(image_pipeline.positions()[0])
+        self.per_sample, self.parts = feed_parts(
+            num_loaded, image_pipeline.batch_size, from_tfrecord=image_pipeline.from_tfrecord,
+            gpu=image_pipeline.device == "gpu")
+        self.started = collections.Counter()
+        self.epochs = collections.OrderedDict()
+        self.lock = threading.Lock()
+
+    def start(self, name):
+        """The number of the epoch that input `name` starts now."""
+        with self.lock:
+            epoch = self.started[name]
+            self.started[name] += 1
+        return np.int64(epoch)
+
+    def current(self, name):
+        """The number of the epoch that input `name` started last."""
+        with self.lock:
+            return np.int64(self.started[name] - 1)
+
+    def dataset(self, name, numbers=None, *, join=False):
+        """Input `name` of the graph as a `tf.data.Dataset`: per iteration, the
+        batches `numbers` (defaults to all) of one epoch, the next one, or with
+        `join` the one that the input started last.
+
+        Its elements: for `"samples"`, `ImagePipeline.load_samples` of each batch
+        (one element per record for per-sample TFRecord records, `per_sample`);
+        for `"random"` and `"weights"`, each batch's rows of `epoch_inputs`.
+        """
+        if numbers is None:
+            numbers = range(self.image_pipeline.num_batches)
+        per_record = name == "samples" and self.per_sample
+        dtype, shape = {
+            "samples": (tf.uint8, [None] if per_record else [None, None]),
+            "random": (tf.float32, [None, sampling.NUM_RANDOM]),
+            "weights": (tf.float32, [None]),
+        }[name]
+        begin = self.current if join else self.start
+
+        def start(_):
+            with tf.device("/cpu:0"):
+                return tf.numpy_function(lambda: begin(name), [], tf.int64, stateful=True)
+
+        def batch(epoch, number):
+            # Placed explicitly: once a strategy has distributed other datasets, Keras's
+            # own distribution of this one otherwise gives the op a malformed device.
+            # Not stateful: the same epoch and batch give the same rows (the stat calls
+            # in `load_samples` only raise).
+            with tf.device("/cpu:0"):
+                if per_record:
+                    flat, lengths = tf.numpy_function(self.records, [epoch, number],
+                                                      (tf.uint8, tf.int64), stateful=False)
+                    return tf.ensure_shape(flat, [None]), tf.ensure_shape(lengths, [None])
+                values = tf.numpy_function(getattr(self, name), [epoch, number], dtype,
+                                           stateful=False)
+            return tf.ensure_shape(values, shape)
+
+        numbers = tf.constant(list(numbers), tf.int64)
+        batches = (
+            tf.data.Dataset.range(1).map(start)
+            .flat_map(lambda epoch: tf.data.Dataset.from_tensor_slices(numbers).map(
+                lambda number: (epoch, number)))
+            .map(batch, num_parallel_calls=2, deterministic=True)
+        )
+        return batches.flat_map(_records) if per_record else batches
+
+    def _inputs(self, epoch):
+        with self.lock:
+            if epoch not in self.epochs:
+                self.epochs[epoch] = self.image_pipeline.epoch_inputs(epoch)
+                while len(self.epochs) > 3:
+                    self.epochs.popitem(last=False)
+            return self.epochs[epoch]
+
+    def _rows(self, epoch, number):
+        size = self.image_pipeline.batch_size
+        return slice(int(number) * size, (int(number) + 1) * size)
+
+    def _sample_ids(self, epoch, number):
+        return self._inputs(int(epoch))[0][self._rows(epoch, number)]
+
+    def samples(self, epoch, number):
+        sample_ids = self._sample_ids(epoch, number)
+        if not self.image_pipeline.from_tfrecord:
+            return self.image_pipeline.load_samples(sample_ids)
+        flat, lengths = self.image_pipeline.load_records(sample_ids)
+        padded = np.zeros((len(lengths), int(lengths.max())), np.uint8)
+        for row, start, length in zip(padded, np.cumsum(lengths) - lengths, lengths):
+            row[:length] = flat[start:start + length]
+        return padded
+
+    def records(self, epoch, number):
+        return self.image_pipeline.load_records(self._sample_ids(epoch, number))
+
+    def random(self, epoch, number):
+        return self._inputs(int(epoch))[1][self._rows(epoch, number)]
+
+    def weights(self, epoch, number):
+        return self._inputs(int(epoch))[2][self._rows(epoch, number)]
+
+
+def _records(flat, lengths):
+    """One element per record of a batch `(flat, lengths)` (`load_records`)."""
+    ends = tf.cumsum(lengths)
+    return tf.data.Dataset.from_tensor_slices((ends - lengths, ends)).map(
+        lambda start, end: flat[start:end])

@@ -1,0 +1,76 @@
+"""The dataset that `make_dali_dataset` returns on TensorFlow: DALI's dataset as
+Keras reads it, guarded against CPU transformations on a GPU.
+
+A GPU-placed DALI dataset yields GPU tensors, which the CPU kernels of most
+`tf.data` transformations cannot read (DALI's rule: no CPU `tf.data` op after a
+GPU-placed `DALIDataset`). `KerasDataset` makes those transformations raise
+ValueError, naming what to do instead, rather than fail inside TensorFlow.
+"""
+
+import tensorflow as tf
+
+# Instance methods of `tf.data.Dataset` whose ops run on the CPU only.
+_CPU_TRANSFORMATIONS = (
+    "batch", "bucket_by_sequence_length", "cache", "concatenate", "enumerate", "filter",
+    "flat_map", "group_by_window", "ignore_errors", "interleave", "map", "padded_batch",
+    "ragged_batch", "rebatch", "rejection_resample", "repeat", "scan", "shard", "shuffle",
+    "skip", "sparse_batch", "take", "take_while", "unbatch", "unique", "window",
+)
+
+
+class KerasDataset(tf.data.Dataset):
+    """The dataset `make_dali_dataset` returns: `dataset` with Keras's view of it.
+
+    `cardinality()` is the number of steps per epoch (DALI reports an infinite one;
+    Keras reads it, through a distributed dataset too, to end each epoch and to make
+    a new iterator, a new order, for the next). The elements are the images
+    themselves when they are the only output, as Keras's
+    `image_dataset_from_directory` gives them (DALI's are always tuples: only the
+    element's structure changes, no op runs on it). On a GPU, CPU transformations
+    raise ValueError instead of failing inside TensorFlow.
+    """
+
+    def __init__(self, dataset, image_pipeline, *, device=None):
+        spec = dataset.element_spec
+        self._spec = spec[0] if isinstance(spec, tuple) and len(spec) == 1 else spec
+        self._steps = image_pipeline.steps
+        self._gpu_device = device
+        self.image_pipeline = image_pipeline
+        self.class_names = image_pipeline.class_names
+        self.file_paths = list(image_pipeline.file_paths)
+        self._input_dataset = dataset
+        super().__init__(dataset._variant_tensor)
+
+    def _inputs(self):
+        return [self._input_dataset]
+
+    @property
+    def element_spec(self):
+        return self._spec
+
+    def cardinality(self):
+        return tf.constant(self._steps, tf.int64)
+
+
+def _cpu_transformation(name):
+    inherited = getattr(tf.data.Dataset, name)
+
+    def transformation(self, *args, **kwargs):
+        if self._gpu_device is not None:
+            raise ValueError(
+                f"This dataset lives on the GPU ({self._gpu_device}), and `Dataset.{name}` "
+                "runs on the CPU, which cannot read its tensors. Do the work in the DALI "
+                "graph: `make_dali_dataset(..., class_weight={class index: weight})` gives "
+                "sample weights (instead of Keras's `fit(class_weight=...)`, which maps the "
+                "dataset); or make the dataset with `device='cpu'` to transform it with "
+                f"tf.data. Received: Dataset.{name} on a dataset placed on {self._gpu_device}"
+            )
+        return inherited(self, *args, **kwargs)
+
+    transformation.__name__ = name
+    transformation.__doc__ = inherited.__doc__
+    return transformation
+
+
+for _name in _CPU_TRANSFORMATIONS:
+    setattr(KerasDataset, _name, _cpu_transformation(_name))
