@@ -28,7 +28,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -383,30 +382,6 @@ def run_task_in_subprocess(task, timeout=1800):
         tail = (stderr or stdout).strip().splitlines()[-5:]
         return {**failed, "error": " | ".join(tail) or f"exit status {process.returncode}"}
     return json.loads(lines[-1])
-
-
-def run_keras_fit(data, *, backend, model, image_size, batch_size, epochs, warmup,
-                  device="auto", timeout=None):
-    """`dalipipe.bench.keras_fit` in a fresh process on Keras backend `backend` (with
-    this `dalipipe`, `child_env`); returns its result dict.
-
-    Raises:
-        subprocess.TimeoutExpired: after `timeout` seconds.
-        RuntimeError: when the process fails, with the end of its stderr.
-    """
-    command = [sys.executable, "-m", "dalipipe.bench.keras_fit", "--data", data,
-               "--model", model, "--image-size", str(image_size),
-               "--batch-size", str(batch_size), "--epochs", str(epochs),
-               "--warmup", str(warmup), "--device", device]
-    with tempfile.TemporaryDirectory(prefix="keras_fit_") as scratch:
-        out = os.path.join(scratch, "fit.json")
-        done = subprocess.run(command + ["--out", out], capture_output=True, text=True,
-                              timeout=timeout,
-                              env=child_env(KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3"))
-        if done.returncode != 0:
-            raise RuntimeError(f"keras_fit on {backend} failed:\n{done.stderr[-3000:]}")
-        with open(out) as f:
-            return json.load(f)
 
 
 def _main():
