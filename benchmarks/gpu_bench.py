@@ -1,7 +1,8 @@
 """GPU loader benchmark without TensorFlow: dalipipe's DALI graph against PyTorch loaders.
 
-For a machine with DALI, PyTorch, torchvision and a CUDA GPU, and no TensorFlow,
-pandas, scikit-image or scikit-learn. It runs `dalipipe.bench` (the harness and the
+For a machine with DALI, PyTorch, torchvision, psutil and a CUDA GPU (nvidia-ml-py for
+the GPU's name and memory; `scripts/gpu_extras.sh`), and no TensorFlow, pandas,
+scikit-image or scikit-learn. It runs `dalipipe.bench` (the harness and the
 report of `dalipipe bench`) on both workloads, train and eval, over sample JPEGs it
 makes (`make_sample_dataset`: synthetic pictures where the shipped photographs are
 absent), for these loaders:
