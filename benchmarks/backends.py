@@ -1,6 +1,6 @@
 """Keras's three backends fed by `make_dali_dataset`, side by side, on this machine.
 
-Runs `dalipipe.bench.keras_fit` once per backend (TensorFlow, torch, JAX), each in a
+Runs `benchmarks/keras_fit.py` once per backend (TensorFlow, torch, JAX), each in a
 fresh process with `KERAS_BACKEND` set, on the same images, model and sizes: images/s
 of `fit` fed by dalipipe (a `tf.data.Dataset` on TensorFlow, a `keras.utils.PyDataset`
 of the backend's tensors on torch and JAX), images/s of `fit` on the same batches
@@ -35,13 +35,13 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if REPO_ROOT not in sys.path:  # the checkout this script belongs to is measured
         sys.path.insert(0, REPO_ROOT)
-    from dalipipe.bench import harness
+    from benchmarks.keras_fit import run_keras_fit
 
     runs = {backend: [] for backend in BACKENDS}
     started = time.perf_counter()
     for _ in range(args.rounds):
         for backend in BACKENDS:
-            runs[backend].append(harness.run_keras_fit(
+            runs[backend].append(run_keras_fit(
                 args.data, backend=backend, model=args.model, image_size=args.image_size,
                 batch_size=args.batch_size, epochs=args.epochs, warmup=args.warmup,
                 device=args.device))

@@ -1,27 +1,395 @@
-"""Fuzzing the pre-flight check and DALI with mutated JPEGs through `model.fit`
-(`dalipipe.bench.fuzz`, whose docstring defines the mutations and outcomes). Writes
-JSON; exits with 1 when a target is missed (an unnamed DALI error, a crash, a hang).
+"""Fuzzing the pre-flight check and DALI with mutated JPEGs, through `model.fit`.
+
+`fuzz(count, seed, check, timeout)` makes `count` mutants of small real JPEGs,
+deterministically for `seed`, cycling through `MUTATIONS`: bit flips, truncation,
+overwritten header bytes, broken markers and zeroed runs, and mutations of one
+header field each: the frame's sample precision, its component count and sampling
+factors, a Huffman table's code counts, zeros in a quantization table, the scan's
+component and table selectors, and a restart interval.
+
+The mutants go, in groups, through `make_dali_dataset` with the `check` asked for
+(the default is "structure") and `on_bad_file="skip"`, its other options at their
+defaults but a small image size, and `model.fit` trains one epoch on what the check
+passes, in a worker process. A group whose fit fails, crashes or hangs is split in
+halves until the failing file is alone, so each file's outcome is its own:
+- `decoded`: the check passed it and DALI decoded it in `fit`;
+- `reported`: the check named it before training;
+- `dali_error_named`, `dali_error_unnamed`: the check passed it and DALI's error
+  stopped `fit`, naming the file or not;
+- `crash`: the worker process died; `hang`: it took longer than the time limit.
+
+Each reported file is also decoded by DALI alone (`make_dali_pipeline`, no check):
+a reported file that DALI decodes is a false alarm (`dali_decodes` is True).
+
+The targets: no `dali_error_unnamed`, no `crash`, no `hang`. From the command line
+it writes the report as JSON and exits with 1 when a target is missed;
+`python -m benchmarks.fuzz --worker fit|decode` is the worker.
 
     python benchmarks/fuzz.py [--count 1000] [--check structure|full] [--out FILE]
 """
 
 import argparse
+import collections
 import json
 import os
+import selectors
+import subprocess
 import sys
+import tempfile
+import time
 
-from dalipipe.bench.fuzz import fuzz
+import numpy as np
+
+# The checkout this script belongs to: its dalipipe is the one fuzzed.
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MUTATIONS = ("bit_flips", "truncate", "header_bytes", "marker", "zero_run",
+             "sof_precision", "sof_components", "sampling", "dht_counts", "dqt_zeros",
+             "sos_selectors", "dri")
+OUTCOMES = ("decoded", "reported", "dali_error_named", "dali_error_unnamed", "crash", "hang")
+GROUP = 100  # mutants per fit
+START_TIMEOUT = 300  # seconds for a worker to import TensorFlow and DALI
 
 
-def main():
+def segments(data):
+    """`[(marker, start, end)]`: each segment from SOI up to and including the first
+    scan header; `data[start:end]` is the segment's body, after its length."""
+    found, pos = [], 2
+    while pos + 4 <= len(data) and data[pos] == 0xFF:
+        marker = data[pos + 1]
+        length = int.from_bytes(data[pos + 2: pos + 4], "big")
+        found.append((marker, pos + 4, pos + 2 + length))
+        if marker == 0xDA:
+            break
+        pos += 2 + length
+    return found
+
+
+def mutate(data, kind, rng):
+    """`data`, a sound baseline JPEG, with one mutation of `kind` drawn from `rng`."""
+    data = bytearray(data)
+    parts = segments(data)
+
+    def body(*markers):
+        choices = [p for p in parts if p[0] in markers]
+        return choices[int(rng.integers(0, len(choices)))]
+
+    def pick(values):
+        return int(values[int(rng.integers(0, len(values)))])
+
+    if kind == "bit_flips":
+        for _ in range(int(rng.integers(1, 20))):
+            i = int(rng.integers(0, len(data)))
+            data[i] ^= 1 << int(rng.integers(0, 8))
+    elif kind == "truncate":
+        data = data[: int(rng.integers(1, len(data)))]
+    elif kind == "header_bytes":
+        for _ in range(int(rng.integers(1, 8))):
+            data[int(rng.integers(0, min(len(data), 700)))] = int(rng.integers(0, 256))
+    elif kind == "marker":
+        markers = [i for i in range(len(data) - 1) if data[i] == 0xFF and data[i + 1] not in (0, 0xFF)]
+        i = markers[int(rng.integers(0, len(markers)))]
+        data[i + 1] = int(rng.integers(0, 256))
+    elif kind == "zero_run":
+        start = int(rng.integers(0, len(data)))
+        data[start: start + int(rng.integers(1, 200))] = bytes(min(200, len(data) - start))
+    elif kind == "sof_precision":
+        _, start, _ = body(0xC0, 0xC1, 0xC2)
+        data[start] = pick([0, 1, 2, 7, 9, 12, 16, int(rng.integers(0, 256))])
+    elif kind == "sof_components":
+        _, start, _ = body(0xC0, 0xC1, 0xC2)
+        data[start + 5] = pick([0, 1, 2, 4, 5, int(rng.integers(0, 256))])
+    elif kind == "sampling":
+        _, start, end = body(0xC0, 0xC1, 0xC2)
+        count = (end - start - 6) // 3
+        data[start + 7 + 3 * int(rng.integers(0, count))] = pick(
+            [0x00, 0x01, 0x10, 0x12, 0x21, 0x14, 0x41, 0x33, 0x44, 0x55, 0xFF,
+             int(rng.integers(0, 256))])
+    elif kind == "dht_counts":
+        _, start, _ = body(0xC4)
+        counts = start + 1  # the first table of the segment: class/id, then 16 counts
+        a, b = (int(i) for i in rng.integers(0, 16, 2))
+        if rng.random() < 0.5 and data[counts + a] > 0:  # same total: another code
+            data[counts + a] -= 1
+            data[counts + b] = (data[counts + b] + 1) % 256
+        else:
+            data[counts + a] = int(rng.integers(0, 256))
+    elif kind == "dqt_zeros":
+        _, start, _ = body(0xDB)
+        first = int(rng.integers(0, 64))
+        size = 64 if rng.random() < 0.25 else int(rng.integers(1, 65 - first))
+        entries = start + 1 + (0 if size == 64 else first)
+        data[entries: entries + size] = bytes(size)
+    elif kind == "sos_selectors":
+        _, start, end = body(0xDA)
+        count = data[start]
+        field = int(rng.integers(0, 2 * count + 3))  # Cs/Td-Ta pairs, then Ss, Se, Ah-Al
+        data[start + 1 + field] = pick([0, 1, 2, 3, 4, 0x11, 0x22, 0x3F, 0x40,
+                                        int(rng.integers(0, 256))])
+    elif kind == "dri":
+        interval = pick([0, 1, 2, 7, 64, 1000, 65535, int(rng.integers(0, 65536))])
+        sos = body(0xDA)[1] - 4
+        data[sos:sos] = b"\xff\xdd\x00\x04" + interval.to_bytes(2, "big")
+    return bytes(data)
+
+
+def make_corpus(directory, count, seed):
+    """`count` mutants of small JPEG crops of the shipped photographs."""
+    from dalipipe.sample_data import make_sample_dataset
+
+    base_dir = os.path.join(directory, "base")
+    make_sample_dataset(base_dir, num_images=8, num_classes=4, seed=seed,
+                        crop_width=(60, 120))
+    bases = sorted(os.path.join(root, f) for root, _, files in os.walk(base_dir)
+                   for f in files if f.endswith(".jpg"))
+    rng = np.random.default_rng(seed)
+    out = os.path.join(directory, "mutants")
+    os.makedirs(out, exist_ok=True)
+    paths, kinds = [], {}
+    for i in range(count):
+        kind = MUTATIONS[i % len(MUTATIONS)]
+        with open(bases[i % len(bases)], "rb") as f:
+            data = mutate(f.read(), kind, rng)
+        path = os.path.join(out, f"{i:05d}_{kind}.jpg")
+        with open(path, "wb") as f:
+            f.write(data)
+        paths.append(path)
+        kinds[path] = kind
+    return paths, kinds
+
+
+class Worker:
+    """A worker process (`python -m benchmarks.fuzz --worker <role>`) that answers
+    one JSON line per JSON job; restarted after it crashes or hangs."""
+
+    def __init__(self, role, env):
+        self.role, self.env, self.process = role, env, None
+
+    def ask(self, job, timeout):
+        """The worker's answer to `job`, or `{"outcome": "crash" or "hang"}`."""
+        if self.process is None:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "benchmarks.fuzz", "--worker", self.role],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                text=True, env=self.env,
+            )
+            ready = self._answer(START_TIMEOUT)
+            if "ready" not in ready:
+                raise RuntimeError(f"the fuzz {self.role} worker did not start: {ready}")
+        self.process.stdin.write(json.dumps(job) + "\n")
+        self.process.stdin.flush()
+        return self._answer(timeout)
+
+    def _answer(self, timeout):
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.process.stdout, selectors.EVENT_READ)
+            if not selector.select(timeout):
+                self.close()
+                return {"outcome": "hang"}
+        line = self.process.stdout.readline()
+        if not line:
+            status = self.process.wait()
+            self.close()
+            return {"outcome": "crash", "status": status}
+        return json.loads(line)
+
+    def close(self):
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+
+def fit_outcomes(worker, paths, check, timeout):
+    """`{path: record}` for `paths`, each through the check and `model.fit` (see the
+    module doc); a group that fails is split until each failure is one file's."""
+    answer = worker.ask({"paths": paths, "check": check}, timeout * (1 + len(paths) / 50))
+    results = {path: {"outcome": "reported", "reason": reason}
+               for path, reason in answer.get("reported", {}).items()}
+    kept = [path for path in paths if path not in results]
+    fit = answer.get("fit", answer)
+    if not kept:
+        return results
+    if fit["outcome"] == "decoded":
+        results.update((path, {"outcome": "decoded"}) for path in kept)
+    elif len(paths) == 1:
+        if fit["outcome"] == "dali_error":
+            named = os.path.basename(paths[0]) in fit["error"]
+            fit = {"outcome": "dali_error_named" if named else "dali_error_unnamed",
+                   "error": fit["error"]}
+        results[paths[0]] = fit
+    else:
+        half = len(kept) // 2 or 1
+        for part in (kept[:half], kept[half:]):
+            if part:
+                results.update(fit_outcomes(worker, part, check, timeout))
+    return results
+
+
+def dali_decodes(worker, paths, timeout):
+    """For each path: True if DALI alone (no check) decodes it, False if it raises,
+    "crash" or "hang"."""
+    found = {}
+    for path in paths:
+        answer = worker.ask({"paths": [path]}, timeout)
+        found[path] = answer.get("decoded", answer.get("outcome"))
+    return found
+
+
+def fuzz(count, seed, check, timeout):
+    """Runs the fuzz corpus; returns the report (summary and per-file outcomes)."""
+    from dalipipe.bench.harness import machine_info
+    from dalipipe.checks import decoder_name
+    from dalipipe.utils import child_env
+
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as directory:
+        env = child_env(TF_CPP_MIN_LOG_LEVEL="3",
+                        DALIPIPE_CACHE_DIR=os.path.join(directory, "cache"))
+        paths, kinds = make_corpus(directory, count, seed)
+        fitter, decoder = Worker("fit", env), Worker("decode", env)
+        try:
+            outcomes = {}
+            for start in range(0, len(paths), GROUP):
+                outcomes.update(fit_outcomes(fitter, paths[start: start + GROUP], check, timeout))
+            fitter.close()
+            reported = [path for path in paths if outcomes[path]["outcome"] == "reported"]
+            for path, decodes in dali_decodes(decoder, reported, timeout).items():
+                outcomes[path]["dali_decodes"] = decodes
+        finally:
+            fitter.close()
+            decoder.close()
+        files = {os.path.basename(path): {**outcomes[path], "mutation": kinds[path]}
+                 for path in paths}
+    return {"summary": summarize(files, count=count, seed=seed, check=check,
+                                 seconds=time.perf_counter() - started,
+                                 machine=machine_info(), decoder=decoder_name()),
+            "files": files}
+
+
+def summarize(files, **about):
+    """Counts of outcomes, overall and per mutation, and of false alarms."""
+    counts = collections.Counter(record["outcome"] for record in files.values())
+    per_mutation = {}
+    for record in files.values():
+        row = per_mutation.setdefault(record["mutation"], dict.fromkeys(OUTCOMES, 0))
+        row[record["outcome"]] += 1
+    reported = [r for r in files.values() if r["outcome"] == "reported"]
+    false_alarms = [r for r in reported if r.get("dali_decodes") is True]
+    alarm_reasons = collections.Counter(r["reason"].split(" (")[0] for r in false_alarms)
+    about["seconds"] = round(about["seconds"], 1)
+    return {
+        **about,
+        "outcomes": {k: counts.get(k, 0) for k in OUTCOMES},
+        "per_mutation": per_mutation,
+        "false_alarms": len(false_alarms),
+        "false_alarm_reasons": dict(alarm_reasons.most_common()),
+        "reported_dali_cannot_decode": sum(r.get("dali_decodes") is False for r in reported),
+        "reported_dali_crashes_or_hangs": sum(r.get("dali_decodes") in ("crash", "hang")
+                                              for r in reported),
+        "ok": not any(counts.get(k) for k in ("dali_error_unnamed", "crash", "hang")),
+    }
+
+
+def _fit_worker(answer):
+    """Answers `{"paths", "check"}` jobs: the check and `model.fit` on what it passes."""
+    import warnings
+
+    import keras
+
+    from dalipipe import make_dali_dataset
+
+    model = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.GlobalAveragePooling2D(),
+                              keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    answer({"ready": True})
+    for line in sys.stdin:
+        job = json.loads(line)
+        paths = job["paths"]
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                dataset = make_dali_dataset(paths, labels=[0] * len(paths), image_size=(32, 32),
+                                            batch_size=16, verbose=False, check=job["check"],
+                                            on_bad_file="skip")
+        except ValueError as e:  # every file is bad
+            answer({"reported": _report(str(e))})
+            continue
+        reported = {}
+        for warning in caught:
+            if "Report: " in str(warning.message):
+                reported = _report(str(warning.message))
+        try:
+            model.fit(dataset, epochs=1, verbose=0)
+            fit = {"outcome": "decoded"}
+        except Exception as e:  # DALI's errors reach Keras as TensorFlow's
+            fit = {"outcome": "dali_error", "error": _dali_message(str(e))}
+        answer({"reported": reported, "fit": fit})
+
+
+def _decode_worker(answer):
+    """Answers `{"paths": [path]}` jobs: whether DALI alone decodes the file."""
+    from dalipipe import make_dali_pipeline
+
+    answer({"ready": True})
+    for line in sys.stdin:
+        (path,) = json.loads(line)["paths"]
+        try:
+            pipe = make_dali_pipeline([path], labels=None, image_size=(32, 32), batch_size=1,
+                                      verbose=False, shuffle=False, device="cpu", num_threads=1,
+                                      check=None)
+            for _ in pipe.epoch():
+                pass
+            answer({"decoded": True})
+        except Exception:  # DALI raises RuntimeError; anything else is a failure too
+            answer({"decoded": False})
+
+
+def _report(message):
+    """`{path: reason}` from the report file that `message` names."""
+    path = message.split("Report: ", 1)[1].split("\n", 1)[0].rstrip(".")
+    with open(path, encoding="utf-8", errors="surrogateescape") as f:
+        lines = f.read().splitlines()[1:]
+    return {path: reason for reason, path in (line.split("\t", 1) for line in lines)}
+
+
+def _dali_message(error):
+    """The lines of a DALI error that say what happened, without its traceback."""
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    useful = [line for line in lines if "sample #" in line or "failure" in line
+              or "decode" in line.lower()]
+    return " | ".join(useful or lines[-2:])[:300]
+
+
+def _serve(role):
+    """Runs the `role` worker over stdin: its answers go to the original stdout, and
+    anything the libraries print, to stderr."""
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+
+    def answer(record):
+        out.write(json.dumps(record) + "\n")
+        out.flush()
+
+    (_fit_worker if role == "fit" else _decode_worker)(answer)
+
+
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, default=1000)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--check", default="structure", choices=("structure", "full"))
+    parser.add_argument("--count", type=int, default=1000, help="mutants to make")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the mutations")
+    parser.add_argument("--check", default="structure", choices=("structure", "full"),
+                        help="make_dali_dataset's pre-flight check")
     parser.add_argument("--timeout", type=float, default=20.0, help="seconds per file")
     parser.add_argument("--out", default=None,
                         help="defaults to benchmarks/results/fuzz-<check>.json")
-    args = parser.parse_args()
+    parser.add_argument("--worker", choices=("fit", "decode"),
+                        help="run as the worker that fuzz() starts")
+    args = parser.parse_args(argv)
+    if args.worker:
+        _serve(args.worker)
+        return 0
+    if REPO_ROOT not in sys.path:  # `python benchmarks/fuzz.py` puts benchmarks/ there
+        sys.path.insert(0, REPO_ROOT)
     out = args.out or f"benchmarks/results/fuzz-{args.check}.json"
     report = fuzz(args.count, args.seed, args.check, args.timeout)
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)

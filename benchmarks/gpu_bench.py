@@ -1,7 +1,8 @@
 """GPU loader benchmark without TensorFlow: dalipipe's DALI graph against PyTorch loaders.
 
-For a machine with DALI, PyTorch, torchvision and a CUDA GPU, and no TensorFlow,
-pandas, scikit-image or scikit-learn. It runs `dalipipe.bench` (the harness and the
+For a machine with DALI, PyTorch, torchvision, psutil and a CUDA GPU (nvidia-ml-py for
+the GPU's name and memory; `scripts/gpu_extras.sh`), and no TensorFlow, pandas,
+scikit-image or scikit-learn. It runs `dalipipe.bench` (the harness and the
 report of `dalipipe bench`) on both workloads, train and eval, over sample JPEGs it
 makes (`make_sample_dataset`: synthetic pictures where the shipped photographs are
 absent), for these loaders:
@@ -15,7 +16,7 @@ absent), for these loaders:
 Then Keras's `fit` with its PyTorch backend (`KERAS_BACKEND=torch`) trains ResNet-50
 on the train workload fed by `make_dali_dataset` (GPU-decoded batches as CUDA
 tensors), and on the same batches held in device memory: the ratio is the input
-efficiency (`dalipipe.bench.keras_fit`).
+efficiency (`benchmarks/keras_fit.py`).
 
 Each (loader, workload) runs in a fresh process with `--section-timeout` seconds, and
 all of them within `--time-budget` seconds (the sample images are made before). One
@@ -97,16 +98,16 @@ def main(argv=None):
 
 
 def keras_fit_section(args, *, data):
-    """`dalipipe.bench.keras_fit` in a fresh process on Keras's torch backend: its
+    """`benchmarks/keras_fit.py` in a fresh process on Keras's torch backend: its
     result, or `{"skipped": reason}`."""
     for module in ("torch", "keras"):
         if importlib.util.find_spec(module) is None:
             return {"skipped": f"{module} is not installed"}
-    from dalipipe.bench import harness
+    from benchmarks.keras_fit import run_keras_fit
 
     quick = args.quick
     try:
-        return harness.run_keras_fit(
+        return run_keras_fit(
             data, backend="torch", model=args.fit_model or ("small" if quick else "resnet50"),
             image_size=32 if quick else 224,
             batch_size=min(args.batch_size, 8) if quick else args.batch_size,

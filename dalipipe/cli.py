@@ -6,14 +6,25 @@ import argparse
 import os
 import sys
 import time
-import warnings
 
 from dalipipe.keras_config import keras_backend
 from dalipipe.utils import captured_stderr
 
 
 def main(argv=None):
+    """Runs `dalipipe` with `argv` (default: `sys.argv[1:]`); returns the exit status."""
+    args = build_parser().parse_args(argv)
+    if hasattr(args, "verbose") and not args.verbose:
+        _hide_start_up_lines()
+    return args.func(args)
+
+
+def build_parser():
+    """The `dalipipe` argument parser: a subcommand each, its function in `func`."""
+    from dalipipe import __version__
+
     parser = argparse.ArgumentParser(prog="dalipipe", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     # Commands that load TensorFlow hide its start-up lines unless --verbose.
     loud = argparse.ArgumentParser(add_help=False)
@@ -23,47 +34,76 @@ def main(argv=None):
     sample = commands.add_parser(
         "sample-data", help="write a labeled JPEG dataset cut from shipped photographs"
     )
-    sample.add_argument("directory")
-    sample.add_argument("--num-images", type=int, default=5000)
-    sample.add_argument("--num-classes", type=int, default=10)
-    sample.add_argument("--seed", type=int, default=0)
+    sample.add_argument("directory",
+                        help="folder for the class folders and labels.csv (made if absent)")
+    sample.add_argument("--num-images", type=int, default=5000,
+                        help="JPEG images to write (default: %(default)s)")
+    sample.add_argument("--num-classes", type=int, default=10,
+                        help="classes, one photograph each (default: %(default)s)")
+    sample.add_argument("--seed", type=int, default=0,
+                        help="seed of the crops (default: %(default)s)")
+    sample.set_defaults(func=_sample_data)
 
     demo = commands.add_parser(
         "demo", parents=[loud],
         help="make sample data and train a small Keras model from it through DALI",
     )
-    demo.add_argument("--directory", default="data/sample")
-    demo.add_argument("--num-images", type=int, default=600)
-    demo.add_argument("--num-classes", type=int, default=4)
-    demo.add_argument("--epochs", type=int, default=6)
-    demo.add_argument("--batch-size", type=int, default=32)
-    demo.add_argument("--image-size", type=int, default=96)
-    demo.add_argument("--device", default="auto", choices=("auto", "gpu", "cpu"))
+    demo.add_argument("--directory", default="data/sample",
+                      help="folder for the sample images (default: %(default)s)")
+    demo.add_argument("--num-images", type=int, default=600,
+                      help="sample images to make (default: %(default)s)")
+    demo.add_argument("--num-classes", type=int, default=4,
+                      help="classes of the sample images (default: %(default)s)")
+    demo.add_argument("--epochs", type=int, default=6,
+                      help="training epochs (default: %(default)s)")
+    demo.add_argument("--batch-size", type=int, default=32,
+                      help="images per batch (default: %(default)s)")
+    demo.add_argument("--image-size", type=int, default=96,
+                      help="side of the square images the model sees, in pixels "
+                           "(default: %(default)s)")
+    demo.add_argument("--device", default="auto", choices=("auto", "gpu", "cpu"),
+                      help="where DALI decodes: auto picks the GPU when TensorFlow and DALI "
+                           "both see one (default: %(default)s)")
+    demo.set_defaults(func=_demo)
 
     bench = commands.add_parser(
         "bench", parents=[loud],
         help="compare dalipipe with the CPU loaders Keras users run instead",
     )
-    bench.add_argument("--data", default="data/bench", help="image folder (made if absent)")
-    bench.add_argument("--num-images", type=int, default=5000)
-    bench.add_argument("--out", default="benchmarks/results/latest")
+    bench.add_argument("--data", default="data/bench",
+                       help="image folder (made if absent; default: %(default)s)")
+    bench.add_argument("--num-images", type=int, default=5000,
+                       help="sample images to make when --data has no labels.csv "
+                            "(default: %(default)s)")
+    bench.add_argument("--out", default="benchmarks/results/latest",
+                       help="folder for results.json, results.md and chart.png "
+                            "(default: %(default)s)")
     bench.add_argument("--loaders", default=None,
                        help="comma-separated subset of the loaders (default: all)")
     bench.add_argument("--workload", default="all", choices=("train", "eval", "stretch", "all"),
                        help="stretch: the whole image to 224x224, image_dataset_from_directory's "
                             "default (default: all three)")
-    bench.add_argument("--batch-size", type=int, default=64)
-    bench.add_argument("--runs", type=int, default=3)
-    bench.add_argument("--train-steps", type=int, default=30)
-    bench.add_argument("--threads", type=int, default=None)
+    bench.add_argument("--batch-size", type=int, default=64,
+                       help="images per batch (default: %(default)s)")
+    bench.add_argument("--runs", type=int, default=3,
+                       help="timed epochs after the warm-up epoch (default: %(default)s)")
+    bench.add_argument("--train-steps", type=int, default=30,
+                       help="steps of a small Keras model fed by each loader on the train "
+                            "workload, for its input efficiency; 0 for none "
+                            "(default: %(default)s)")
+    bench.add_argument("--threads", type=int, default=None,
+                       help="threads or workers per loader (default: every usable core)")
     bench.add_argument("--quick", action="store_true", help="a smoke run on 64 images")
+    bench.set_defaults(func=_bench)
 
     check = commands.add_parser(
         "check", help="check every image of a source before training; exit 1 if any is bad"
     )
     check.add_argument("source", help="a directory of images, a CSV file, or TFRecord files (a glob pattern)")
-    check.add_argument("--path-column", default="path")
+    check.add_argument("--path-column", default="path",
+                       help="a CSV's column of image paths (default: %(default)s)")
     check.add_argument("--full", action="store_true", help="also decode every image")
+    check.set_defaults(func=_check)
 
     convert = commands.add_parser(
         "convert", parents=[loud],
@@ -74,60 +114,68 @@ def main(argv=None):
     convert.add_argument("out_dir", help="folder for the TFRecord files (made if absent)")
     convert.add_argument("--shards", type=int, required=True, help="number of TFRecord files")
     convert.add_argument("--prefix", default="train",
-                         help="file names are PREFIX-00000-of-NNNNN.tfrecord")
-    convert.add_argument("--path-column", default="path")
+                         help="file names are PREFIX-00000-of-NNNNN.tfrecord (default: %(default)s)")
+    convert.add_argument("--path-column", default="path",
+                         help="a CSV's column of image paths (default: %(default)s)")
     convert.add_argument("--labels", default="inferred",
                          help="'inferred' (a directory's class folders), a CSV's label "
-                              "column, or 'none'")
+                              "column, or 'none' (default: %(default)s)")
+    convert.set_defaults(func=_convert)
 
-    commands.add_parser(
+    doctor = commands.add_parser(
         "doctor", parents=[loud],
         help="report DALI, TensorFlow, Keras, the plugin, the GPUs and the driver, and run "
              "make_dali_dataset on a few images; exit 1 with the reasons if it cannot run",
     )
+    doctor.set_defaults(func=_doctor)
     plugin = commands.add_parser(
         "install-plugin",
         help="install DALI's TensorFlow plugin for the installed DALI and TensorFlow "
              "(pip install --no-build-isolation nvidia-dali-tf-plugin-cudaXXX==<DALI version>)",
     )
     plugin.add_argument("-q", "--quiet", action="store_true", help="pass -q to pip")
+    plugin.set_defaults(func=_install_plugin)
+    return parser
 
-    args = parser.parse_args(argv)
-    if hasattr(args, "verbose") and not args.verbose:
-        _hide_start_up_lines()
-    if args.command == "doctor":
-        from dalipipe import doctor
 
-        return doctor.main()
-    if args.command == "install-plugin":
-        from dalipipe import install
+def _sample_data(args):
+    from dalipipe.sample_data import dataset_stats, make_sample_dataset
 
-        try:
-            return install.install_plugin(quiet=args.quiet)
-        except ImportError as e:
-            print(f"dalipipe install-plugin: error: {e}", file=sys.stderr)
-            return 2
-    if args.command == "check":
-        return _check(args)
-    if args.command == "convert":
-        return _convert(args)
-    if args.command == "bench":
-        return _bench(args)
-    if args.command == "sample-data":
-        from dalipipe.sample_data import dataset_stats, make_sample_dataset
+    labels_csv = make_sample_dataset(
+        args.directory, num_images=args.num_images, num_classes=args.num_classes,
+        seed=args.seed,
+    )
+    stats = dataset_stats(labels_csv)
+    print(
+        f"wrote {args.num_images} images in {args.num_classes} classes; labels: {labels_csv}\n"
+        f"mean size {stats['mean_width']:.0f}x{stats['mean_height']:.0f} px, "
+        f"mean file {stats['mean_bytes'] / 1024:.0f} KB"
+    )
+    return 0
 
-        labels_csv = make_sample_dataset(
-            args.directory, num_images=args.num_images, num_classes=args.num_classes,
-            seed=args.seed,
-        )
-        stats = dataset_stats(labels_csv)
-        print(
-            f"wrote {args.num_images} images in {args.num_classes} classes; labels: {labels_csv}\n"
-            f"mean size {stats['mean_width']:.0f}x{stats['mean_height']:.0f} px, "
-            f"mean file {stats['mean_bytes'] / 1024:.0f} KB"
-        )
-        return 0
-    return _demo(args)
+
+def _demo(args):
+    from dalipipe import demo
+
+    return demo.run(args.directory, num_images=args.num_images, num_classes=args.num_classes,
+                    epochs=args.epochs, batch_size=args.batch_size,
+                    image_size=args.image_size, device=args.device)
+
+
+def _doctor(args):
+    from dalipipe import doctor
+
+    return doctor.main()
+
+
+def _install_plugin(args):
+    from dalipipe import install
+
+    try:
+        return install.install_plugin(quiet=args.quiet)
+    except ImportError as e:
+        print(f"dalipipe install-plugin: error: {e}", file=sys.stderr)
+        return 2
 
 
 def _check(args):
@@ -208,64 +256,6 @@ def _bench(args):
     )
     print(report.markdown(result))
     print(f"wrote {args.out}/results.json, results.md, chart.png")
-    return 0
-
-
-def _demo(args):
-    from dalipipe.sample_data import make_sample_dataset
-
-    make_sample_dataset(args.directory, num_images=args.num_images, num_classes=args.num_classes)
-    print(f"sample data: {args.num_images} JPEGs in {args.num_classes} classes under {args.directory}")
-
-    import keras
-
-    from dalipipe import make_dali_dataset
-
-    # Keras 3 warns on every fit with a tf.data.Dataset; shuffling is the dataset's job.
-    warnings.filterwarnings("ignore", message="`shuffle=True` was passed")
-
-    common = dict(
-        image_size=(args.image_size, args.image_size), batch_size=args.batch_size,
-        validation_split=0.2, seed=42, device=args.device,
-    )
-    # Augmentation and shuffling apply to the training half; the validation half is
-    # read in file order.
-    train_ds, val_ds = make_dali_dataset(args.directory, subset="both", augment=True, **common)
-    print(
-        f"classes: {train_ds.class_names}; {len(train_ds.file_paths)} training and "
-        f"{len(val_ds.file_paths)} validation images; {int(train_ds.cardinality())} batches "
-        f"per epoch"
-    )
-    model = keras.Sequential([
-        keras.Input((args.image_size, args.image_size, 3)),
-        keras.layers.Conv2D(16, 3, strides=2, activation="relu"),
-        keras.layers.Conv2D(32, 3, strides=2, activation="relu"),
-        keras.layers.Conv2D(64, 3, strides=2, activation="relu"),
-        keras.layers.GlobalAveragePooling2D(),
-        keras.layers.Dense(len(train_ds.class_names), activation="softmax"),
-    ])
-    model.compile(
-        optimizer=keras.optimizers.Adam(3e-3),
-        loss="sparse_categorical_crossentropy",
-        metrics=["accuracy"],
-    )
-
-    class Throughput(keras.callbacks.Callback):
-        def on_epoch_begin(self, epoch, logs=None):
-            self.start = time.perf_counter()
-
-        def on_epoch_end(self, epoch, logs=None):
-            seconds = time.perf_counter() - self.start
-            print(
-                f"epoch {epoch + 1}: {len(train_ds.file_paths) / seconds:7.1f} images/s "
-                f"(training + validation pass), accuracy {logs['accuracy']:.3f}, "
-                f"val_accuracy {logs['val_accuracy']:.3f}"
-            )
-
-    model.fit(train_ds, validation_data=val_ds, epochs=args.epochs, verbose=0,
-              callbacks=[Throughput()])
-    loss, accuracy = model.evaluate(val_ds, verbose=0)
-    print(f"validation accuracy {accuracy:.3f} over {len(val_ds.file_paths)} images")
     return 0
 
 

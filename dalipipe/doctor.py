@@ -11,7 +11,6 @@ import io
 import os
 import platform
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -122,19 +121,44 @@ def _gpus_and_driver(backend, dali_gpus, built, advice):
     return f"{dali_gpus}{listed}; driver {driver} ({supports})"
 
 
+def nvidia_gpus():
+    """The NVIDIA driver and its GPUs, from NVML (nvidia-ml-py, imported here).
+
+    Returns:
+        `(driver version, [(GPU name, memory in use in MB), ...])` in NVML's order,
+        which is nvidia-smi's, or `(None, [])` where NVML does not start (no NVIDIA
+        driver, or no nvidia-ml-py). The memory in use is every process's.
+    """
+    try:
+        import pynvml
+    except ImportError:
+        return None, []
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None, []
+    try:
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            try:  # v2 leaves out what the driver reserves, as nvidia-smi's "Used" does
+                memory = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+            except pynvml.NVMLError:  # a driver without the v2 call
+                memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            gpus.append((pynvml.nvmlDeviceGetName(handle), memory.used / 2**20))
+        return pynvml.nvmlSystemGetDriverVersion(), gpus
+    except pynvml.NVMLError:
+        return None, []
+    finally:
+        pynvml.nvmlShutdown()
+
+
 def _driver():
     """`(driver version, GPU names)`, or `(None, [])` without an NVIDIA driver."""
-    try:
-        found = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=60,
-        )
-        gpus = [line.rsplit(", ", 1) for line in found.stdout.splitlines() if ", " in line]
-        if found.returncode == 0 and gpus:
-            return gpus[0][1], [name for name, _ in gpus]
-    except (OSError, subprocess.SubprocessError):
-        pass
-    try:
+    driver, gpus = nvidia_gpus()
+    if driver is not None:
+        return driver, [name for name, _ in gpus]
+    try:  # a driver whose NVML library is not installed here
         with open("/proc/driver/nvidia/version", encoding="utf-8") as f:
             match = re.search(r"Kernel Module(?: for \S+)?\s+([\d.]+)", f.read())
     except OSError:

@@ -366,7 +366,7 @@ def test_fuzz_corpus_through_fit_has_no_unnamed_error_crash_or_hang():
     """A small fixed corpus of every mutation, through `model.fit` with each check
     level (`benchmarks/fuzz.py` runs 1,000)."""
     pytest.importorskip("keras")
-    from dalipipe.bench import fuzz
+    from benchmarks import fuzz
 
     for check in ("structure", "full"):
         summary = fuzz.fuzz(48, 1, check, timeout=30)["summary"]

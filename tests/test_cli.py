@@ -1,5 +1,6 @@
-"""The command line: sample data, the demo and TFRecord conversion."""
+"""The command line: its options, sample data, the demo and TFRecord conversion."""
 
+import argparse
 import csv
 import glob
 import os
@@ -10,7 +11,24 @@ import sys
 import numpy as np
 import pytest
 
-from dalipipe.cli import main
+from dalipipe.cli import build_parser, main
+
+
+def test_every_option_says_what_it_does_and_version_prints(capsys):
+    from dalipipe import __version__
+
+    (commands,) = [a for a in build_parser()._actions
+                   if isinstance(a, argparse._SubParsersAction)]
+    assert set(commands.choices) == {"sample-data", "demo", "bench", "check", "convert",
+                                     "doctor", "install-plugin"}
+    for name, command in commands.choices.items():
+        assert command.get_default("func") is not None, name
+        for action in command._actions:
+            assert action.help, (name, action.dest)
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"dalipipe {__version__}\n"
 
 
 def test_sample_data_writes_classes_and_csv(tmp_path, capsys):

@@ -29,3 +29,18 @@ def test_doctor_fails_with_the_reason_when_the_plugin_does_not_load():
     assert "make_dali_dataset cannot run:\n  DALI's TensorFlow plugin" in done.stdout
     assert "--no-build-isolation nvidia-dali-tf-plugin-" in done.stdout
     assert "absl" not in done.stderr
+
+
+def test_nvml_names_the_gpus_dali_sees_or_none_without_a_driver():
+    from dalipipe.bench import harness
+    from dalipipe.doctor import nvidia_gpus
+    from dalipipe.graph import dali_gpu_count
+
+    driver, gpus = nvidia_gpus()
+    assert len(gpus) >= dali_gpu_count()
+    if driver is None:
+        assert gpus == [] and harness.gpu_memory_used_mb() is None
+        return
+    assert all(isinstance(name, str) and used >= 0 for name, used in gpus)
+    assert harness.gpu_name().splitlines()[0] == f"{gpus[0][0]}, {driver}"
+    assert harness.gpu_memory_used_mb() >= 0

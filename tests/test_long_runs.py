@@ -1,5 +1,5 @@
 """Bounded resources over epochs and datasets, and prompt shutdown (small versions;
-`benchmarks/soak.py` runs `dalipipe.bench.soak` over 30 epochs and 50 datasets)."""
+`benchmarks/soak.py` runs the same over 30 epochs and 50 datasets)."""
 
 import os
 import signal
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow  # soak and shutdown subprocesses
 
 pytest.importorskip("tensorflow")
 
-from dalipipe.bench import soak  # noqa: E402
+from benchmarks import soak  # noqa: E402
 
 
 def test_memory_and_file_descriptors_stay_bounded(color_dir):

@@ -28,51 +28,47 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
 
 from dalipipe.bench import loaders as loaders_lib
+from dalipipe.doctor import nvidia_gpus
 from dalipipe.utils import child_env, usable_cores
 
 QUALITY_IMAGES = 32
 
 
 def cpu_seconds():
-    """CPU time of this process, its reaped children and its live descendants."""
+    """CPU time of this process, its reaped children and its live descendants (psutil)."""
+    psutil = _psutil()
     own = resource.getrusage(resource.RUSAGE_SELF)
     reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
     total = own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
-    tick = os.sysconf("SC_CLK_TCK")
-    for pid in _descendants(os.getpid()):
+    for process in psutil.Process().children(recursive=True):
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-        except (OSError, IndexError, ValueError):
-            pass  # ended meanwhile: RUSAGE_CHILDREN has it once reaped
+            times = process.cpu_times()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue  # ended meanwhile: RUSAGE_CHILDREN has it once reaped
+        total += times.user + times.system
     return total
 
 
-def _descendants(pid):
-    children = []
+def _psutil():
     try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            children = [int(c) for c in f.read().split()]
-    except OSError:
-        return []
-    result = list(children)
-    for child in children:
-        result += _descendants(child)
-    return result
+        import psutil
+    except ImportError as e:
+        raise ImportError(
+            "dalipipe's benchmarks measure CPU time with psutil: pip install "
+            "'dalipipe[bench]' (on the GPU machine, scripts/gpu_extras.sh)") from e
+    return psutil
 
 
 def peak_rss_mb():
     """Peak resident memory of this process and of its largest reaped child, in MB.
 
-    This process's is VmHWM from /proc: `ru_maxrss` would start at the size of the
-    process that started it (it survives `execve`).
+    This process's is VmHWM from /proc (psutil has no peak): `ru_maxrss` would start
+    at the size of the process that started it (it survives `execve`).
     """
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     try:
@@ -113,21 +109,15 @@ def to_numpy(x):
 
 
 def gpu_memory_used_mb():
-    """Memory in use on GPU 0, in MB, or None where nvidia-smi is absent.
+    """Memory in use on GPU 0, in MB, or None without NVML (`doctor.nvidia_gpus`).
 
-    nvidia-smi counts the whole device (every process), so it measures a loader on a
-    GPU that runs nothing else. DALI's own `Pipeline.executor_statistics()` is not
-    used: it reports only for `exec_dynamic=False`, and dalipipe runs DALI's default
+    NVML counts the whole device (every process), so it measures a loader on a GPU
+    that runs nothing else. DALI's own `Pipeline.executor_statistics()` is not used:
+    it reports only for `exec_dynamic=False`, and dalipipe runs DALI's default
     (dynamic) executor.
     """
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--id=0", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=20, check=True,
-        ).stdout
-        return float(out.split()[0])
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return None
+    _, gpus = nvidia_gpus()
+    return gpus[0][1] if gpus else None
 
 
 def _gpu_memory_fields(before):
@@ -187,8 +177,7 @@ def measure(task):
         got = first[:n] * np.asarray(loaders_lib._STD) + np.asarray(loaders_lib._MEAN)
         reference = pil_reference(files[:n], task["workload"])
         result["mean_abs_error_vs_pil"] = float(np.abs(got - reference).mean())
-    # Memory of the loader alone, before the training measurement adds a model, and
-    # before nvidia-smi runs as a child (which starts at this process's size).
+    # Memory of the loader alone, before the training measurement adds a model.
     result["peak_rss_mb"], result["peak_rss_child_mb"] = peak_rss_mb()
     if on_gpu:
         result.update(_gpu_memory_fields(memory_before))
@@ -306,16 +295,10 @@ def cpu_model():
 
 
 def gpu_name():
-    """"name, driver" of the GPUs from nvidia-smi, else torch's name of GPU 0, else "none"."""
-    try:
-        gpu = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20, check=True,
-        ).stdout.strip()
-        if gpu:
-            return gpu
-    except (OSError, subprocess.SubprocessError):
-        pass
+    """"name, driver" of each GPU, a line each (NVML), else torch's name of GPU 0, else "none"."""
+    driver, gpus = nvidia_gpus()
+    if gpus:
+        return "\n".join(f"{name}, {driver}" for name, _ in gpus)
     if importlib.util.find_spec("torch") is not None:
         import torch
 
@@ -383,30 +366,6 @@ def run_task_in_subprocess(task, timeout=1800):
         tail = (stderr or stdout).strip().splitlines()[-5:]
         return {**failed, "error": " | ".join(tail) or f"exit status {process.returncode}"}
     return json.loads(lines[-1])
-
-
-def run_keras_fit(data, *, backend, model, image_size, batch_size, epochs, warmup,
-                  device="auto", timeout=None):
-    """`dalipipe.bench.keras_fit` in a fresh process on Keras backend `backend` (with
-    this `dalipipe`, `child_env`); returns its result dict.
-
-    Raises:
-        subprocess.TimeoutExpired: after `timeout` seconds.
-        RuntimeError: when the process fails, with the end of its stderr.
-    """
-    command = [sys.executable, "-m", "dalipipe.bench.keras_fit", "--data", data,
-               "--model", model, "--image-size", str(image_size),
-               "--batch-size", str(batch_size), "--epochs", str(epochs),
-               "--warmup", str(warmup), "--device", device]
-    with tempfile.TemporaryDirectory(prefix="keras_fit_") as scratch:
-        out = os.path.join(scratch, "fit.json")
-        done = subprocess.run(command + ["--out", out], capture_output=True, text=True,
-                              timeout=timeout,
-                              env=child_env(KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3"))
-        if done.returncode != 0:
-            raise RuntimeError(f"keras_fit on {backend} failed:\n{done.stderr[-3000:]}")
-        with open(out) as f:
-            return json.load(f)
 
 
 def _main():

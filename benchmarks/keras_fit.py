@@ -7,46 +7,60 @@ the input pipeline leaves. The backend is `KERAS_BACKEND`'s, and the dataset the
 one `make_dali_dataset` gives there (a `tf.data.Dataset` on TensorFlow, a
 `keras.utils.PyDataset` on torch and JAX, which never import TensorFlow).
 
-    KERAS_BACKEND=torch python -m dalipipe.bench.keras_fit --data DIR --out result.json
+    KERAS_BACKEND=torch python -m benchmarks.keras_fit --data DIR --out result.json
         [--model resnet50|small] [--image-size 224] [--batch-size 128] [--epochs 3]
+
+`run_keras_fit` runs it so, in a fresh process. Keras is imported only where it
+measures: the process that calls `run_keras_fit` may have no Keras backend.
 """
 
 import argparse
 import json
+import os
+import subprocess
 import sys
+import tempfile
 import time
 
-
-import keras
-
-from dalipipe.bench import harness
+from dalipipe.utils import child_env
 
 
-class _Batches(keras.utils.PyDataset):
-    """The same batches, held in memory, `len(batches)` per epoch."""
+def run_keras_fit(data, *, backend, model, image_size, batch_size, epochs, warmup,
+                  device="auto", timeout=None):
+    """This module in a fresh process on Keras backend `backend` (with this
+    `dalipipe`, `child_env`); returns its result dict.
 
-    def __init__(self, batches):
-        super().__init__()
-        self.batches = batches
+    Raises:
+        subprocess.TimeoutExpired: after `timeout` seconds.
+        RuntimeError: when the process fails, with the end of its stderr.
+    """
+    command = [sys.executable, "-m", "benchmarks.keras_fit", "--data", data,
+               "--model", model, "--image-size", str(image_size),
+               "--batch-size", str(batch_size), "--epochs", str(epochs),
+               "--warmup", str(warmup), "--device", device]
+    with tempfile.TemporaryDirectory(prefix="keras_fit_") as scratch:
+        out = os.path.join(scratch, "fit.json")
+        done = subprocess.run(command + ["--out", out], capture_output=True, text=True,
+                              timeout=timeout,
+                              env=child_env(KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3"))
+        if done.returncode != 0:
+            raise RuntimeError(f"keras_fit on {backend} failed:\n{done.stderr[-3000:]}")
+        with open(out) as f:
+            return json.load(f)
 
-    def __len__(self):
-        return len(self.batches)
 
-    def __getitem__(self, index):
-        return self.batches[index]
+def _in_memory(batches):
+    """`batches` as a `keras.utils.PyDataset` held in memory, `len(batches)` per epoch."""
+    import keras
 
+    class Batches(keras.utils.PyDataset):
+        def __len__(self):
+            return len(batches)
 
-class _StepTimes(keras.callbacks.Callback):
-    """The time at the end of every training step, after the device has finished it."""
+        def __getitem__(self, index):
+            return batches[index]
 
-    def __init__(self):
-        super().__init__()
-        self.times = []
-
-    def on_train_batch_end(self, batch, logs=None):
-        # Reading a variable the step wrote waits for the step.
-        keras.ops.convert_to_numpy(self.model.optimizer.iterations)
-        self.times.append(time.perf_counter())
+    return Batches()
 
 
 def make_model(name, image_size, num_classes):
@@ -54,6 +68,8 @@ def make_model(name, image_size, num_classes):
 
     Not seeded: `keras.utils.set_random_seed` imports TensorFlow where it is installed.
     """
+    import keras
+
     shape = (*image_size, 3)
     if name == "resnet50":
         model = keras.applications.ResNet50(weights=None, input_shape=shape,
@@ -74,15 +90,24 @@ def make_model(name, image_size, num_classes):
 
 def images_per_second(model, data, *, epochs, batch_size, warmup):
     """images/s of `model.fit(data, epochs=epochs)`, after `warmup` steps."""
-    times = _StepTimes()
-    model.fit(data, epochs=epochs, verbose=0, callbacks=[times])
-    steps = len(times.times) - 1 - warmup
+    import keras
+
+    times = []  # the end of every training step, after the device has finished it
+
+    def step_done(batch, logs):
+        # Reading a variable the step wrote waits for the step.
+        keras.ops.convert_to_numpy(model.optimizer.iterations)
+        times.append(time.perf_counter())
+
+    model.fit(data, epochs=epochs, verbose=0,
+              callbacks=[keras.callbacks.LambdaCallback(on_train_batch_end=step_done)])
+    steps = len(times) - 1 - warmup
     if steps <= 0:
         raise ValueError(
             f"`epochs` × the steps per epoch must exceed `warmup` + 1 to time any step. "
-            f"Received: {len(times.times)} steps, warmup={warmup}"
+            f"Received: {len(times)} steps, warmup={warmup}"
         )
-    return steps * batch_size / (times.times[-1] - times.times[warmup])
+    return steps * batch_size / (times[-1] - times[warmup])
 
 
 def input_efficiency(data, *, model="resnet50", image_size=(224, 224), batch_size=128,
@@ -98,6 +123,8 @@ def input_efficiency(data, *, model="resnet50", image_size=(224, 224), batch_siz
         `input_efficiency` (their ratio), and what was measured (backend, device,
         model, sizes, steps).
     """
+    import keras
+
     from dalipipe import make_dali_dataset
 
     dataset = make_dali_dataset(data, image_size=image_size, batch_size=batch_size, seed=0,
@@ -105,7 +132,7 @@ def input_efficiency(data, *, model="resnet50", image_size=(224, 224), batch_siz
                                 verbose=False)
     # The epochs, and so the steps, are the same in both runs; the first warms up.
     net = make_model(model, image_size, len(dataset.class_names))
-    in_memory = _Batches(list(dataset))  # a tf.data.Dataset on TensorFlow: its tensors
+    in_memory = _in_memory(list(dataset))  # a tf.data.Dataset on TensorFlow: its tensors
     images_per_s_in_memory = images_per_second(net, in_memory, epochs=epochs,
                                                batch_size=batch_size, warmup=warmup)
     images_per_s_dalipipe = images_per_second(net, dataset, epochs=epochs,
@@ -137,6 +164,8 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps of each run")
     parser.add_argument("--device", default="auto", choices=("auto", "gpu", "cpu"))
     args = parser.parse_args(argv)
+    from dalipipe.bench import harness
+
     started = time.perf_counter()
     result = input_efficiency(args.data, model=args.model,
                               image_size=(args.image_size, args.image_size),
