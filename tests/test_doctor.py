@@ -34,7 +34,7 @@ def test_doctor_fails_with_the_reason_when_the_plugin_does_not_load():
 def test_nvml_names_the_gpus_dali_sees_or_none_without_a_driver():
     from dalipipe.bench import harness
     from dalipipe.doctor import nvidia_gpus
-    from dalipipe.graph import dali_gpu_count
+    from dalipipe.devices import dali_gpu_count
 
     driver, gpus = nvidia_gpus()
     assert len(gpus) >= dali_gpu_count()
