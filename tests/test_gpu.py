@@ -1,7 +1,7 @@
 """The GPU graph against the CPU graph (DALI, NumPy and pytest only: no TensorFlow).
 
 Skipped where DALI sees no CUDA GPU (see conftest.py). Each comparison prints its
-figures, so that a run records them even when it passes.
+figures; `pytest -m gpu -rP` shows them for passing tests too.
 """
 
 import collections
