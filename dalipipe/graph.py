@@ -22,12 +22,15 @@ With `class_weight` or a `"weights"` input, the last output is Keras's
 graph), times its `"weights"` input if any.
 
 On a GPU the mixed decoders upsample JPEG chroma as the CPU decoder does
-(`jpeg_fancy_upsampling`), so that both devices decode to nearly the same pixels.
+(`jpeg_fancy_upsampling`), so that both devices decode to nearly the same pixels. A
+random-resized crop is decoded as a region only where nvImageCodec accepts that with
+fancy upsampling on the GPU (nvJPEG 13.2 or newer), else the whole image is decoded
+on the GPU and cropped there (`codecs.crop_setup`, `_crop_and_resize`).
 """
 
 import types
 
-from dalipipe import sampling
+from dalipipe import codecs, sampling
 from dalipipe.options import normalization_stats
 
 # Keras's interpolation names -> the closest DALI filter, and whether it must
@@ -122,19 +125,49 @@ def _decode_and_resize(options, encoded, external):
     if options.augment:
         random = external("random", dali_types.FLOAT)
         shape = fn.peek_image_shape(encoded, dtype=dali_types.FLOAT)
-        x, y, width, height = sampling.random_resized_crop_window(
-            shape[0], shape[1], random, ops=_dali_ops()
-        )
-        window = dict(anchor=fn.stack(x, y), shape=fn.stack(width, height))
-        images = _decode(options, encoded, window)
+        window = sampling.random_resized_crop_window(shape[0], shape[1], random, ops=_dali_ops())
         mirror = fn.cast(random[4] < 0.5, dtype=dali_types.INT32)
-        return fn.resize(images, size=options.image_size, **resize), mirror
+        return _crop_and_resize(options, encoded, window, resize), mirror
     images = _decode(options, encoded)
     if options.pad_to_aspect_ratio:
         return _letterbox(images, encoded, options, resize), 0
     if options.crop_to_aspect_ratio or options.central_fraction < 1:
         resize.update(_central_window(encoded, options))
     return fn.resize(images, size=options.image_size, **resize), 0
+
+
+def _crop_setup(options):
+    """`codecs.ROI_DECODE` or `codecs.FULL_DECODE`, how `_crop_and_resize` decodes."""
+    return codecs.crop_setup() if options.device == "gpu" else codecs.ROI_DECODE
+
+
+def _crop_and_resize(options, encoded, window, resize):
+    """The random-resized crop `window` (x, y, width, height in pixels, unrounded) of
+    each image, resized to `image_size`.
+
+    On the CPU, and on a GPU whose nvImageCodec accepts a region decode with fancy
+    upsampling (nvJPEG 13.2 or newer), only the window is decoded
+    (`codecs.ROI_DECODE`). With an older nvJPEG, nvImageCodec refuses that and would
+    silently decode on the CPU; there the whole image is decoded on the GPU, still
+    with fancy upsampling, and `fn.slice` cuts the window out on the GPU
+    (`codecs.FULL_DECODE`). Both round the window's corners to whole pixels the same
+    way, and on the CPU the two set-ups give identical pixels. The alternatives
+    measured were worse matches of the CPU graph (`benchmarks/crop_decoders.py`,
+    docs/gpus.md): `fn.resize` reading the window from the whole image (no copy)
+    differs where its filter reaches past the window's edge, and a region decode with
+    simple upsampling differs everywhere by as much as the chroma upsampling does.
+    The set-up is `_crop_setup(options)`.
+    """
+    from nvidia.dali import fn
+
+    x, y, width, height = window
+    anchor, shape = fn.stack(x, y), fn.stack(width, height)
+    if _crop_setup(options) == codecs.ROI_DECODE:
+        images = _decode(options, encoded, dict(anchor=anchor, shape=shape))
+    else:
+        images = fn.slice(_decode(options, encoded), anchor, shape, axis_names="WH",
+                          normalized_anchor=False, normalized_shape=False)
+    return fn.resize(images, size=options.image_size, **resize)
 
 
 def _decode(options, encoded, window=None):

@@ -1,14 +1,74 @@
 """The GPU graph against the CPU graph (DALI, NumPy and pytest only: no TensorFlow).
 
-Skipped where DALI sees no CUDA GPU (see conftest.py).
+Skipped where DALI sees no CUDA GPU (see conftest.py). Each comparison prints its
+figures; `pytest -m gpu -rP` shows them for passing tests too.
 """
+
+import collections
+import io
+import os
+import re
 
 import numpy as np
 import pytest
+from PIL import Image
 
-from dalipipe import make_dali_pipeline
+from dalipipe import codecs, make_dali_pipeline
 
 pytestmark = pytest.mark.gpu
+
+# GPU against CPU, in grey levels per channel, unnormalized at 32x32: both devices
+# upsample chroma the same way (`jpeg_fancy_upsampling`), which alone would differ by
+# 0.91 mean and 22 at worst on these images; what is left is the inverse DCT, which
+# between libjpeg-turbo's own accurate and fast ones differs by 0.95 mean and 3 at
+# worst (benchmarks/jpeg_decoders.py). Both crop set-ups decode the same pixels on
+# the CPU (benchmarks/crop_decoders.py), so they share the tolerance.
+MEAN_TOLERANCE = 1.5
+MAX_TOLERANCE = 8
+
+# Every option that changes the graph (see graph.py), one at a time.
+GRAPH_OPTIONS = {
+    "plain": {},
+    "augment": dict(augment=True),
+    "crop_to_aspect_ratio": dict(crop_to_aspect_ratio=True, image_size=(24, 40)),
+    "central_fraction": dict(central_fraction=0.75),
+    "pad_to_aspect_ratio": dict(pad_to_aspect_ratio=True, image_size=(24, 40)),
+    "grayscale": dict(color_mode="grayscale"),
+    "grayscale_augment": dict(color_mode="grayscale", augment=True),
+    "rgba": dict(color_mode="rgba"),
+    "rgba_augment": dict(color_mode="rgba", augment=True),
+}
+
+# The crop set-ups: the one chosen for this machine's nvJPEG, and the one for nvJPEG
+# older than 13.2, forced.
+SETUPS = {"chosen": None, "forced_full_decode": "0"}
+
+
+@pytest.fixture(params=list(SETUPS), ids=list(SETUPS))
+def crop_setup(request, monkeypatch):
+    """Sets `DALIPIPE_ROI_FANCY_UPSAMPLING` for the set-up; returns the set-up used."""
+    if SETUPS[request.param] is None:
+        monkeypatch.delenv(codecs.ROI_FANCY_UPSAMPLING_ENV, raising=False)
+    else:
+        monkeypatch.setenv(codecs.ROI_FANCY_UPSAMPLING_ENV, SETUPS[request.param])
+    return codecs.crop_setup()
+
+
+@pytest.fixture(scope="module")
+def jpeg_dir(tmp_path_factory):
+    """48 noisy 4:2:0 JPEGs (no PNG: those are decoded on the CPU on every device)."""
+    root = tmp_path_factory.mktemp("jpegs")
+    rng = np.random.default_rng(11)
+    for i in range(48):
+        h, w = (int(v) for v in rng.integers(48, 160, size=2))
+        pixels = rng.integers(0, 120, size=(h, w, 3)) + np.linspace(0, 120, w)[None, :, None]
+        folder = root / f"class_{i % 3}"
+        folder.mkdir(exist_ok=True)
+        buffer = io.BytesIO()
+        Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(buffer, "JPEG", quality=90,
+                                                                   subsampling=2)
+        (folder / f"{i:02d}.jpg").write_bytes(buffer.getvalue())
+    return str(root)
 
 
 def both_devices(source, **options):
@@ -23,26 +83,79 @@ def run_same_inputs(cpu, gpu, epoch=0):
     return list(cpu.run(samples, random)), list(gpu.run(samples, random))
 
 
-@pytest.mark.parametrize("augment", [False, True])
-def test_gpu_graph_matches_cpu_graph(color_dir, augment):
-    cpu, gpu = both_devices(color_dir, image_size=(32, 32), batch_size=16, seed=3,
-                            augment=augment, normalization=None, label_mode="categorical")
+def image_pairs(source, **options):
+    """One epoch's `(cpu_images, gpu_images)` pairs, labels checked equal."""
+    cpu, gpu = both_devices(source, **options)
     cpu_batches, gpu_batches = run_same_inputs(cpu, gpu)
     assert [len(b[0]) for b in gpu_batches] == [len(b[0]) for b in cpu_batches]
-    errors = []
+    pairs = []
     for (cpu_images, cpu_labels), (gpu_images, gpu_labels) in zip(cpu_batches, gpu_batches):
         assert gpu_images.shape == cpu_images.shape and gpu_images.dtype == cpu_images.dtype
         np.testing.assert_array_equal(gpu_labels, cpu_labels)
-        errors.append(np.abs(gpu_images.astype(np.float32) - cpu_images.astype(np.float32)))
-    # Both devices upsample chroma the same way (`jpeg_fancy_upsampling`), which
-    # alone would differ by 0.91 mean and 22 at worst on these images; what is left
-    # is the inverse DCT, which between libjpeg-turbo's own accurate and fast ones
-    # differs by 0.95 mean and 3 at worst (benchmarks/jpeg_decoders.py).
-    # Stated tolerance: 1.5 grey levels mean, 8 at worst.
-    error = np.concatenate([e.ravel() for e in errors])
-    print(f"augment={augment}: GPU-CPU error {error.mean():.3f} mean, {error.max():.1f} max")
-    assert error.mean() < 1.5, error.mean()
-    assert error.max() <= 8, error.max()
+        pairs.append((cpu_images, gpu_images))
+    return pairs
+
+
+def test_gpu_machine_has_an_nvjpeg_that_nvimgcodec_loads():
+    version, library = codecs.nvjpeg_version(), codecs.nvjpeg_library()
+    print(f"nvJPEG {version} from {library}; crop set-up {codecs.crop_setup()}")
+    assert version is not None, "nvImageCodec finds no nvJPEG: every image would decode on the CPU"
+
+
+@pytest.mark.parametrize("name", list(GRAPH_OPTIONS))
+def test_gpu_graph_matches_cpu_graph(color_dir, crop_setup, name):
+    options = dict(image_size=(32, 32), batch_size=16, seed=3, normalization=None,
+                   label_mode="categorical")
+    options.update(GRAPH_OPTIONS[name])
+    if os.environ.get(codecs.ROI_FANCY_UPSAMPLING_ENV) == "0" and not options.get("augment"):
+        pytest.skip("forcing the crop set-up changes only augmented graphs")
+    pairs = image_pairs(color_dir, **options)
+    error = np.concatenate([np.abs(g.astype(np.float32) - c.astype(np.float32)).ravel()
+                            for c, g in pairs])
+    print(f"{name} ({crop_setup}): GPU-CPU error {error.mean():.3f} mean, "
+          f"{np.percentile(error, 99):.1f} p99, {error.max():.1f} max")
+    assert error.mean() < MEAN_TOLERANCE, error.mean()
+    assert error.max() <= MAX_TOLERANCE, error.max()
+
+
+def test_no_augmented_image_is_decoded_on_the_cpu(jpeg_dir, crop_setup, monkeypatch, capfd):
+    """Two signs of a JPEG decoded on the CPU, neither a timing:
+
+    - nvImageCodec's log (`DALI_NVIMGCODEC_LOG_LEVEL=5`) names the decoder of each
+      sample ("0: libjpeg_turbo_decoder process #3" for the CPU's);
+    - pixels: a JPEG handed to libjpeg-turbo gives the CPU graph's pixels exactly
+      (same decoder, same window, nearest-neighbour resize), while nvJPEG's (CUDA or
+      hardware) inverse DCT differs in some pixels of every noisy image. The same
+      graph without `augment` (whole images, which the GPU always accepts) shows
+      that this signature tells the decoders apart.
+    """
+    monkeypatch.setenv("DALI_NVIMGCODEC_LOG_LEVEL", "5")
+    options = dict(image_size=(32, 32), batch_size=16, seed=5, normalization=None,
+                   dtype="uint8", interpolation="nearest", antialias=False)
+
+    def run(**more):
+        """(images equal to the CPU's, images, decoders named in the GPU run's log)."""
+        cpu, gpu = both_devices(jpeg_dir, **options, **more)
+        samples, random, _ = cpu.epoch_inputs(0)
+        cpu_images = np.concatenate([batch[0] for batch in cpu.run(samples, random)])
+        capfd.readouterr()  # the CPU graph's own log
+        gpu_images = np.concatenate([batch[0] for batch in gpu.run(samples, random)])
+        log = "".join(capfd.readouterr())
+        assert "ROI decode with fancy upsampling" not in log  # nvImageCodec's refusal
+        named = collections.Counter(re.findall(r"(\w+_decoder) process #", log))
+        same = sum(bool(np.array_equal(c, g)) for c, g in zip(cpu_images, gpu_images))
+        return same, len(cpu_images), named
+
+    control, total, control_named = run()
+    identical, total, named = run(augment=True)
+    print(f"{crop_setup}: {identical} of {total} augmented and {control} of {total} whole "
+          f"images equal to the CPU's; decoders in the log: augmented {dict(named)}, "
+          f"whole {dict(control_named)}")
+    assert named["libjpeg_turbo_decoder"] == 0, named
+    if control:
+        pytest.skip(f"{control} of {total} whole images decoded on the GPU equal the CPU's: "
+                    "the pixel signature cannot tell the decoders apart here")
+    assert identical == 0, f"{identical} of {total} augmented images were decoded on the CPU"
 
 
 def test_gpu_png_pixels_match_cpu_exactly_enough(indexed_dir):
