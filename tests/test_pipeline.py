@@ -150,72 +150,17 @@ def test_drop_remainder(indexed_dir):
 @pytest.mark.parametrize(
     "options, message",
     [
-        (dict(label_mode="onehot"),
-         '`label_mode` argument must be one of "int", "categorical", "binary", or None. '
-         "Received: label_mode='onehot'"),
-        (dict(image_size=(224,)), "Invalid `image_size` value. Expected a tuple of 2 integers"),
-        (dict(image_size=-3), "Received: image_size=-3"),
-        (dict(color_mode="cmyk"), '`color_mode` must be one of {"rgb", "rgba", "grayscale"}. '
-                                  "Received: color_mode='cmyk'"),
-        (dict(format="grain"), "Received: format='grain'"),
-        (dict(batch_size=0), "`batch_size` must be a positive integer. Received: batch_size=0"),
-        (dict(dtype="int8"), "`dtype` must be one of ('float32', 'float16', 'uint8'). Received: dtype='int8'"),
-        (dict(dtype="uint8"), "`dtype='uint8'` holds unnormalized pixels"),
-        (dict(data_format="NHWC"), "Received: data_format='NHWC'"),
-        (dict(interpolation="cubic"), "Argument `interpolation` should be one of"),
-        (dict(normalization="imagenette"), "Received: normalization='imagenette'"),
-        (dict(device="tpu"), "Received: device='tpu'"),
-        (dict(validation_split=1.5, subset="training", seed=1), "Received: validation_split=1.5"),
-        (dict(validation_split=0.2, subset="train", seed=1),
-         '`subset` must be either "training", "validation" or "both". Received: subset='),
-        (dict(validation_split=0.2, subset="training"), "you must provide a `seed`"),
-        (dict(subset="training"), "`validation_split` must be set"),
-        (dict(validation_split=0.0, subset="training"), "`validation_split` must be set"),
-        (dict(crop_to_aspect_ratio=True, pad_to_aspect_ratio=True),
-         "Only one of `pad_to_aspect_ratio`, `crop_to_aspect_ratio` can be set"),
-        (dict(batch_size=None, drop_remainder=True), "Received: batch_size=None, drop_remainder"),
-        (dict(shuffle="yes"), "`shuffle` must be True or False. Received: shuffle='yes'"),
-        (dict(augment=True, crop_to_aspect_ratio=True), "choose one"),
-        (dict(central_fraction=0), "`central_fraction` must be in (0, 1]. Received: central_fraction=0"),
-        (dict(augment=True, central_fraction=0.875), "choose one"),
         (dict(label_mode="binary"), "there must be exactly 2 class_names. Received: class_names"),
-        (dict(num_threads=-2), "`num_threads` must be a positive integer. Received: num_threads=-2"),
-        (dict(class_weight=[1.0, 2.0]), "`class_weight` must be a dict mapping class indices "
-                                        "to weights, as Keras's `fit` takes it"),
-        (dict(class_weight={"red": 2.0}), "`class_weight` keys must be class indices "
-                                          "(non-negative integers, the positions in "
-                                          "`class_names`). Received: class_weight={'red': 2.0}"),
-        (dict(class_weight={0: "high"}), "`class_weight` values must be finite non-negative "
-                                         "numbers, the weight of each class. "
-                                         "Received: class_weight={0: 'high'}"),
-        (dict(class_weight={0: -1}), "Received: class_weight={0: -1}"),
-        (dict(class_weight={0: True}), "Received: class_weight={0: True}"),
         (dict(class_weight={3: 2.0}), "`class_weight` has keys that are not class indices: "
                                       "[3]; there are 3 classes, ['blue', 'green', 'red']. "
                                       "Received: class_weight={3: 2.0}"),
-        (dict(class_weight={0: 2.0}, label_mode=None),
-         "`class_weight` weighs each sample by its class, so it needs labels. "
-         "Received: class_weight={0: 2.0}, labels='inferred', label_mode=None"),
-        (dict(class_weight={0: 2.0}, labels=None), "so it needs labels. "
-                                                   "Received: class_weight={0: 2.0}, labels=None"),
     ],
 )
-def test_errors_name_the_argument_and_value(indexed_dir, options, message):
+def test_errors_that_need_the_classes_name_the_argument_and_value(indexed_dir, options, message):
+    """The options alone: test_options.py."""
     with pytest.raises(ValueError) as info:
         make_dali_pipeline(indexed_dir, **{"device": "cpu", **options})
     assert message in str(info.value)
-
-
-@pytest.mark.parametrize(
-    "options, message",
-    [
-        (dict(class_names=["red", "red"]), "`class_names` must not repeat a name"),
-        (dict(labels=None, class_names=["red"]), "so it needs `labels`"),
-    ],
-)
-def test_errors_on_class_names(indexed_dir, options, message):
-    with pytest.raises(ValueError, match=message):
-        make_dali_pipeline(indexed_dir, device="cpu", **options)
 
 
 def test_subset_both_augments_and_trims_training_only(indexed_dir):
@@ -343,16 +288,6 @@ def test_class_weight_is_a_weight_output_times_the_padding(indexed_dir):
     unweighted = make_dali_pipeline(indexed_dir, image_size=(4, 4), batch_size=8, seed=1,
                                     class_weight={}, device="cpu", verbose=False)
     assert set(collect(unweighted.epoch())[2]) == {1.0}
-
-
-def test_gpu_pipelines_default_to_dali_examples_threads():
-    from dalipipe.options import GPU_NUM_THREADS, Options
-    from dalipipe.utils import usable_cores
-
-    assert GPU_NUM_THREADS == 4
-    assert Options(device="gpu").resolved().num_threads == min(4, usable_cores())
-    assert Options(device="cpu").resolved().num_threads == usable_cores()
-    assert Options(device="gpu", num_threads=7).resolved().num_threads == 7
 
 
 def test_cpu_pipeline_threads_are_the_usable_cores(indexed_dir):
