@@ -86,12 +86,6 @@ def test_defaults_are_keras_s_with_dalipipe_s_additions():
     (dict(crop_to_aspect_ratio=True, pad_to_aspect_ratio=True),
      "Only one of `pad_to_aspect_ratio`, `crop_to_aspect_ratio` can be set to `True`. "
      "Received: pad_to_aspect_ratio=True, crop_to_aspect_ratio=True"),
-    (dict(augment=True, crop_to_aspect_ratio=True),
-     "`augment=True` crops at random and `crop_to_aspect_ratio=True` keeps the whole frame: "
-     "choose one. Received: augment=True, crop_to_aspect_ratio=True"),
-    (dict(augment=True, pad_to_aspect_ratio=True),
-     "`augment=True` crops at random and `pad_to_aspect_ratio=True` keeps the whole frame: "
-     "choose one. Received: augment=True, pad_to_aspect_ratio=True"),
     (dict(pad_to_aspect_ratio=True, central_fraction=0.5),
      "`central_fraction` crops the center and `pad_to_aspect_ratio=True` pads the whole "
      "image: choose one. Received: pad_to_aspect_ratio=True, central_fraction=0.5"),
@@ -152,6 +146,13 @@ def test_errors_name_the_argument_and_value(options, message):
                                   "drop_remainder"])
 def test_flags_must_be_booleans(name):
     assert message_of(**{name: 1}) == f"`{name}` must be True or False. Received: {name}=1"
+
+
+@pytest.mark.parametrize("name", ["crop_to_aspect_ratio", "pad_to_aspect_ratio"])
+def test_augment_and_a_whole_frame_exclude_each_other(name):
+    assert message_of(augment=True, **{name: True}) == (
+        f"`augment=True` crops at random and `{name}=True` keeps the whole frame: "
+        f"choose one. Received: augment=True, {name}=True")
 
 
 def test_valid_combinations_pass():
