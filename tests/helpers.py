@@ -2,11 +2,11 @@
 them back (`conftest.py` writes the images), and a counter of file opens."""
 
 import collections
-import ctypes
 import os
-import struct
 
+import inotify_simple
 import numpy as np
+from inotify_simple import flags
 
 NUM_INDEXED = 29  # not a multiple of the batch sizes used in the tests
 CLASSES = ("blue", "green", "red")
@@ -45,45 +45,21 @@ class FileOpens:
         opens.counts  # collections.Counter of paths
     """
 
-    IN_OPEN, IN_ISDIR, IN_Q_OVERFLOW = 0x20, 0x40000000, 0x4000
-
     def __init__(self, folders):
         self.folders = [os.path.abspath(f) for f in folders]
         self.counts = collections.Counter()
 
     def __enter__(self):
-        libc = ctypes.CDLL(None, use_errno=True)
-        self.fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
-        if self.fd < 0:
-            raise OSError(ctypes.get_errno(), "inotify_init1 failed")
-        self.watches = {}
-        for folder in self.folders:
-            wd = libc.inotify_add_watch(self.fd, os.fsencode(folder), self.IN_OPEN)
-            if wd < 0:
-                raise OSError(ctypes.get_errno(), f"inotify_add_watch failed for {folder}")
-            self.watches[wd] = folder
+        self.inotify = inotify_simple.INotify()
+        self.watches = {self.inotify.add_watch(folder, flags.OPEN): folder
+                        for folder in self.folders}
         return self
 
     def __exit__(self, *exc):
-        try:
-            self._drain()
-        finally:
-            os.close(self.fd)
-        return False
-
-    def _drain(self):
-        header = struct.calcsize("iIII")
-        while True:
-            try:
-                data = os.read(self.fd, 1 << 20)
-            except BlockingIOError:
-                return
-            offset = 0
-            while offset < len(data):
-                wd, mask, _cookie, size = struct.unpack_from("iIII", data, offset)
-                name = data[offset + header: offset + header + size].rstrip(b"\0")
-                offset += header + size
-                if mask & self.IN_Q_OVERFLOW:
+        with self.inotify:
+            for event in self.inotify.read(timeout=0):
+                if event.mask & flags.Q_OVERFLOW:
                     raise RuntimeError("inotify's event queue overflowed: counts are incomplete")
-                if name and not mask & self.IN_ISDIR:
-                    self.counts[os.path.join(self.watches[wd], os.fsdecode(name))] += 1
+                if event.name and not event.mask & flags.ISDIR:
+                    self.counts[os.path.join(self.watches[event.wd], event.name)] += 1
+        return False

@@ -362,6 +362,7 @@ def test_a_complete_jpeg_with_a_damaged_end_marker_passes_and_loads(tmp_path):
     assert len(next(iter(pipe.epoch()))[0]) == 1
 
 
+@pytest.mark.slow
 def test_fuzz_corpus_through_fit_has_no_unnamed_error_crash_or_hang():
     """A small fixed corpus of every mutation, through `model.fit` with each check
     level (`benchmarks/fuzz.py` runs 1,000)."""

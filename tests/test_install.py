@@ -10,12 +10,15 @@ import subprocess
 import sys
 import zipfile
 
+import pytest
+
 from dalipipe import install
 from helpers import BLOCK_PLUGIN
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow  # builds the wheel with pip
 def test_the_wheel_holds_every_module_and_declares_requirements_extras_and_command(tmp_path):
     source = tmp_path / "source"
     source.mkdir()
@@ -60,6 +63,7 @@ def test_plugin_message_names_the_command_that_fixes_each_case():
                            "--no-build-isolation nvidia-dali-tf-plugin-cuda130==2.4.0")
 
 
+@pytest.mark.slow  # imports TensorFlow in a fresh interpreter
 def test_make_dali_dataset_without_the_plugin_names_the_command():
     script = BLOCK_PLUGIN + """
 from dalipipe import make_dali_dataset  # the plugin is imported at the first call

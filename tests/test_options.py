@@ -1,0 +1,219 @@
+"""`dalipipe.options.Options`: defaults, every validation message, canonical types,
+`resolved()`. Pure: neither DALI nor fixtures."""
+
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from dalipipe.options import GPU_NUM_THREADS, Options
+from dalipipe.utils import usable_cores
+
+
+def message_of(**options):
+    with pytest.raises(ValueError) as info:
+        Options(**options)
+    return str(info.value)
+
+
+def test_defaults_are_keras_s_with_dalipipe_s_additions():
+    options = Options()
+    assert (options.labels, options.label_mode, options.class_names) == ("inferred", "int", None)
+    assert (options.color_mode, options.channels, options.batch_size) == ("rgb", 3, 32)
+    assert options.image_size == (256, 256) and options.interpolation == "bilinear"
+    assert options.shuffle and options.seed is None and options.subset is None
+    assert options.validation_split is None and options.data_format is None
+    assert not (options.crop_to_aspect_ratio or options.pad_to_aspect_ratio or options.augment)
+    assert (options.normalization, options.dtype, options.device) == ("imagenet", "float32", "auto")
+    assert (options.central_fraction, options.prefetch_queue_depth) == (1.0, 2)
+    assert (options.check, options.on_bad_file, options.num_threads) == ("structure", "raise", None)
+    assert Options.names()[:3] == ("labels", "label_mode", "class_names")
+    assert Options.from_arguments({**{n: getattr(options, n) for n in Options.names()},
+                                   "other": 1}).batch_size == 32
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(label_mode="onehot"),
+     '`label_mode` argument must be one of "int", "categorical", "binary", or None. '
+     "Received: label_mode='onehot'"),
+    (dict(color_mode="cmyk"),
+     '`color_mode` must be one of {"rgb", "rgba", "grayscale"}. Received: color_mode=\'cmyk\''),
+    (dict(interpolation="cubic"),
+     "Argument `interpolation` should be one of ('bilinear', 'nearest', 'bicubic', 'area', "
+     "'lanczos3', 'lanczos5', 'gaussian', 'mitchellcubic'). Received: interpolation='cubic'"),
+    (dict(interpolation=3), "Received: interpolation=3"),
+    (dict(format="grain"),
+     '`format` must be one of (None, "tf", "pydataset"): None for the form that Keras\'s '
+     'backend takes best, "tf" for a `tf.data.Dataset`, "pydataset" for a '
+     "`keras.utils.PyDataset` of the backend's tensors. Received: format='grain'"),
+    (dict(check="quick"), "`check` must be one of ('structure', 'full', None). Received: check='quick'"),
+    (dict(on_bad_file="warn"),
+     "`on_bad_file` must be one of ('raise', 'skip'). Received: on_bad_file='warn'"),
+    (dict(normalization="imagenette"),
+     "`normalization` must be one of ('imagenet', 'unit', 'symmetric', None). "
+     "Received: normalization='imagenette'"),
+    (dict(dtype="int8"), "`dtype` must be one of ('float32', 'float16', 'uint8'). Received: dtype='int8'"),
+    (dict(data_format="NHWC"),
+     "`data_format` must be one of ('channels_last', 'channels_first', None). "
+     "Received: data_format='NHWC'"),
+    (dict(device="tpu"), "`device` must be one of ('auto', 'gpu', 'cpu'). Received: device='tpu'"),
+    (dict(image_size=(224,)),
+     "Invalid `image_size` value. Expected a tuple of 2 integers: (height, width), positive, "
+     "or one integer for both. Received: image_size=(224,)"),
+    (dict(image_size=-3), "Received: image_size=-3"),
+    (dict(image_size=(8, 0)), "Received: image_size=(8, 0)"),
+    (dict(image_size=(8.0, 8)), "Received: image_size=(8.0, 8)"),
+    (dict(image_size="big"), "Received: image_size='big'"),
+    (dict(image_size=True), "Received: image_size=True"),
+    (dict(batch_size=0), "`batch_size` must be a positive integer. Received: batch_size=0"),
+    (dict(batch_size=2.5), "`batch_size` must be a positive integer. Received: batch_size=2.5"),
+    (dict(prefetch_queue_depth=0),
+     "`prefetch_queue_depth` must be a positive integer. Received: prefetch_queue_depth=0"),
+    (dict(num_threads=-2), "`num_threads` must be a positive integer. Received: num_threads=-2"),
+    (dict(num_threads=True), "`num_threads` must be a positive integer. Received: num_threads=True"),
+    (dict(seed=-1), "`seed` must be a non-negative integer or None. Received: seed=-1"),
+    (dict(seed=1.5), "`seed` must be a non-negative integer or None. Received: seed=1.5"),
+    (dict(central_fraction=0), "`central_fraction` must be in (0, 1]. Received: central_fraction=0"),
+    (dict(central_fraction=1.5), "`central_fraction` must be in (0, 1]. Received: central_fraction=1.5"),
+    (dict(central_fraction="half"), "Received: central_fraction='half'"),
+    (dict(dtype="uint8"),
+     "`dtype='uint8'` holds unnormalized pixels: it needs `normalization=None`. "
+     "Received: dtype='uint8', normalization='imagenet'"),
+    (dict(augment=True, central_fraction=0.875),
+     "`augment=True` crops at random and `central_fraction` crops the center: choose one. "
+     "Received: augment=True, central_fraction=0.875"),
+    (dict(crop_to_aspect_ratio=True, pad_to_aspect_ratio=True),
+     "Only one of `pad_to_aspect_ratio`, `crop_to_aspect_ratio` can be set to `True`. "
+     "Received: pad_to_aspect_ratio=True, crop_to_aspect_ratio=True"),
+    (dict(pad_to_aspect_ratio=True, central_fraction=0.5),
+     "`central_fraction` crops the center and `pad_to_aspect_ratio=True` pads the whole "
+     "image: choose one. Received: pad_to_aspect_ratio=True, central_fraction=0.5"),
+    (dict(batch_size=None, drop_remainder=True),
+     "`drop_remainder=True` drops the last partial batch, and `batch_size=None` yields single "
+     "samples. Received: batch_size=None, drop_remainder=True"),
+    (dict(labels=[0, 1], label_mode=None),
+     "`label_mode=None` yields images only, so `labels` must be None or 'inferred'. "
+     "Received: labels=[0, 1], label_mode=None"),
+    (dict(class_names="red"), "`class_names` must be a list of strings. Received: class_names='red'"),
+    (dict(class_names=["red", 1]),
+     "`class_names` must be a list of strings. Received: class_names=['red', 1]"),
+    (dict(class_names=("red", "red")),
+     "`class_names` must not repeat a name. Received: class_names=['red', 'red']"),
+    (dict(labels=None, class_names=["red"]),
+     "`class_names` names the classes of labels, so it needs `labels`. "
+     "Received: labels=None, class_names=['red']"),
+    (dict(class_weight=[1.0, 2.0]),
+     "`class_weight` must be a dict mapping class indices to weights, as Keras's `fit` takes "
+     "it, e.g. {0: 1.0, 1: 2.5}. Received: class_weight=[1.0, 2.0]"),
+    (dict(class_weight={"red": 2.0}),
+     "`class_weight` keys must be class indices (non-negative integers, the positions in "
+     "`class_names`). Received: class_weight={'red': 2.0}"),
+    (dict(class_weight={-1: 2.0}), "`class_weight` keys must be class indices"),
+    (dict(class_weight={0: "high"}),
+     "`class_weight` values must be finite non-negative numbers, the weight of each class. "
+     "Received: class_weight={0: 'high'}"),
+    (dict(class_weight={0: -1}), "Received: class_weight={0: -1}"),
+    (dict(class_weight={0: True}), "Received: class_weight={0: True}"),
+    (dict(class_weight={0: float("inf")}), "Received: class_weight={0: inf}"),
+    (dict(class_weight={0: 2.0}, label_mode=None),
+     "`class_weight` weighs each sample by its class, so it needs labels. "
+     "Received: class_weight={0: 2.0}, labels='inferred', label_mode=None"),
+    (dict(class_weight={0: 2.0}, labels=None),
+     "so it needs labels. Received: class_weight={0: 2.0}, labels=None, label_mode='int'"),
+    (dict(validation_split=1.5, subset="training", seed=1),
+     "`validation_split` must be between 0 and 1 (exclusive). Received: validation_split=1.5"),
+    (dict(validation_split="0.2", subset="training", seed=1), "Received: validation_split='0.2'"),
+    (dict(subset="training"),
+     "If `subset` is set, `validation_split` must be set, and inversely. "
+     "Received: subset='training', validation_split=None"),
+    (dict(validation_split=0.0, subset="training"),
+     "Received: subset='training', validation_split=0.0"),
+    (dict(validation_split=0.2), "Received: subset=None, validation_split=0.2"),
+    (dict(validation_split=0.2, subset="train", seed=1),
+     '`subset` must be either "training", "validation" or "both". Received: subset=\'train\''),
+    (dict(validation_split=0.2, subset="training"),
+     "If using `validation_split` and shuffling the data, you must provide a `seed` argument, "
+     "to make sure that there is no overlap between the training and validation subset made "
+     "by two calls. Received: validation_split=0.2, subset='training', seed=None"),
+])
+def test_errors_name_the_argument_and_value(options, message):
+    assert message in message_of(**options)
+
+
+@pytest.mark.parametrize("name", ["shuffle", "augment", "antialias", "crop_to_aspect_ratio",
+                                  "pad_to_aspect_ratio", "follow_links", "verbose",
+                                  "drop_remainder"])
+def test_flags_must_be_booleans(name):
+    assert message_of(**{name: 1}) == f"`{name}` must be True or False. Received: {name}=1"
+
+
+@pytest.mark.parametrize("name", ["crop_to_aspect_ratio", "pad_to_aspect_ratio"])
+def test_augment_and_a_whole_frame_exclude_each_other(name):
+    assert message_of(augment=True, **{name: True}) == (
+        f"`augment=True` crops at random and `{name}=True` keeps the whole frame: "
+        f"choose one. Received: augment=True, {name}=True")
+
+
+def test_valid_combinations_pass():
+    Options(validation_split=0.2, subset="both")  # one call makes both subsets: no seed
+    Options(validation_split=0.2, subset="training", shuffle=False)
+    Options(dtype="uint8", normalization=None, label_mode=None, labels=None)
+    Options(class_weight={}, central_fraction=1, crop_to_aspect_ratio=True)
+
+
+def test_class_weight_keys_must_be_indices_of_the_classes():
+    options = Options(class_weight={3: 2.0, 1: 0.5})
+    options.check_class_weight(["a", "b", "c", "d"])
+    with pytest.raises(ValueError) as info:
+        options.check_class_weight(["blue", "green", "red"])
+    assert str(info.value) == (
+        "`class_weight` has keys that are not class indices: [3]; there are 3 classes, "
+        "['blue', 'green', 'red']. Received: class_weight={3: 2.0, 1: 0.5}")
+
+
+def test_values_take_canonical_types():
+    options = Options(image_size=np.int64(8), batch_size=np.int32(4), seed=np.uint8(3),
+                      interpolation="BiCubic", prefetch_queue_depth=np.int16(3),
+                      central_fraction=1, num_threads=np.int64(2),
+                      class_names=("a", "b"), class_weight={np.int64(1): np.float32(2)})
+    assert options.image_size == (8, 8) and type(options.image_size[0]) is int
+    assert Options(image_size=[np.int64(3), 5]).image_size == (3, 5)
+    for name, value in (("batch_size", 4), ("seed", 3), ("prefetch_queue_depth", 3),
+                        ("num_threads", 2), ("central_fraction", 1.0)):
+        assert getattr(options, name) == value and type(getattr(options, name)) is type(value)
+    assert options.interpolation == "bicubic" and options.class_names == ["a", "b"]
+    assert options.class_weight == {1: 2.0}
+    assert [type(v) for item in options.class_weight.items() for v in item] == [int, float]
+    assert options.replace(batch_size=np.int64(9)).batch_size == 9
+    with pytest.raises(ValueError, match="Received: batch_size=0"):
+        options.replace(batch_size=0)
+
+
+def test_channels_follow_color_mode():
+    assert [Options(color_mode=m).channels for m in ("rgb", "grayscale", "rgba")] == [3, 1, 4]
+
+
+def test_resolved_draws_a_seed_once_and_keeps_a_given_one():
+    drawn = {Options().resolved().seed for _ in range(5)}
+    assert len(drawn) > 1 and all(type(s) is int and 0 <= s < 2 ** 31 for s in drawn)
+    resolved = Options(seed=11).resolved()
+    assert resolved.seed == 11 and resolved.resolved().seed == 11
+
+
+def test_resolved_threads_are_the_usable_cores_or_dali_s_gpu_default():
+    assert GPU_NUM_THREADS == 4
+    assert Options(device="gpu").resolved().num_threads == min(4, usable_cores())
+    assert Options(device="cpu").resolved().num_threads == usable_cores()
+    assert Options(device="gpu", num_threads=7).resolved().num_threads == 7
+
+
+def test_resolved_data_format_is_keras_s_image_data_format(tmp_path, monkeypatch):
+    monkeypatch.delitem(sys.modules, "keras", raising=False)  # read from keras.json
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path))
+    assert Options().resolved().data_format == "channels_last"
+    (tmp_path / "keras.json").write_text(json.dumps({"image_data_format": "channels_first"}))
+    assert Options().resolved().data_format == "channels_first"
+    assert Options(data_format="channels_last").resolved().data_format == "channels_last"
+    (tmp_path / "keras.json").write_text("not json")
+    assert Options().resolved().data_format == "channels_last"
