@@ -112,10 +112,8 @@ def to_dataset(image_pipeline, device=None):
     pipeline, and starts its epoch, at its first element, so that the iterators Keras
     makes and never reads (one at the end of every `fit` epoch and every validation
     pass) cost nothing, and pass n is epoch n of `fit` too. On a GPU the DALI dataset
-    itself is returned, built by every new iterator: the lazy form iterates it
-    through a `flat_map`, whose iterator (`FlatMapDataset` has a CPU kernel only) runs
-    on the CPU, and DALI copies its GPU outputs into memory from its iterator's
-    allocator (`ProduceOutputs` in `dali_dataset_op.cc`), which would be host memory.
+    itself is returned, built by every new iterator: the lazy form would give DALI
+    host memory for its GPU outputs (see the comment in the code).
 
     Args:
         image_pipeline: the pipeline, or one shard of it (`ImagePipeline.shard`).
@@ -136,6 +134,9 @@ def to_dataset(image_pipeline, device=None):
     parts = [_dali_dataset(feed, numbers, size, join=i > 0, device=device)
              for i, (numbers, size) in enumerate(feed.parts)]
     if gpu:
+        # Not lazy: a `flat_map`'s iterator runs on the CPU (`FlatMapDataset` has a CPU
+        # kernel only), and DALI copies its GPU outputs into memory from its iterator's
+        # allocator (`ProduceOutputs` in `dali_dataset_op.cc`), which would be host memory.
         dataset = parts[0]
     else:
         whole = parts[0] if len(parts) == 1 else parts[0].concatenate(parts[1])

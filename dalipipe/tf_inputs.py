@@ -25,8 +25,8 @@ def feed_parts(num_loaded, batch_size, *, from_tfrecord, gpu):
 
     TFRecord records go one per sample (DALI's `Input(..., batch=False)`), so that no
     record is padded to its batch's longest; file paths as one dense batch. DALI
-    takes exactly `batch_size` samples per run from a per-sample input (a short last
-    batch is dropped: `PrepareBatchesSampleMode` in `dali_dataset_op.cc`), so a
+    takes exactly `batch_size` samples per run from a per-sample input (it drops a
+    short last batch), so a
     partial last batch is a second part, a DALI dataset of that batch size, joined
     with `concatenate`. On a GPU there is no joining: `ConcatenateDataset` has a CPU
     kernel only, so the records of an epoch with a partial last batch go as dense
@@ -36,6 +36,8 @@ def feed_parts(num_loaded, batch_size, *, from_tfrecord, gpu):
         `per_sample`: whether the `"samples"` input is per sample; `parts`: a list of
         `(batch numbers, DALI batch size)`, one per DALI dataset, in order.
     """
+    # DALI's per-sample input drops a short last batch: `PrepareBatchesSampleMode` in
+    # `dali_dataset_op.cc`.
     num_batches = -(-num_loaded // batch_size)
     last = num_loaded - (num_batches - 1) * batch_size
     per_sample = from_tfrecord and not (gpu and last != batch_size)

@@ -10,13 +10,12 @@ import sys
 import numpy as np
 import pytest
 
+from dalipipe.utils import child_env
+
 from helpers import NUM_TAGGED, tag_of
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(TESTS, "backend_job.py")
-# The job imports `helpers` and this checkout's dalipipe, installed or not.
-PYTHONPATH = os.pathsep.join(p for p in (TESTS, os.path.dirname(TESTS),
-                                         os.environ.get("PYTHONPATH")) if p)
 BATCH = 8
 STEPS = -(-NUM_TAGGED // BATCH)
 
@@ -26,8 +25,9 @@ def run_job(backend, mode, tagged_dir, out, *, env=None, timeout=300):
     BACKEND_JOB_DEVICE=gpu); returns its JSON result."""
     pytest.importorskip(backend)
     hide_gpus = {} if (env or {}).get("BACKEND_JOB_DEVICE") == "gpu" else {"CUDA_VISIBLE_DEVICES": ""}
-    environ = {**os.environ, "KERAS_BACKEND": backend, **hide_gpus,
-               "PYTHONPATH": PYTHONPATH, **(env or {})}
+    # The job imports this checkout's dalipipe, installed or not, and `helpers` from
+    # its own folder.
+    environ = child_env(KERAS_BACKEND=backend, **hide_gpus, **(env or {}))
     process = subprocess.run([sys.executable, JOB, mode, tagged_dir, str(out)], env=environ,
                              capture_output=True, text=True, timeout=timeout)
     assert process.returncode == 0, process.stderr[-4000:]
@@ -98,9 +98,8 @@ def test_torch_distributed_processes_read_their_shards(tagged_dir, tmp_path):
     world = 2
     processes = []
     for rank in range(world):
-        env = {**os.environ, "KERAS_BACKEND": "torch", "CUDA_VISIBLE_DEVICES": "",
-               "RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
-               "MASTER_PORT": str(port), "PYTHONPATH": PYTHONPATH}
+        env = child_env(KERAS_BACKEND="torch", CUDA_VISIBLE_DEVICES="", RANK=str(rank),
+                        WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         processes.append(subprocess.Popen(
             [sys.executable, JOB, "torch_distributed", tagged_dir, str(tmp_path / f"{rank}.json")],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))

@@ -12,11 +12,13 @@ import pytest
 from dalipipe.bench import harness
 from dalipipe.bench.loaders import unavailable
 from dalipipe.devices import dali_gpu_count
+from dalipipe.utils import child_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BLOCKED = ("tensorflow", "pandas", "sklearn", "skimage", "matplotlib", "tqdm")
 
 
+@pytest.mark.slow
 def test_gpu_bench_runs_without_tensorflow_and_records_what_it_skipped(tmp_path):
     # Every interpreter started with this PYTHONPATH, the harness's tasks too, runs
     # sitecustomize first: the blocked packages cannot be imported there.
@@ -24,7 +26,8 @@ def test_gpu_bench_runs_without_tensorflow_and_records_what_it_skipped(tmp_path)
     site.mkdir()
     (site / "sitecustomize.py").write_text(
         "import sys\n" + "".join(f"sys.modules[{name!r}] = None\n" for name in BLOCKED))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), ROOT])}
+    env = child_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env["PYTHONPATH"]])
     out = tmp_path / "out"
     completed = subprocess.run(
         [sys.executable, os.path.join(ROOT, "benchmarks", "gpu_bench.py"), "--quick",

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import dalipipe
 from dalipipe import checks, tfrecord
+from dalipipe.utils import child_env
 
 CLASS_NAMES = ["cat", "dog", "émeu"]  # a non-ASCII class text
 NUM_FILES = 10
@@ -498,8 +498,7 @@ def test_records_are_read_where_tensorflow_cannot_be_imported(written, images):
                                  and sys.modules[m] is not None),
         }))
     """)
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(dalipipe.__file__)))
-    env = {**os.environ, "PYTHONPATH": package_root}
+    env = child_env()
     done = subprocess.run([sys.executable, "-c", code, *written], capture_output=True,
                           text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
