@@ -42,6 +42,11 @@ def make_dali_dataset(
     device="auto",
     num_threads=None,
     prefetch_queue_depth=2,
+    hw_decoder_load=0.65,
+    preallocate_width_hint=None,
+    preallocate_height_hint=None,
+    device_memory_padding=16 * 1024 * 1024,
+    host_memory_padding=8 * 1024 * 1024,
     check="structure",
     on_bad_file="raise",
     strategy=None,
@@ -124,6 +129,14 @@ def make_dali_dataset(
         num_threads: DALI's CPU threads per pipeline; None means the usable cores on the
             CPU, 4 (at most the cores) on a GPU.
         prefetch_queue_depth: batches DALI prepares ahead.
+        hw_decoder_load: the share of the GPU's JPEG decoding given to its hardware decoder,
+            in [0, 1]; ignored on the CPU (see GPU decoder).
+        preallocate_width_hint: pixels the hardware decoder's buffers are sized for; None
+            means the widest image the check read (0 without a check).
+        preallocate_height_hint: pixels the hardware decoder's buffers are sized for; None
+            means the tallest image the check read (0 without a check).
+        device_memory_padding: nvJPEG's GPU buffer slack in bytes, against reallocations.
+        host_memory_padding: nvJPEG's pinned host buffer slack in bytes, likewise.
         check: the check of every file before training: `"structure"` (formats, headers,
             markers), `"full"` (also a full decode), None (see `docs/checks.md`).
         on_bad_file: `"raise"`: one error listing every bad file and why; `"skip"`: leave

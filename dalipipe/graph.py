@@ -175,9 +175,7 @@ def _decode(options, encoded, window=None):
     `options.channels` channels: RGB, grey, or RGBA."""
     from nvidia.dali import fn, types as dali_types
 
-    # nvJPEG upsamples chroma like libjpeg-turbo only when asked to.
-    device = dict(device="mixed", jpeg_fancy_upsampling=True) if options.device == "gpu" \
-        else dict(device="cpu")
+    device = gpu_decoder_arguments(options) if options.device == "gpu" else dict(device="cpu")
 
     def decode(output_type):
         if window is None:
@@ -201,6 +199,24 @@ def _decode(options, encoded, window=None):
         opaque = fn.cast(fn.slice(rgb, [0], [1], axes=[2]) * 0 + 255, dtype=dali_types.UINT8)
         images = fn.cat(rgb, opaque, axis=2)
     return images
+
+
+def gpu_decoder_arguments(options):
+    """The arguments of DALI's `"mixed"` decoders for `options` (the GPU graph's).
+
+    nvJPEG upsamples chroma like libjpeg-turbo only when asked to
+    (`jpeg_fancy_upsampling`); the hardware decoder's share and buffer hints and
+    nvJPEG's paddings are the options of the same names (a hint of None is 0, DALI's
+    "no hint"). The CPU decoder takes none of them.
+    """
+    return dict(
+        device="mixed", jpeg_fancy_upsampling=True,
+        hw_decoder_load=options.hw_decoder_load,
+        preallocate_width_hint=options.preallocate_width_hint or 0,
+        preallocate_height_hint=options.preallocate_height_hint or 0,
+        device_memory_padding=options.device_memory_padding,
+        host_memory_padding=options.host_memory_padding,
+    )
 
 
 def _png_with_alpha(encoded):

@@ -42,6 +42,9 @@ DEVICES = ("auto", "gpu", "cpu")
 SUBSETS = ("training", "validation", "both")
 CHECKS = ("structure", "full", None)
 ON_BAD_FILE = ("raise", "skip")
+# The GPU decoder's sizes: the preallocation hints (pixels) and paddings (bytes).
+DECODER_SIZES = ("preallocate_width_hint", "preallocate_height_hint",
+                 "device_memory_padding", "host_memory_padding")
 
 
 def normalization_stats(normalization, channels):
@@ -106,6 +109,12 @@ class Options:
     device: str = "auto"
     num_threads: Optional[int] = None
     prefetch_queue_depth: int = 2
+    # DALI's GPU (mixed) decoder settings, with DALI's names and defaults.
+    hw_decoder_load: float = 0.65
+    preallocate_width_hint: Optional[int] = None
+    preallocate_height_hint: Optional[int] = None
+    device_memory_padding: int = 16 * 1024 * 1024
+    host_memory_padding: int = 8 * 1024 * 1024
     check: Optional[str] = "structure"
     on_bad_file: str = "raise"
 
@@ -156,6 +165,10 @@ class Options:
         set_("interpolation", self.interpolation.lower())
         set_("prefetch_queue_depth", int(self.prefetch_queue_depth))
         set_("central_fraction", float(self.central_fraction))
+        set_("hw_decoder_load", float(self.hw_decoder_load))
+        for name in DECODER_SIZES:
+            if getattr(self, name) is not None:
+                set_(name, int(getattr(self, name)))
         if self.seed is not None:
             set_("seed", int(self.seed))
         if self.num_threads is not None:
@@ -224,6 +237,20 @@ class Options:
             raise ValueError(
                 f"`seed` must be a non-negative integer or None. Received: seed={self.seed!r}"
             )
+        load = self.hw_decoder_load
+        if not _is_number(load) or not 0 <= load <= 1:
+            raise ValueError(
+                "`hw_decoder_load` must be a number in [0, 1], the share of JPEG decoding "
+                f"given to the hardware decoder. Received: hw_decoder_load={load!r}"
+            )
+        for name in DECODER_SIZES:
+            value = getattr(self, name)
+            hint = name.startswith("preallocate")
+            if (value is not None or not hint) and (not _is_int(value) or value < 0):
+                raise ValueError(
+                    f"`{name}` must be a non-negative integer{' or None' if hint else ''}"
+                    f" ({'pixels' if hint else 'bytes'}). Received: {name}={value!r}"
+                )
         fraction = self.central_fraction
         if not _is_number(fraction) or not 0 < fraction <= 1:
             raise ValueError(

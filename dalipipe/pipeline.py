@@ -51,6 +51,11 @@ def make_dali_pipeline(
     device="auto",
     num_threads=None,
     prefetch_queue_depth=2,
+    hw_decoder_load=0.65,
+    preallocate_width_hint=None,
+    preallocate_height_hint=None,
+    device_memory_padding=16 * 1024 * 1024,
+    host_memory_padding=8 * 1024 * 1024,
     check="structure",
     on_bad_file="raise",
 ):

@@ -187,3 +187,38 @@ def test_cpu_graph_still_decodes_only_the_crop(cpu_pipe, monkeypatch):
     monkeypatch.setenv(codecs.ROI_FANCY_UPSAMPLING_ENV, "0")
     pipe = ImagePipeline(cpu_pipe.index, cpu_pipe.options.replace(augment=True))
     assert decoder_ops(pipe.dali_pipeline()) == [("region", "cpu", False)]
+
+
+GPU_DECODER_SETTINGS = dict(hw_decoder_load=0.35, preallocate_width_hint=640,
+                            preallocate_height_hint=480, device_memory_padding=1 << 20,
+                            host_memory_padding=0)
+
+
+def decoder_arguments(pipe):
+    """`(device, {argument: value})` of each image decoder in `pipe`'s defined graph."""
+    pipe._build_graph()  # see `decoder_ops`
+    return [(i._op.device, dict(i._op._init_args)) for i in pipe._ops
+            if getattr(i._op, "schema_name", None) in DECODERS]
+
+
+@pytest.mark.parametrize("augment", [False, True])
+def test_gpu_decoders_take_the_decoder_settings_and_the_cpu_ones_none(cpu_pipe, augment):
+    gpu = decoder_arguments(gpu_graph(cpu_pipe, augment=augment, **GPU_DECODER_SETTINGS))
+    assert gpu and all(device == "mixed" for device, _ in gpu)
+    for _, arguments in gpu:
+        assert {k: arguments[k] for k in GPU_DECODER_SETTINGS} == GPU_DECODER_SETTINGS
+    # Hints of None are DALI's 0, "no hint"; the other defaults are DALI's own.
+    defaults = decoder_arguments(gpu_graph(cpu_pipe, augment=augment))
+    from nvidia.dali import backend
+
+    for name in GPU_DECODER_SETTINGS:
+        for schema in DECODERS:
+            assert backend.GetSchema(schema).HasArgument(name), (schema, name)
+        dali_default = backend.GetSchema("decoders__Image").GetArgumentDefaultValueString(name)
+        ours = getattr(Options(), name)
+        assert (0 if ours is None else ours) == pytest.approx(float(dali_default)), name
+        assert all(args[name] == (0 if ours is None else ours) for _, args in defaults)
+    pipe = ImagePipeline(cpu_pipe.index, cpu_pipe.options.replace(augment=augment,
+                                                                  **GPU_DECODER_SETTINGS))
+    for device, arguments in decoder_arguments(pipe.dali_pipeline()):
+        assert device == "cpu" and not set(GPU_DECODER_SETTINGS) & set(arguments)

@@ -7,7 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-from dalipipe.options import GPU_NUM_THREADS, Options
+from dalipipe.devices import GPU_NUM_THREADS
+from dalipipe.options import Options
 from dalipipe.utils import usable_cores
 
 
@@ -161,6 +162,50 @@ def test_valid_combinations_pass():
     Options(dtype="uint8", normalization=None, label_mode=None, labels=None)
     Options(class_weight={}, central_fraction=1, crop_to_aspect_ratio=True)
 
+
+
+def test_gpu_decoder_settings_have_dali_s_names_defaults_and_ranges():
+    options = Options()
+    assert (options.hw_decoder_load, options.preallocate_width_hint,
+            options.preallocate_height_hint) == (0.65, None, None)
+    assert (options.device_memory_padding, options.host_memory_padding) == (16777216, 8388608)
+    names = Options.names()
+    start = names.index("prefetch_queue_depth") + 1
+    assert names[start:start + 5] == ("hw_decoder_load", "preallocate_width_hint",
+                                      "preallocate_height_hint", "device_memory_padding",
+                                      "host_memory_padding")
+    tuned = Options(hw_decoder_load=np.float32(1), preallocate_width_hint=np.int64(6000),
+                    preallocate_height_hint=0, device_memory_padding=0,
+                    host_memory_padding=np.uint32(5))
+    assert tuned.hw_decoder_load == 1.0 and type(tuned.hw_decoder_load) is float
+    assert (tuned.preallocate_width_hint, tuned.host_memory_padding) == (6000, 5)
+    assert type(tuned.preallocate_width_hint) is int and type(tuned.host_memory_padding) is int
+    assert Options(hw_decoder_load=0).hw_decoder_load == 0.0
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(hw_decoder_load=1.5),
+     "`hw_decoder_load` must be a number in [0, 1], the share of JPEG decoding given to the "
+     "hardware decoder. Received: hw_decoder_load=1.5"),
+    (dict(hw_decoder_load=-0.1), "Received: hw_decoder_load=-0.1"),
+    (dict(hw_decoder_load="0.5"), "Received: hw_decoder_load='0.5'"),
+    (dict(hw_decoder_load=None), "Received: hw_decoder_load=None"),
+    (dict(hw_decoder_load=True), "Received: hw_decoder_load=True"),
+    (dict(preallocate_width_hint=-1),
+     "`preallocate_width_hint` must be a non-negative integer or None (pixels). "
+     "Received: preallocate_width_hint=-1"),
+    (dict(preallocate_height_hint=1.5),
+     "`preallocate_height_hint` must be a non-negative integer or None (pixels). "
+     "Received: preallocate_height_hint=1.5"),
+    (dict(device_memory_padding=None),
+     "`device_memory_padding` must be a non-negative integer (bytes). "
+     "Received: device_memory_padding=None"),
+    (dict(host_memory_padding=-8),
+     "`host_memory_padding` must be a non-negative integer (bytes). "
+     "Received: host_memory_padding=-8"),
+])
+def test_gpu_decoder_settings_are_checked(options, message):
+    assert message in message_of(**options)
 
 def test_class_weight_keys_must_be_indices_of_the_classes():
     options = Options(class_weight={3: 2.0, 1: 0.5})
