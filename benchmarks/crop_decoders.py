@@ -63,7 +63,7 @@ def resize_roi(options, encoded, window, resize):
     def whole(value):  # image_slice's rounding, half away from zero (values >= 0)
         return dmath.floor(value + 0.5)
 
-    return fn.resize(graph._decode(options, encoded), size=options.image_size,
+    return fn.resize(graph.decode(options, encoded), size=options.image_size,
                      roi_start=fn.stack(whole(y), whole(x)),
                      roi_end=fn.stack(whole(y + height), whole(x + width)),
                      roi_relative=False, **resize)

@@ -26,7 +26,7 @@ from dalipipe.utils import child_env
 
 
 def run_keras_fit(data, *, backend, model, image_size, batch_size, epochs, warmup,
-                  device="auto", timeout=None):
+                  device="auto", timeout=None, num_threads=None):
     """This module in a fresh process on Keras backend `backend` (with this
     `dalipipe`, `child_env`); returns its result dict.
 
@@ -38,6 +38,8 @@ def run_keras_fit(data, *, backend, model, image_size, batch_size, epochs, warmu
                "--model", model, "--image-size", str(image_size),
                "--batch-size", str(batch_size), "--epochs", str(epochs),
                "--warmup", str(warmup), "--device", device]
+    if num_threads is not None:
+        command += ["--num-threads", str(num_threads)]
     with tempfile.TemporaryDirectory(prefix="keras_fit_") as scratch:
         out = os.path.join(scratch, "fit.json")
         done = subprocess.run(command + ["--out", out], capture_output=True, text=True,
@@ -111,7 +113,7 @@ def images_per_second(model, data, *, epochs, batch_size, warmup):
 
 
 def input_efficiency(data, *, model="resnet50", image_size=(224, 224), batch_size=128,
-                     epochs=3, warmup=5, device="auto"):
+                     epochs=3, warmup=5, device="auto", num_threads=None):
     """Measures `fit` fed by dalipipe against the same batches from device memory.
 
     The dataset is the train workload: random-resized crops with flips, ImageNet
@@ -129,7 +131,7 @@ def input_efficiency(data, *, model="resnet50", image_size=(224, 224), batch_siz
 
     dataset = make_dali_dataset(data, image_size=image_size, batch_size=batch_size, seed=0,
                                 augment=True, drop_remainder=True, device=device,
-                                verbose=False)
+                                num_threads=num_threads, verbose=False)
     # The epochs, and so the steps, are the same in both runs; the first warms up.
     net = make_model(model, image_size, len(dataset.class_names))
     in_memory = _in_memory(list(dataset))  # a tf.data.Dataset on TensorFlow: its tensors
@@ -140,6 +142,7 @@ def input_efficiency(data, *, model="resnet50", image_size=(224, 224), batch_siz
     return {
         "backend": keras.backend.backend(),
         "device": dataset.image_pipeline.device,
+        "num_threads": dataset.image_pipeline.options.num_threads,
         "model": model,
         "image_size": list(image_size),
         "batch_size": batch_size,
@@ -163,6 +166,8 @@ def main(argv=None):
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps of each run")
     parser.add_argument("--device", default="auto", choices=("auto", "gpu", "cpu"))
+    parser.add_argument("--num-threads", type=int, default=None,
+                        help="DALI's threads (default: make_dali_dataset's)")
     args = parser.parse_args(argv)
     from dalipipe.bench import harness
 
@@ -170,7 +175,8 @@ def main(argv=None):
     result = input_efficiency(args.data, model=args.model,
                               image_size=(args.image_size, args.image_size),
                               batch_size=args.batch_size, epochs=args.epochs,
-                              warmup=args.warmup, device=args.device)
+                              warmup=args.warmup, device=args.device,
+                              num_threads=args.num_threads)
     result["machine"] = harness.machine_info()
     result["seconds"] = time.perf_counter() - started
     with open(args.out, "w") as f:

@@ -125,10 +125,10 @@ def _decode_and_resize(options, encoded, external):
     if options.augment:
         random = external("random", dali_types.FLOAT)
         shape = fn.peek_image_shape(encoded, dtype=dali_types.FLOAT)
-        window = sampling.random_resized_crop_window(shape[0], shape[1], random, ops=_dali_ops())
+        window = sampling.random_resized_crop_window(shape[0], shape[1], random, ops=dali_ops())
         mirror = fn.cast(random[4] < 0.5, dtype=dali_types.INT32)
         return _crop_and_resize(options, encoded, window, resize), mirror
-    images = _decode(options, encoded)
+    images = decode(options, encoded)
     if options.pad_to_aspect_ratio:
         return _letterbox(images, encoded, options, resize), 0
     if options.crop_to_aspect_ratio or options.central_fraction < 1:
@@ -160,19 +160,27 @@ def _crop_and_resize(options, encoded, window, resize):
     """
     from nvidia.dali import fn
 
+    return fn.resize(decode_crop(options, encoded, window), size=options.image_size, **resize)
+
+
+def decode_crop(options, encoded, window):
+    """The crop `window` (x, y, width, height in pixels) of each image, decoded as the
+    graph decodes it on `options.device`: a region decode or a whole decode and
+    `fn.slice` (`_crop_setup`; see `_crop_and_resize`). `uint8` HWC."""
+    from nvidia.dali import fn
+
     x, y, width, height = window
     anchor, shape = fn.stack(x, y), fn.stack(width, height)
     if _crop_setup(options) == codecs.ROI_DECODE:
-        images = _decode(options, encoded, dict(anchor=anchor, shape=shape))
-    else:
-        images = fn.slice(_decode(options, encoded), anchor, shape, axis_names="WH",
-                          normalized_anchor=False, normalized_shape=False)
-    return fn.resize(images, size=options.image_size, **resize)
+        return decode(options, encoded, dict(anchor=anchor, shape=shape))
+    return fn.slice(decode(options, encoded), anchor, shape, axis_names="WH",
+                    normalized_anchor=False, normalized_shape=False)
 
 
-def _decode(options, encoded, window=None):
+def decode(options, encoded, window=None):
     """Decodes `encoded` (only `window`, x/y anchor and width/height, if given) to
-    `options.channels` channels: RGB, grey, or RGBA."""
+    `options.channels` channels: RGB, grey, or RGBA, `uint8` HWC, with the decoder
+    of `options.device` (on a GPU, `gpu_decoder_arguments`)."""
     from nvidia.dali import fn, types as dali_types
 
     device = gpu_decoder_arguments(options) if options.device == "gpu" else dict(device="cpu")
@@ -247,7 +255,8 @@ def _letterbox(images, encoded, options, resize):
                     out_of_bounds_policy="pad", fill_values=0)
 
 
-def _dali_ops():
+def dali_ops():
+    """DALI's min, max, sqrt and exp, for `sampling.random_resized_crop_window`."""
     import nvidia.dali.math as dmath
 
     return types.SimpleNamespace(min=dmath.min, max=dmath.max, sqrt=dmath.sqrt, exp=dmath.exp)

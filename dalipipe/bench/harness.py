@@ -137,6 +137,7 @@ def measure(task):
                   threads=task["threads"], seed=task["seed"])
     if task["loader"] == "image_dataset_from_directory":
         kwargs["directory"] = task["directory"]
+    kwargs.update(task.get("options") or {})
     on_gpu = loaders_lib.uses_gpu(task["loader"])
     memory_before = gpu_memory_used_mb() if on_gpu else None
     start = time.perf_counter()
@@ -144,7 +145,12 @@ def measure(task):
     synchronize = loader.synchronize or _no_sync
     synchronize()
     result = {"loader": task["loader"], "workload": task["workload"],
-              "setup_s": time.perf_counter() - start}
+              "setup_s": time.perf_counter() - start, "threads": task["threads"],
+              "batch_size": task["batch_size"], "options": task.get("options") or {}}
+    if task["loader"].startswith("dalipipe") and on_gpu:
+        from dalipipe import codecs
+
+        result["crop_setup"] = codecs.crop_setup()
 
     first = None
     count = 0
@@ -181,7 +187,7 @@ def measure(task):
     result["peak_rss_mb"], result["peak_rss_child_mb"] = peak_rss_mb()
     if on_gpu:
         result.update(_gpu_memory_fields(memory_before))
-    if loader.rebuild is not None:
+    if loader.rebuild is not None and task.get("rebuild", True):
         synchronize()
         start = time.perf_counter()
         loader.rebuild()
@@ -239,21 +245,42 @@ def training_efficiency(loader, task):
     }
 
 
-def decode_ceiling(files, batch_size, threads, runs, device="cpu"):
-    """images/s of DALI decoding alone (file reader + decoder) over one epoch.
+def decode_ceiling(files, batch_size, threads, runs, device="cpu", crop=False, options=None):
+    """images/s of DALI decoding alone (file reader + dalipipe's decoder) over one epoch.
+
+    The decoder is set up as dalipipe's graph sets it up (`graph.decode`; on a GPU
+    `graph.gpu_decoder_arguments`: fancy upsampling, `hw_decoder_load`, the hints
+    and paddings of `options`). With `crop`, each image's random-resized crop
+    window is decoded as the train workload's graph decodes it (`graph.decode_crop`:
+    the crop set-up of `codecs.crop_setup()`), with windows drawn by DALI.
 
     `pipe.run()` returns each batch host-synchronous (DALI waits for its GPU work),
     so the timer reads need no further synchronization. On the GPU it also records
     the build time of the pipeline, the first of the process, and of a second one,
     and the GPU memory in use once the epochs have run.
+
+    Args:
+        options: `Options` arguments for the decoder (e.g. `hw_decoder_load`).
+            Defaults to none: dalipipe's defaults.
     """
-    from nvidia.dali import fn, pipeline_def
+    from nvidia.dali import fn, pipeline_def, types
+
+    from dalipipe import codecs, graph, sampling
+    from dalipipe.options import Options
+
+    resolved = Options(device=device, **(options or {}))
 
     @pipeline_def(batch_size=batch_size, num_threads=threads,
                   device_id=0 if device == "gpu" else None, prefetch_queue_depth=2)
     def decode():
         data, _ = fn.readers.file(files=list(files))
-        return fn.decoders.image(data, device="mixed" if device == "gpu" else "cpu")
+        if not crop:
+            return graph.decode(resolved, data)
+        shape = fn.peek_image_shape(data, dtype=types.FLOAT)
+        random = fn.random.uniform(range=[0.0, 1.0], shape=[sampling.NUM_RANDOM])
+        window = sampling.random_resized_crop_window(shape[0], shape[1], random,
+                                                     ops=graph.dali_ops())
+        return graph.decode_crop(resolved, data, window)
 
     def build():
         start = time.perf_counter()
@@ -273,13 +300,65 @@ def decode_ceiling(files, batch_size, threads, runs, device="cpu"):
             pipe.run()
         times.append(time.perf_counter() - start)
     images = iterations * batch_size
-    result = {"loader": f"dali_decode_only_{device}", "workload": "decode", "images": images,
-              "run_s": times, "images_per_s": images / statistics.median(times),
-              "build_s": build_s}
+    result = {"loader": ceiling_name(device, crop), "workload": "decode",
+              "images": images, "run_s": times, "images_per_s": images / statistics.median(times),
+              "build_s": build_s, "threads": threads, "options": options or {},
+              "crop_setup": codecs.crop_setup() if device == "gpu" else codecs.ROI_DECODE}
     if device == "gpu":
         result.update(_gpu_memory_fields(memory_before))
         result["rebuild_s"] = build()[1]
     return result
+
+
+def ceiling_name(device, crop=False):
+    """The result name of `decode_ceiling`: "dali_decode_only_gpu", "dali_crop_decode_only_gpu"..."""
+    return f"dali_{'crop_' if crop else ''}decode_only_{device}"
+
+
+def decoders_used(files, labels, *, workload, batch_size, threads, seed, options=None,
+                  loader="dalipipe_native_gpu_on_device"):
+    """Which decoders nvImageCodec used for one epoch of `loader` (a dalipipe loader;
+    by default the GPU graph) on the workload: `{"decoders": {name: samples},
+    "cpu_decoded": n, ...}`.
+
+    Reads nvImageCodec's log, which names the decoder of each sample at log level 5
+    ("libjpeg_turbo_decoder process #3" for the CPU's): the process must start with
+    `DALI_NVIMGCODEC_LOG_LEVEL=5` (`run_task_in_subprocess` with the task's `env`).
+    """
+    import collections
+    import re
+
+    from dalipipe import codecs
+    from dalipipe.utils import captured_stderr
+
+    make = loaders_lib.LOADERS[loader]
+    with captured_stderr() as captured:
+        measured = make(files, labels, workload=workload, batch_size=batch_size,
+                        threads=threads, seed=seed, **(options or {}))
+        count = sum(len(batch[0]) for batch in measured.epoch())
+    named = collections.Counter(re.findall(r"(\w+_decoder) process #", captured.text))
+    return {"loader": "decoders_used", "workload": workload, "images": count,
+            "crop_setup": codecs.crop_setup() if "gpu" in loader else codecs.ROI_DECODE,
+            "decoders": dict(named),
+            "cpu_decoded": named.get("libjpeg_turbo_decoder", 0),
+            "refusals": captured.text.count("ROI decode with fancy upsampling"),
+            "log_level": os.environ.get("DALI_NVIMGCODEC_LOG_LEVEL")}
+
+
+def sweep(task):
+    """`measure` for each of the task's `points` (`{"workload", "options"}` dicts) in
+    this one process, without `rebuild`: `{"loader": "sweep", "points": [results]}`.
+
+    The points share the process, so its start and CUDA's initialisation are paid
+    once; GPU memory in use is the device's after each point (DALI keeps its memory
+    pools, so it is the high-water mark of the points so far).
+    """
+    points = []
+    for point in task["points"]:
+        found = measure({**task, "kind": "measure", "rebuild": False, **point})
+        points.append(found)
+    return {"loader": "sweep", "workload": "sweep", "threads": task["threads"],
+            "points": points}
 
 
 def cpu_model():
@@ -338,20 +417,27 @@ def machine_info():
     }
 
 
+def task_name(task):
+    """The result name of a task: its loader's, or the decode ceiling's."""
+    if task.get("kind") == "decode":
+        return ceiling_name(task.get("device"), task.get("crop", False))
+    return task.get("loader", {"decoders": "decoders_used"}.get(task.get("kind"), task.get("kind")))
+
+
 def run_task_in_subprocess(task, timeout=1800):
-    """Runs `measure(task)` (or the decode ceiling) in a fresh interpreter.
+    """Runs `measure(task)` (or the decode ceiling, or `decoders_used`) in a fresh
+    interpreter, with the task's `env` (a dict of environment variables) added.
 
     Returns:
         Its result dict, or `{"loader", "workload", "error"}` when it failed or ran
         past `timeout` seconds (then it is killed).
     """
-    failed = {"loader": task.get("loader", f"dali_decode_only_{task.get('device')}"),
-              "workload": task.get("workload", "decode")}
+    failed = {"loader": task_name(task), "workload": task.get("workload", "decode")}
     # A session of its own, so that its workers go with it when it is killed.
     process = subprocess.Popen(
         [sys.executable, "-m", "dalipipe.bench.harness"], stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=child_env(TF_CPP_MIN_LOG_LEVEL="2"), start_new_session=True,
+        env=child_env(TF_CPP_MIN_LOG_LEVEL="2", **task.get("env", {})), start_new_session=True,
     )
     try:
         stdout, stderr = process.communicate(json.dumps(task), timeout=timeout)
@@ -375,7 +461,15 @@ def _main():
     task = json.loads(sys.stdin.read())
     if task["kind"] == "decode":
         result = decode_ceiling(task["files"], task["batch_size"], task["threads"],
-                                task["runs"], task["device"])
+                                task["runs"], task["device"], task.get("crop", False),
+                                task.get("options"))
+    elif task["kind"] == "sweep":
+        result = sweep(task)
+    elif task["kind"] == "decoders":
+        result = decoders_used(task["files"], task["labels"], workload=task["workload"],
+                               batch_size=task["batch_size"], threads=task["threads"],
+                               seed=task["seed"], options=task.get("options"),
+                               loader=task.get("loader", "dalipipe_native_gpu_on_device"))
     else:
         result = measure(task)
     print(json.dumps(result))

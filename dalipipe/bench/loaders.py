@@ -285,19 +285,25 @@ def make_dalipipe_gpu(files, labels, **kwargs):
 
 
 def _dali_to_numpy(images):
-    return np.array((images.as_cpu() if hasattr(images, "as_cpu") else images).as_tensor())
+    """A DALI batch as a NumPy array: a GPU one copied to the host once (`as_cpu`,
+    whose buffer the array then views), a CPU one copied out of DALI's buffer."""
+    if hasattr(images, "as_cpu"):
+        return np.asarray(images.as_cpu().as_tensor())
+    return np.array(images.as_tensor())
 
 
 def make_dalipipe_native(files, labels, *, workload, batch_size, threads, seed, device="cpu",
-                         copy_to_host=True):
+                         copy_to_host=True, **options):
     """`make_dali_pipeline` run without TensorFlow (`ImagePipeline.run`): batches
     copied to the host as NumPy arrays, or left where DALI made them
-    (`copy_to_host=False`: GPU memory on the GPU).
+    (`copy_to_host=False`: GPU memory on the GPU). `options`: more
+    `make_dali_pipeline` options (e.g. `hw_decoder_load`).
 
-    No `synchronize`: `ImagePipeline.run` takes each batch from DALI's
-    `Pipeline.run()` without a CUDA stream, which returns it host-synchronous (DALI
-    waits for its GPU work first), so an epoch's GPU work is done when its last batch
-    arrives. On the GPU, `rebuild` builds a second pipeline over the first batch.
+    A GPU batch is copied to the host once, by `as_cpu` (`_dali_to_numpy`). No
+    `synchronize`: `ImagePipeline.run` takes each batch from DALI's `Pipeline.run()`
+    without a CUDA stream, which returns it host-synchronous (DALI waits for its GPU
+    work first), so an epoch's GPU work is done when its last batch arrives. On the
+    GPU, `rebuild` builds a second pipeline over the first batch.
     """
     from dalipipe import make_dali_pipeline
 
@@ -305,14 +311,19 @@ def make_dalipipe_native(files, labels, *, workload, batch_size, threads, seed, 
         return make_dali_pipeline(
             list(files[:count]), labels=list(labels[:count]), image_size=(SIZE, SIZE),
             batch_size=batch_size, shuffle=False, seed=seed, device=device,
-            num_threads=threads, verbose=False, **dalipipe_options(workload),
+            num_threads=threads, verbose=False, **dalipipe_options(workload), **options,
         )
 
     pipe = build(len(files))
     epochs = itertools.count()
+    on_host = copy_to_host and device == "gpu"
 
     def epoch():
-        return pipe.run(*pipe.epoch_inputs(next(epochs)), copy_to_host=copy_to_host)
+        batches = pipe.run(*pipe.epoch_inputs(next(epochs)),
+                           copy_to_host=copy_to_host and not on_host)
+        if not on_host:
+            return batches
+        return (tuple(_dali_to_numpy(out) for out in batch) for batch in batches)
 
     def rebuild():
         for _batch in build(batch_size).epoch():
@@ -378,6 +389,7 @@ DESCRIPTIONS = {
 REQUIREMENTS = {
     "dali_decode_only_cpu": ("nvidia.dali",),
     "dali_decode_only_gpu": ("nvidia.dali", "dali_gpu"),
+    "dali_crop_decode_only_gpu": ("nvidia.dali", "dali_gpu"),
     "pydataset": ("keras",),
     "image_dataset_from_directory": ("tensorflow",),
     "tf_data": ("tensorflow",),
