@@ -4,9 +4,7 @@ them back (`conftest.py` writes the images), and a counter of file opens."""
 import collections
 import os
 
-import inotify_simple
 import numpy as np
-from inotify_simple import flags
 
 NUM_INDEXED = 29  # not a multiple of the batch sizes used in the tests
 CLASSES = ("blue", "green", "red")
@@ -50,12 +48,16 @@ class FileOpens:
         self.counts = collections.Counter()
 
     def __enter__(self):
-        self.inotify = inotify_simple.INotify()
+        import inotify_simple  # here: the GPU machine's Python, which imports helpers, lacks it
+
+        self.inotify, flags = inotify_simple.INotify(), inotify_simple.flags
         self.watches = {self.inotify.add_watch(folder, flags.OPEN): folder
                         for folder in self.folders}
         return self
 
     def __exit__(self, *exc):
+        from inotify_simple import flags
+
         with self.inotify:
             for event in self.inotify.read(timeout=0):
                 if event.mask & flags.Q_OVERFLOW:
