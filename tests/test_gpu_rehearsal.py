@@ -1,0 +1,70 @@
+"""The GPU machine's run, rehearsed without the bundle: plain `pytest -m gpu` (the
+`pytest` console script, not `python -m pytest`) from the repository root of a
+checkout that is not installed, where only the GPU machine's packages can be
+imported (`test_gpu_bench.gpu_machine_env`; `test_gpu_bench.py` runs
+`gpu_bench.py --quick` in the same environment). It collects the `gpu` tests, and
+skips them where DALI sees no GPU. Also the script of that run and its `run` calls
+in docs/gpus.md.
+"""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from dalipipe.devices import dali_gpu_count
+from test_gpu_bench import ROOT, gpu_machine_env
+
+PYTEST = os.path.join(os.path.dirname(sys.executable), "pytest")
+
+
+def plain_pytest(tmp_path, *args):
+    """`pytest -m gpu ARGS` run from the repository root, with neither it nor an
+    installed dalipipe on `sys.path` (the console script's `sys.path[0]` is its own
+    folder, and `PYTHONPATH` holds only the environment's folder)."""
+    env = gpu_machine_env(tmp_path / "site", KERAS_BACKEND="torch",
+                          DALIPIPE_CACHE_DIR=str(tmp_path / "cache"))
+    return subprocess.run([PYTEST, "-m", "gpu", "-q", "-p", "no:cacheprovider", *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_plain_pytest_collects_the_gpu_tests_without_installing_dalipipe(tmp_path):
+    assert os.path.exists(PYTEST), "pytest's console script is not installed beside Python"
+    done = plain_pytest(tmp_path, "--collect-only")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    collected = re.findall(r"^tests/(test_\w+)\.py::", done.stdout, re.MULTILINE)
+    assert len(collected) >= 25 and set(collected) == {"test_gpu"}, done.stdout[-2000:]
+    # pytest's `pythonpath = ["."]` is what finds this checkout's dalipipe: without it
+    # conftest.py cannot import it (no installed dalipipe is visible there).
+    without = plain_pytest(tmp_path, "--collect-only", "-o", "pythonpath=")
+    assert without.returncode != 0
+    assert "No module named 'dalipipe'" in without.stdout + without.stderr
+    if dali_gpu_count() > 0:
+        return  # this suite runs them itself
+    done = plain_pytest(tmp_path, "-rs")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    skipped = re.search(r"(\d+) skipped, \d+ deselected", done.stdout)
+    # The gpu tests, and the modules that skip themselves where a package is absent.
+    assert skipped and int(skipped.group(1)) >= len(collected), done.stdout[-2000:]
+    assert "error" not in done.stdout.lower(), done.stdout[-2000:]
+
+
+def test_the_gpu_run_script_and_its_run_calls():
+    script = os.path.join(ROOT, "scripts", "gpu_run.sh")
+    subprocess.run(["bash", "-n", script], check=True)
+    assert os.access(script, os.X_OK)
+    with open(os.path.join(ROOT, "docs", "gpus.md"), encoding="utf-8") as f:
+        docs = f.read()
+    calls = re.findall(r"^run\(command=(.*), carry=\[(.*)\], timeout_s=(\d+)\)$", docs,
+                       re.MULTILINE)
+    assert len(calls) == 3, calls
+    carried = [re.findall(r'"([^"]+)"', carry) for _, carry, _ in calls]
+    # One part of the bundle per call (58 MiB of the 64 MiB a call carries); the
+    # last carries the unpacker and the extras too, and runs the script.
+    assert [c[0] for c in carried] == [f".gpu/site.tar.xz.part-0{i}" for i in range(3)]
+    assert carried[-1][1:] == [".gpu/unpack.sh", ".gpu/extras"] and \
+        all(len(c) == 1 for c in carried[:-1])
+    assert calls[-1][0] == '"bash scripts/gpu_run.sh"' and int(calls[-1][2]) <= 600
