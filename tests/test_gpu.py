@@ -233,3 +233,36 @@ def test_torch_backend_fits_from_batches_on_the_gpu(tagged_dir, tmp_path):
                      env={"BACKEND_JOB_DEVICE": "gpu"})
     check_single(result, "torch")
     assert result["devices"] == ["cuda:0", "cuda:0"]
+
+
+@pytest.mark.parametrize("settings", [
+    dict(hw_decoder_load=0.0),
+    dict(hw_decoder_load=1.0, preallocate_width_hint=64, preallocate_height_hint=64,
+         device_memory_padding=0, host_memory_padding=0),
+], ids=["cuda_decoder_only", "hardware_decoder_and_hints"])
+def test_gpu_decoder_settings_keep_the_pixels(color_dir, settings):
+    """The decoder settings reach DALI (a bad one would fail the build) and move work
+    between nvJPEG's decoders without changing the crops beyond the tolerance."""
+    options = dict(image_size=(32, 32), batch_size=16, seed=3, normalization=None,
+                   augment=True)
+    cpu = make_dali_pipeline(color_dir, device="cpu", **options)
+    gpu = make_dali_pipeline(color_dir, device="gpu", **options, **settings)
+    samples, random, _ = cpu.epoch_inputs(0)
+    expected = np.concatenate([batch[0] for batch in cpu.run(samples, random)])
+    got = np.concatenate([batch[0] for batch in gpu.run(samples, random)])
+    error = np.abs(got - expected)
+    print(f"{settings}: GPU-CPU error {error.mean():.3f} mean, {error.max():.1f} max")
+    assert error.mean() < MEAN_TOLERANCE and error.max() <= MAX_TOLERANCE
+
+
+def test_native_gpu_bench_loader_copies_each_batch_to_the_host_once(color_dir):
+    from dalipipe import sources
+    from dalipipe.bench import loaders
+
+    index = sources.index_source(color_dir)
+    loader = loaders.make_dalipipe_native_gpu(index.file_paths, index.labels, workload="eval",
+                                              batch_size=16, threads=2, seed=0)
+    images, labels = next(iter(loader.epoch()))
+    # A view of the host buffer that DALI's `as_cpu` copied the batch into.
+    assert isinstance(images, np.ndarray) and not images.flags.owndata
+    assert images.shape == (16, 224, 224, 3) and labels.shape == (16,)
