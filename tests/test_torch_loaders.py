@@ -43,7 +43,7 @@ def test_unavailable_names_the_missing_package_or_gpu(monkeypatch):
     assert loaders.unavailable("tf_data") == "tensorflow is not installed"
     assert loaders.unavailable("python_generator") is None
     assert set(loaders.REQUIREMENTS) <= set(loaders.LOADERS) | {
-        "dali_decode_only_cpu", "dali_decode_only_gpu"}
+        "dali_decode_only_cpu", "dali_decode_only_gpu", "dali_crop_decode_only_gpu"}
 
 
 def test_torch_dataloader_does_the_eval_and_train_work(tmp_path):

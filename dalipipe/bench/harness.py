@@ -387,7 +387,8 @@ def gpu_name():
 
 
 def machine_info():
-    """CPU model, cores, GPU, /dev/shm size and library versions.
+    """CPU model, cores, GPU, /dev/shm size and library versions (with the nvJPEG that
+    nvImageCodec loads and the GPU crop set-up chosen for it, `dalipipe.codecs`).
 
     `versions["dali"]` is the version of whichever DALI wheel is installed (CUDA 12
     or CUDA 13 build); packages not installed have the version None.
@@ -403,6 +404,11 @@ def machine_info():
         except metadata.PackageNotFoundError:
             versions[package] = None
     versions["dali"] = versions["nvidia-dali-cuda120"] or versions["nvidia-dali-cuda130"]
+    from dalipipe import codecs
+
+    nvjpeg = codecs.nvjpeg_version()  # the one nvImageCodec loads, and the crop set-up for it
+    versions["nvjpeg"] = None if nvjpeg is None else ".".join(map(str, nvjpeg))
+    versions["crop_setup"] = codecs.crop_setup(nvjpeg)
     try:  # where torch DataLoader workers pass their batches
         dev_shm_gb = round(shutil.disk_usage("/dev/shm").total / 1e9, 2)
     except OSError:
