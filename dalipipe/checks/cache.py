@@ -76,6 +76,7 @@ class Cache:
                 "CREATE TABLE IF NOT EXISTS claims (chunk TEXT PRIMARY KEY, owner TEXT, "
                 "host TEXT, pid INTEGER, claimed_at REAL)"
             )
+            self.db.execute("DELETE FROM claims WHERE claimed_at < ?", (time.time() - LEASE_S,))
 
     @contextlib.contextmanager
     def _writing(self):
