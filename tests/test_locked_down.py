@@ -11,14 +11,15 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 
-import numpy as np
 import pytest
 from PIL import Image
 
@@ -199,8 +200,6 @@ def test_no_cache_variable_turns_the_cache_off(images, tmp_path, monkeypatch, ta
 
 def test_read_only_dataset_folder_table_and_tfrecords(images, tmp_path, monkeypatch,
                                                      tagged_tfrecords):
-    import shutil
-
     data = os.path.dirname(os.path.dirname(images[0]))
     shards = tfrecord.tfrecord_files(tagged_tfrecords)
     os.makedirs(os.path.join(data, "records"))
@@ -230,8 +229,6 @@ def test_read_only_dataset_folder_table_and_tfrecords(images, tmp_path, monkeypa
 
 def test_read_only_tfrecords_without_cache_keep_their_index_in_memory(
         tmp_path, no_cache_folder, tagged_tfrecords):
-    import shutil
-
     os.makedirs(tmp_path / "records")
     for shard in tfrecord.tfrecord_files(tagged_tfrecords):
         shutil.copy(shard, tmp_path / "records")
@@ -352,3 +349,41 @@ def test_claims_of_gone_or_old_processes_are_taken_over(tmp_path, monkeypatch):
     assert cache.claim("a", "me")  # its process is gone
     assert cache.claim("a", "me")  # and now it is mine
     cache.close()
+
+
+def test_an_unprivileged_user_with_a_read_only_cache_and_dataset(tagged_tfrecords):
+    if shutil.which("setpriv") is None or os.geteuid() != 0:
+        pytest.skip("needs setpriv, run as root, to start a process as the user nobody")
+    root = tempfile.mkdtemp(prefix="dalipipe-nobody-")  # outside pytest's private folder
+    try:
+        os.chmod(root, 0o755)
+        images = make_images(os.path.join(root, "data"))
+        for shard in tfrecord.tfrecord_files(tagged_tfrecords):
+            shutil.copy(shard, os.path.join(root, "data"))
+        os.makedirs(os.path.join(root, "cache"))  # root's: nobody cannot write there
+        before = sorted(os.listdir(os.path.join(root, "data")))
+        script = (
+            "import json, sys, warnings\n"
+            "from dalipipe import checks, tfrecord\n"
+            "warnings.simplefilter('always')\n"
+            "with warnings.catch_warnings(record=True) as caught:\n"
+            "    bad = checks.check_files(json.loads(sys.argv[1]))\n"
+            "    records = tfrecord.scan(tfrecord.tfrecord_files(sys.argv[2]))\n"
+            "print(json.dumps([sorted(bad), len(records), [str(w.message) for w in caught]]))\n"
+        )
+        done = subprocess.run(
+            ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+             sys.executable, "-c", script, json.dumps(images),
+             os.path.join(root, "data", "*.tfrecord")],
+            capture_output=True, text=True, timeout=120,
+            env=child_env(DALIPIPE_CACHE_DIR=os.path.join(root, "cache"), HOME="/nonexistent"),
+        )
+        assert done.returncode == 0, done.stderr
+        bad, count, messages = json.loads(done.stdout)
+        assert bad == [p for p in images if p.endswith(TRUNCATED)]
+        assert count == len(sources.index_source(tagged_tfrecords))
+        assert len(messages) == 1 and os.path.join(root, "cache") in messages[0]
+        assert sorted(os.listdir(os.path.join(root, "data"))) == before
+        assert os.listdir(os.path.join(root, "cache")) == []
+    finally:
+        shutil.rmtree(root)
