@@ -2,10 +2,12 @@
 whole.
 
 - An index is written next to its shard as `<shard>.idx` when that folder is
-  writable, else to `$DALIPIPE_CACHE_DIR/tfrecord-index/<sha1 of the shard's absolute
-  path>.idx` (default cache folder `~/.cache/dalipipe`).
+  writable (asked of the file system: nothing is tried in a read-only folder), else
+  to `$DALIPIPE_CACHE_DIR/tfrecord-index/<sha1 of the shard's absolute path>.idx`
+  (default cache folder `~/.cache/dalipipe`), else it is kept in memory.
 - The labels and class texts found by `scan` are cached, one JSON file per shard, in
-  `$DALIPIPE_CACHE_DIR/tfrecord-scan/<sha1 of the shard's absolute path>.json`.
+  `$DALIPIPE_CACHE_DIR/tfrecord-scan/<sha1 of the shard's absolute path>.json`, when
+  the cache folder can be written and `DALIPIPE_NO_CACHE` is not set.
 - Every file (indexes, scan results, the TFRecord files `write_tfrecords` writes) is
   written under a temporary name and renamed, so that readers never see half of one.
 """
