@@ -242,7 +242,7 @@ def test_read_only_tfrecords_without_cache_keep_their_index_in_memory(
         assert len(found) == len(sources.index_source(tagged_tfrecords)) and bad == {}
         assert seen == []
         assert len(cache_warnings(caught)) == 1
-        with pytest.raises(OSError, match="can be written neither beside it nor in the cache"):
+        with pytest.raises(OSError, match="cannot be written in the cache folder"):
             tfrecord.ensure_indexes(shards)
 
 

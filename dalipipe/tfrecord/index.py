@@ -92,8 +92,9 @@ def ensure_indexes(paths, verbose=False):
     """Makes sure every TFRecord file has an up-to-date index file; returns their paths.
 
     An up-to-date index is used beside the shard as `<shard>.idx` (also in a
-    read-only folder shipped with its indexes) or in the cache folder. Else one is
-    made beside the shard when its folder is writable, else in the cache folder.
+    read-only folder shipped with its indexes, or those `write_tfrecords` writes) or
+    in the cache folder. Else one is made in the cache folder: nothing is written
+    into the user's folders.
     An index is out of date when it is older than its shard, unreadable, or its
     records do not follow one another from byte 0 to the shard's end.
 
@@ -105,16 +106,15 @@ def ensure_indexes(paths, verbose=False):
         The path of each file's index, in the order of `paths`.
 
     Raises:
-        OSError: naming the file whose index can be written neither beside it nor
-            in the cache folder (a reader such as DALI's needs the file).
+        OSError: naming the file whose index cannot be written in the cache
+            folder (a reader such as DALI's needs the file).
     """
     found = []
     for path, (index, _) in zip(paths, ensure_and_read_indexes(paths, verbose)):
         if index is None:
             raise OSError(
-                f"The index of {os.fspath(path)!r} can be written neither beside it nor in "
-                f"the cache folder {cache_dir()!r}. Set DALIPIPE_CACHE_DIR to a writable "
-                "folder."
+                f"The index of {os.fspath(path)!r} cannot be written in the cache folder "
+                f"{cache_dir()!r}. Set DALIPIPE_CACHE_DIR to a writable folder."
             )
         found.append(index)
     return found
@@ -153,15 +153,10 @@ def _ensure_index(path):
 
 
 def _store_index(path, data, info):
-    """Writes a shard's index beside it when its folder is writable, else (or when
-    that fails) in the cache folder; returns where, or None when neither can be
-    written (the cache's warning says so, once). A read-only folder is never
-    written to: its writability is asked of the file system, not tried."""
-    places = []
-    if os.access(os.path.dirname(os.path.abspath(path)), os.W_OK):
-        places.append(path + ".idx")
-    if writable_cache_dir() is not None:
-        places.append(cached_index_path(path))
+    """Writes a shard's index in the cache folder; returns where, or None when it
+    cannot be written there (the cache's warning says so, once)."""
+    # Never beside the shard: the user's folders are not written to.
+    places = [] if writable_cache_dir() is None else [cached_index_path(path)]
     for place in places:
         try:
             _write_index(place, data, info.st_mtime_ns)
