@@ -1,0 +1,294 @@
+"""Object storage (`dalipipe.storage`) against a real S3 server on 127.0.0.1.
+
+The server is moto's (`moto[server]`): a real HTTP S3 API that boto3 and DALI's AWS
+SDK both talk to, started once for the module on a free port of 127.0.0.1 and
+stopped at its end. No request leaves this machine: the AWS variables point both
+clients at it, and the instance metadata service is switched off.
+
+`gs://` has no server here: its URIs and its missing-client error are tested.
+"""
+
+import hashlib
+import io
+import os
+import socket
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from dalipipe import storage
+
+BUCKET = "photos"
+# key under s3://photos/data/ -> (height, width, colour)
+IMAGES = {
+    "cats/1.jpg": (24, 32, (200, 30, 30)),
+    "cats/2.jpg": (20, 20, (190, 40, 20)),
+    "cats/z/3.jpg": (16, 24, (180, 50, 10)),
+    "cats-b/4.jpg": (18, 18, (30, 200, 30)),
+    "dogs/5.jpg": (30, 16, (30, 30, 200)),
+}
+_STARTUP_SECONDS = 30
+
+
+def _jpeg(height, width, colour):
+    buffer = io.BytesIO()
+    Image.new("RGB", (width, height), colour).save(buffer, format="JPEG", quality=95)
+    return buffer.getvalue()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+_ENVIRONMENT = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_REGION": "us-east-1",
+    # No instance metadata requests, no user's ~/.aws files, no proxies.
+    "AWS_EC2_METADATA_DISABLED": "true",
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    "NO_PROXY": "127.0.0.1",
+}
+
+
+@pytest.fixture(scope="module")
+def s3_server():
+    """The endpoint URL of a moto S3 server on 127.0.0.1, with the process's AWS
+    variables pointing at it, and the bucket `photos` filled with `IMAGES` (under
+    `data/`), a folder marker and a CSV file."""
+    moto_server = pytest.importorskip("moto.server", reason="needs moto's server: pip install 'moto[server]'")
+    boto3 = pytest.importorskip("boto3", reason="needs boto3: pip install 'dalipipe[s3]'")
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port(), verbose=False)
+    starter = threading.Thread(target=server.start, daemon=True)
+    starter.start()
+    starter.join(_STARTUP_SECONDS)
+    if starter.is_alive():
+        pytest.fail(f"moto's S3 server did not start within {_STARTUP_SECONDS} s")
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    saved = {name: os.environ.get(name) for name in [*_ENVIRONMENT, "AWS_ENDPOINT_URL"]}
+    os.environ.update(_ENVIRONMENT, AWS_ENDPOINT_URL=endpoint)
+    storage.reset_clients()
+    try:
+        client = boto3.client("s3", endpoint_url=endpoint)
+        client.create_bucket(Bucket=BUCKET)
+        for key, spec in IMAGES.items():
+            client.put_object(Bucket=BUCKET, Key=f"data/{key}", Body=_jpeg(*spec))
+        client.put_object(Bucket=BUCKET, Key="data/dogs/", Body=b"")  # a folder marker
+        client.put_object(Bucket=BUCKET, Key="data.csv", Body=b"path,label\ncats/1.jpg,cats\n")
+        client.create_bucket(Bucket="empty")
+        yield endpoint
+    finally:
+        server.stop()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        storage.reset_clients()
+
+
+def _uri(key):
+    return f"s3://{BUCKET}/data/{key}"
+
+
+# --- URIs ---------------------------------------------------------------------------
+
+
+def test_is_remote():
+    assert storage.is_remote("s3://bucket/key") and storage.is_remote("gs://bucket/key")
+    assert not storage.is_remote("/data/cats/1.jpg")
+    assert not storage.is_remote("cats/1.jpg")
+    assert not storage.is_remote(b"/data/x.jpg")
+    for other in ("http://host/x.jpg", "hdfs://cluster/x", "S3://bucket/key"):
+        with pytest.raises(ValueError, match="Received: '" + other.replace("/", "/")):
+            storage.is_remote(other)
+
+
+def test_split_uri():
+    assert storage.split_uri("s3://bucket/a/b.jpg") == ("s3", "bucket", "a/b.jpg")
+    assert storage.split_uri("gs://bucket") == ("gs", "bucket", "")
+    with pytest.raises(ValueError, match="name a bucket"):
+        storage.split_uri("s3:///key")
+    with pytest.raises(ValueError, match="Received: '/local/path'"):
+        storage.split_uri("/local/path")
+
+
+def test_join():
+    assert storage.join("s3://b/photos", "cats/1.jpg") == "s3://b/photos/cats/1.jpg"
+    assert storage.join("s3://b/photos/", "./cats/../dogs/2.jpg") == "s3://b/photos/dogs/2.jpg"
+    assert storage.join("gs://b", "x.png") == "gs://b/x.png"
+    assert storage.join("s3://b/photos", "gs://c/y.jpg") == "gs://c/y.jpg"
+    assert storage.join("s3://b/photos", "/local/y.jpg") == "/local/y.jpg"
+    with pytest.raises(ValueError, match=r"root='s3://b/photos' and the path '../../x.jpg'"):
+        storage.join("s3://b/photos", "../../x.jpg")
+    with pytest.raises(ValueError, match="Received: '/local'"):
+        storage.join("/local", "x.jpg")
+
+
+def test_object_uri_must_name_an_object():
+    with pytest.raises(ValueError, match="not of a folder. Received: 's3://b/photos/'"):
+        storage.read_object("s3://b/photos/")
+
+
+# --- Missing clients ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scheme, module, extra", [
+    ("s3", "boto3", "s3"), ("gs", "google.cloud.storage", "gcs"),
+])
+def test_missing_client_names_the_extra(monkeypatch, scheme, module, extra):
+    monkeypatch.setitem(sys.modules, module, None)  # `import module` raises ImportError
+    storage.reset_clients()
+    try:
+        with pytest.raises(ImportError, match=rf"pip install 'dalipipe\[{extra}\]'"):
+            storage.list_objects(f"{scheme}://bucket/photos")
+        with pytest.raises(ImportError, match=rf"pip install 'dalipipe\[{extra}\]'"):
+            storage.read_object(f"{scheme}://bucket/photos/1.jpg")
+    finally:
+        storage.reset_clients()
+
+
+# --- Listing ------------------------------------------------------------------------
+
+
+def test_list_objects(s3_server):
+    found = storage.list_objects(f"s3://{BUCKET}/data")
+    # A local folder's walk order: folders sorted by path, then files by name
+    # ("cats" < "cats-b" < "cats/z", as os.walk's sorted dirpaths).
+    assert [o.key for o in found] == [
+        "cats/1.jpg", "cats/2.jpg", "cats-b/4.jpg", "cats/z/3.jpg", "dogs/5.jpg"]
+    for info in found:
+        data = _jpeg(*IMAGES[info.key])
+        assert info.size == len(data)
+        assert info.etag == hashlib.md5(data).hexdigest()  # a single-part upload's ETag
+    assert storage.list_objects(f"s3://{BUCKET}/data/") == found
+    assert [o.key for o in storage.list_objects(f"s3://{BUCKET}/data/cats/z")] == ["3.jpg"]
+    whole = storage.list_objects(f"s3://{BUCKET}")
+    assert [o.key for o in whole] == ["data.csv"] + [f"data/{o.key}" for o in found]
+
+
+def test_list_objects_errors(s3_server):
+    with pytest.raises(ValueError, match="No such bucket 'nowhere' for 's3://nowhere/data'"):
+        storage.list_objects("s3://nowhere/data")
+    with pytest.raises(ValueError, match="No objects found under 's3://empty'"):
+        storage.list_objects("s3://empty")
+    # A prefix is a folder: "dat" does not list "data/...".
+    with pytest.raises(ValueError, match=f"No objects found under 's3://{BUCKET}/dat'"):
+        storage.list_objects(f"s3://{BUCKET}/dat")
+
+
+# --- Reading ------------------------------------------------------------------------
+
+
+def test_read_and_stat(s3_server):
+    data = _jpeg(*IMAGES["dogs/5.jpg"])
+    assert storage.read_object(_uri("dogs/5.jpg")) == data
+    info = storage.stat(_uri("dogs/5.jpg"))
+    assert info == (_uri("dogs/5.jpg"), len(data), hashlib.md5(data).hexdigest())
+    assert storage.read_object(f"s3://{BUCKET}/data.csv").decode().splitlines()[0] == "path,label"
+
+
+def test_ranged_reads(s3_server):
+    data = _jpeg(*IMAGES["cats/1.jpg"])
+    uri = _uri("cats/1.jpg")
+    assert storage.read_object(uri, 0, 2) == data[:2] == b"\xff\xd8"
+    assert storage.read_object(uri, 100, 50) == data[100:150]
+    assert storage.read_object(uri, len(data) - 2, 10) == data[-2:] == b"\xff\xd9"
+    assert storage.read_object(uri, 10) == data[10:]
+    assert storage.read_object(uri, 5, 0) == b""
+    with pytest.raises(ValueError, match="starts past its end"):
+        storage.read_object(uri, len(data) + 10, 4)
+    with pytest.raises(ValueError, match="offset=-1"):
+        storage.read_object(uri, -1, 4)
+
+
+def test_missing_objects(s3_server):
+    with pytest.raises(FileNotFoundError, match=f"No such object: '{_uri('cats/404.jpg')}'"):
+        storage.read_object(_uri("cats/404.jpg"))
+    with pytest.raises(FileNotFoundError, match=f"'{_uri('cats/404.jpg')}'"):
+        storage.stat(_uri("cats/404.jpg"))
+    with pytest.raises(FileNotFoundError, match="No such bucket 'nowhere'"):
+        storage.read_object("s3://nowhere/x.jpg")
+    assert storage.stat_objects([_uri("cats/1.jpg"), _uri("cats/404.jpg")])[1] is None
+
+
+def test_map_objects_reads_each_object_once(s3_server):
+    uris = [_uri(key) for key in IMAGES] + [_uri("cats/404.jpg")]
+    calls = []
+
+    def verdict(uri, data):
+        calls.append(uri)
+        return None if data is None else (len(data), data[:2], data[-2:])
+
+    results = storage.map_objects(uris, verdict, max_workers=3, verbose=False)
+    assert sorted(calls) == sorted(uris)
+    assert results[-1] is None
+    for key, result in zip(IMAGES, results):
+        assert result == (len(_jpeg(*IMAGES[key])), b"\xff\xd8", b"\xff\xd9")
+    assert storage.read_objects(uris[:2]) == [_jpeg(*IMAGES[k]) for k in list(IMAGES)[:2]]
+
+
+def test_unreachable_endpoint_fails_fast(s3_server, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{_free_port()}")
+    storage.reset_clients()
+    try:
+        start = time.monotonic()
+        with pytest.raises(ConnectionError, match=f"for 's3://{BUCKET}/data'"):
+            storage.list_objects(f"s3://{BUCKET}/data")
+        with pytest.raises(ConnectionError, match=f"for '{_uri('cats/1.jpg')}'"):
+            storage.read_object(_uri("cats/1.jpg"))
+        assert time.monotonic() - start < 30
+    finally:
+        monkeypatch.undo()
+        storage.reset_clients()
+
+
+def test_missing_credentials(s3_server, monkeypatch):
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    storage.reset_clients()
+    try:
+        with pytest.raises(PermissionError, match=f"No AWS credentials found for 's3://{BUCKET}/data'"):
+            storage.list_objects(f"s3://{BUCKET}/data")
+    finally:
+        monkeypatch.undo()
+        storage.reset_clients()
+
+
+# --- DALI reads the same URIs -------------------------------------------------------
+
+
+def test_dali_reads_and_decodes_s3_uris(s3_server):
+    """`fn.io.file.read` fetches `s3://` URIs from the server the environment names,
+    given as dalipipe's packed sample rows (label, then the NUL-padded path)."""
+    pytest.importorskip("nvidia.dali")
+    from nvidia.dali import fn, pipeline_def, types
+
+    from dalipipe.sources import encode_samples
+
+    keys = list(IMAGES)
+    rows = encode_samples([_uri(k) for k in keys], np.arange(len(keys), dtype=np.int32))
+
+    @pipeline_def(batch_size=len(keys), num_threads=2, device_id=None)
+    def read():
+        samples = fn.external_source(source=lambda: list(rows), dtype=types.UINT8, batch=True)
+        encoded = fn.io.file.read(samples[4:])
+        return encoded, fn.decoders.image(encoded, device="cpu", output_type=types.RGB)
+
+    pipe = read()
+    pipe.build()
+    encoded, images = pipe.run()
+    for i, key in enumerate(keys):
+        height, width, colour = IMAGES[key]
+        assert bytes(np.asarray(encoded[i])) == _jpeg(height, width, colour)
+        image = np.asarray(images[i])
+        assert image.shape == (height, width, 3)
+        np.testing.assert_allclose(image.reshape(-1, 3).mean(0), colour, atol=4)
