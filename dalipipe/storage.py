@@ -37,9 +37,11 @@ from dalipipe.utils import progress
 
 SCHEMES = ("s3", "gs")
 _EXTRAS = {"s3": ("boto3", "s3"), "gs": ("google.cloud.storage", "gcs")}
-# Seconds to open a connection, seconds a response may stall, and tries per request.
+# Seconds to open a connection, seconds a response may stall, and tries per request:
+# a server that stops answering fails a request within about
+# ATTEMPTS * (CONNECT_TIMEOUT + READ_TIMEOUT) seconds (read when a client is made).
 CONNECT_TIMEOUT = 10
-READ_TIMEOUT = 60
+READ_TIMEOUT = 20
 ATTEMPTS = 3
 # Requests in flight at once when many objects are read or listed.
 MAX_WORKERS = 32
@@ -388,14 +390,16 @@ class _GCS:
                     or os.environ.get("CLOUD_STORAGE_EMULATOR_ENDPOINT") or None)
         self.endpoint = endpoint or "https://storage.googleapis.com"
         options = {"api_endpoint": endpoint} if endpoint else None
-        anonymous = os.environ.get("DALI_GCS_ANONYMOUS", "0").strip() not in ("", "0")
-        if anonymous:
-            self.client = storage.Client.create_anonymous_client()
-            if options:
-                self.client = storage.Client(project="<none>", credentials=self.client._credentials,
-                                             client_options=options)
+        if os.environ.get("DALI_GCS_ANONYMOUS", "0").strip() not in ("", "0"):
+            from google.auth.credentials import AnonymousCredentials
+
+            self.client = storage.Client(project="<none>", credentials=AnonymousCredentials(),
+                                         client_options=options)
         else:
-            self.client = storage.Client(client_options=options)
+            try:
+                self.client = storage.Client(client_options=options)
+            except self.auth_exceptions.DefaultCredentialsError as e:
+                self.client = _Raising(e)  # raised by each request, with its URI
 
     def list(self, bucket, prefix, delimiter=False):
         blobs = self.client.list_blobs(bucket, prefix=prefix, delimiter="/" if delimiter else None,
@@ -415,6 +419,8 @@ class _GCS:
                                       retry=self.retry, checksum=None)
 
     def translate(self, error, uri, listing):
+        if isinstance(error, self.api_exceptions.RetryError) and error.cause is not None:
+            error = error.cause  # the retries ran out: the last failure says why
         if isinstance(error, self.auth_exceptions.DefaultCredentialsError):
             return PermissionError(
                 f"No Google credentials found for {uri!r}: set GOOGLE_APPLICATION_CREDENTIALS "
@@ -428,6 +434,16 @@ class _GCS:
                 code = "NoSuchBucket"
             return _by_code(code, uri, listing, error)
         return None
+
+
+class _Raising:
+    """Stands for a client that could not be made: any use raises `error`."""
+
+    def __init__(self, error):
+        self.error = error
+
+    def __getattr__(self, name):
+        raise self.error
 
 
 _DENIED = ("AccessDenied", "403", "AllAccessDisabled", "InvalidAccessKeyId",

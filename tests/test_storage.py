@@ -292,3 +292,60 @@ def test_dali_reads_and_decodes_s3_uris(s3_server):
         image = np.asarray(images[i])
         assert image.shape == (height, width, 3)
         np.testing.assert_allclose(image.reshape(-1, 3).mean(0), colour, atol=4)
+
+
+def test_server_that_stops_answering_fails_in_bounded_time(s3_server, monkeypatch):
+    """A server that accepts connections and never answers: the read times out."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # connections complete in the kernel, and nothing answers
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{silent.getsockname()[1]}")
+        monkeypatch.setattr(storage, "READ_TIMEOUT", 1)
+        storage.reset_clients()
+        try:
+            start = time.monotonic()
+            with pytest.raises(ConnectionError, match=f"for '{_uri('cats/1.jpg')}'"):
+                storage.read_object(_uri("cats/1.jpg"))
+            assert time.monotonic() - start < 3 * storage.ATTEMPTS
+        finally:
+            monkeypatch.undo()
+            storage.reset_clients()
+
+
+# --- gs:// without a server ---------------------------------------------------------
+
+
+def _gcs_environment(monkeypatch, **variables):
+    pytest.importorskip("google.cloud.storage", reason="needs pip install 'dalipipe[gcs]'")
+    for name in ("GOOGLE_APPLICATION_CREDENTIALS", "DALI_GCS_ENDPOINT_URL",
+                 "CLOUD_STORAGE_EMULATOR_ENDPOINT", "STORAGE_EMULATOR_HOST", "DALI_GCS_ANONYMOUS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(storage, "READ_TIMEOUT", 1)
+    storage.reset_clients()
+
+
+def test_gcs_unreachable_endpoint(monkeypatch):
+    """DALI's variables point the GCS client at a closed port of 127.0.0.1."""
+    _gcs_environment(monkeypatch, DALI_GCS_ANONYMOUS="1",
+                     DALI_GCS_ENDPOINT_URL=f"http://127.0.0.1:{_free_port()}")
+    try:
+        start = time.monotonic()
+        with pytest.raises(ConnectionError, match="for 'gs://bucket/photos'"):
+            storage.list_objects("gs://bucket/photos")
+        assert time.monotonic() - start < 30
+    finally:
+        monkeypatch.undo()
+        storage.reset_clients()
+
+
+def test_gcs_without_credentials(monkeypatch, tmp_path):
+    _gcs_environment(monkeypatch, GOOGLE_APPLICATION_CREDENTIALS=str(tmp_path / "none.json"),
+                     NO_GCE_CHECK="true", GCE_METADATA_HOST="127.0.0.1:1")
+    try:
+        with pytest.raises(PermissionError, match="No Google credentials found for 'gs://bucket/x.jpg'"):
+            storage.read_object("gs://bucket/x.jpg")
+    finally:
+        monkeypatch.undo()
+        storage.reset_clients()
