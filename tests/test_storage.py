@@ -349,3 +349,33 @@ def test_gcs_without_credentials(monkeypatch, tmp_path):
     finally:
         monkeypatch.undo()
         storage.reset_clients()
+
+
+def test_open_object_streams(s3_server):
+    data = _jpeg(*IMAGES["cats/2.jpg"])
+    with storage.open_object(_uri("cats/2.jpg"), buffer_size=64) as f:
+        assert f.read(2) == b"\xff\xd8"
+        assert f.read(10) == data[2:12]
+        assert f.read() == data[12:]
+        assert f.read(1) == b""
+    with pytest.raises(FileNotFoundError, match=f"'{_uri('cats/404.jpg')}'"):
+        storage.open_object(_uri("cats/404.jpg"))
+
+
+def test_stamp_follows_the_etag(s3_server):
+    one, two = storage.list_objects(f"s3://{BUCKET}/data")[:2]
+    assert one.stamp()[0] == one.size and one.stamp() != two.stamp()
+    assert storage.stat(_uri(one.key)).stamp() == one.stamp()
+    assert all(-(2 ** 63) <= n < 2 ** 63 for n in one.stamp())
+
+
+def test_replaced_object_changes_its_stamp(s3_server):
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=s3_server)
+    uri = f"s3://{BUCKET}/replaced/1.jpg"
+    client.put_object(Bucket=BUCKET, Key="replaced/1.jpg", Body=_jpeg(8, 8, (0, 0, 0)))
+    before = storage.stat(uri)
+    client.put_object(Bucket=BUCKET, Key="replaced/1.jpg", Body=_jpeg(8, 8, (255, 255, 255)))
+    after = storage.stat(uri)
+    assert before.etag != after.etag and before.stamp() != after.stamp()
