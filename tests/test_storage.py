@@ -2,7 +2,9 @@
 
 The server is moto's (`moto[server]`): a real HTTP S3 API that boto3 and DALI's AWS
 SDK both talk to, started once for the module on a free port of 127.0.0.1 and
-stopped at its end. No request leaves this machine: the AWS variables point both
+stopped at its end. It runs in a process of its own: DALI's readers fetch their
+first batches inside `pipe.build()`, which holds the GIL, so a server on a thread of
+the test's process could not answer them. No request leaves this machine: the AWS variables point both
 clients at it, and the instance metadata service is switched off.
 
 `gs://` has no server here: its URIs and its missing-client error are tested.
@@ -12,8 +14,9 @@ import hashlib
 import io
 import os
 import socket
+import subprocess
 import sys
-import threading
+import tempfile
 import time
 
 import numpy as np
@@ -63,21 +66,21 @@ def s3_server():
     """The endpoint URL of a moto S3 server on 127.0.0.1, with the process's AWS
     variables pointing at it, and the bucket `photos` filled with `IMAGES` (under
     `data/`), a folder marker and a CSV file."""
-    moto_server = pytest.importorskip("moto.server", reason="needs moto's server: pip install 'moto[server]'")
+    pytest.importorskip("moto.server", reason="needs moto's server: pip install 'moto[server]'")
+    pytest.importorskip("flask", reason="needs moto's server: pip install 'moto[server]'")
     boto3 = pytest.importorskip("boto3", reason="needs boto3: pip install 'dalipipe[s3]'")
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port(), verbose=False)
-    starter = threading.Thread(target=server.start, daemon=True)
-    starter.start()
-    starter.join(_STARTUP_SECONDS)
-    if starter.is_alive():
-        pytest.fail(f"moto's S3 server did not start within {_STARTUP_SECONDS} s")
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
+    port = _free_port()
+    log = tempfile.TemporaryFile()  # a line per request: a pipe would fill and block it
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=log, stderr=subprocess.STDOUT)
+    endpoint = f"http://127.0.0.1:{port}"
     saved = {name: os.environ.get(name) for name in [*_ENVIRONMENT, "AWS_ENDPOINT_URL"]}
     os.environ.update(_ENVIRONMENT, AWS_ENDPOINT_URL=endpoint)
     storage.reset_clients()
     try:
         client = boto3.client("s3", endpoint_url=endpoint)
+        _wait_for(server, client, log)
         client.create_bucket(Bucket=BUCKET)
         for key, spec in IMAGES.items():
             client.put_object(Bucket=BUCKET, Key=f"data/{key}", Body=_jpeg(*spec))
@@ -86,13 +89,36 @@ def s3_server():
         client.create_bucket(Bucket="empty")
         yield endpoint
     finally:
-        server.stop()
+        server.terminate()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(10)
+        log.close()
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
         storage.reset_clients()
+
+
+def _wait_for(server, client, log):
+    """Waits until the server answers, at most `_STARTUP_SECONDS`."""
+    deadline = time.monotonic() + _STARTUP_SECONDS
+    while True:
+        if server.poll() is not None:
+            log.seek(0)
+            pytest.fail(f"moto's S3 server exited ({server.returncode}): "
+                        f"{log.read().decode(errors='replace')[-2000:]}")
+        try:
+            client.list_buckets()
+            return
+        except Exception:  # not listening yet
+            if time.monotonic() > deadline:
+                pytest.fail(f"moto's S3 server did not answer within {_STARTUP_SECONDS} s")
+            time.sleep(0.1)
 
 
 def _uri(key):
@@ -379,3 +405,42 @@ def test_replaced_object_changes_its_stamp(s3_server):
     client.put_object(Bucket=BUCKET, Key="replaced/1.jpg", Body=_jpeg(8, 8, (255, 255, 255)))
     after = storage.stat(uri)
     assert before.etag != after.etag and before.stamp() != after.stamp()
+
+
+def test_dali_reads_tfrecord_files_from_s3(s3_server, tmp_path):
+    """DALI's TFRecord reader reads an `s3://` TFRecord file itself, with a local index
+    (written here by dalipipe, in DALI's format)."""
+    pytest.importorskip("nvidia.dali")
+    import boto3
+    import nvidia.dali.tfrecord as tfrec
+    from nvidia.dali import fn, pipeline_def, types
+
+    from dalipipe import tfrecord
+
+    keys = list(IMAGES)
+    files = []
+    for key in keys:
+        files.append(tmp_path / key.replace("/", "_"))
+        files[-1].write_bytes(_jpeg(*IMAGES[key]))
+    tfrecord.write_tfrecords([str(f) for f in files], np.arange(len(keys)) % 2, ["a", "b"],
+                             str(tmp_path / "records"))
+    shard, = [p for p in (tmp_path / "records").iterdir() if p.suffix == ".tfrecord"]
+    index = tmp_path / "train.idx"
+    tfrecord.write_index(str(shard), str(index))
+    boto3.client("s3", endpoint_url=s3_server).upload_file(str(shard), BUCKET, "records/train.tfrecord")
+
+    @pipeline_def(batch_size=len(keys), num_threads=2, device_id=None)
+    def read():
+        records = fn.readers.tfrecord(
+            path=f"s3://{BUCKET}/records/train.tfrecord", index_path=str(index),
+            features={"image/encoded": tfrec.FixedLenFeature((), tfrec.string, ""),
+                      "image/class/label": tfrec.FixedLenFeature([1], tfrec.int64, -1)})
+        return fn.decoders.image(records["image/encoded"], device="cpu", output_type=types.RGB), \
+            records["image/class/label"]
+
+    pipe = read()
+    pipe.build()
+    images, labels = pipe.run()
+    for i, key in enumerate(keys):
+        assert np.asarray(images[i]).shape[:2] == IMAGES[key][:2]
+        assert int(np.asarray(labels[i])[0]) == i % 2
