@@ -10,6 +10,7 @@ clients at it, and the instance metadata service is switched off.
 `gs://` has no server here: its URIs and its missing-client error are tested.
 """
 
+import contextlib
 import hashlib
 import io
 import os
@@ -61,41 +62,52 @@ _ENVIRONMENT = {
 }
 
 
-@pytest.fixture(scope="module")
-def s3_server():
-    """The endpoint URL of a moto S3 server on 127.0.0.1, with the process's AWS
-    variables pointing at it, and the bucket `photos` filled with `IMAGES` (under
-    `data/`), a folder marker and a CSV file."""
+@contextlib.contextmanager
+def _moto_server(**environment):
+    """The endpoint URL of a moto S3 server on a free port of 127.0.0.1, in a process
+    of its own with `environment` added, stopped on exit."""
     pytest.importorskip("moto.server", reason="needs moto's server: pip install 'moto[server]'")
     pytest.importorskip("flask", reason="needs moto's server: pip install 'moto[server]'")
     boto3 = pytest.importorskip("boto3", reason="needs boto3: pip install 'dalipipe[s3]'")
     port = _free_port()
-    log = tempfile.TemporaryFile()  # a line per request: a pipe would fill and block it
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=log, stderr=subprocess.STDOUT)
     endpoint = f"http://127.0.0.1:{port}"
-    saved = {name: os.environ.get(name) for name in [*_ENVIRONMENT, "AWS_ENDPOINT_URL"]}
-    os.environ.update(_ENVIRONMENT, AWS_ENDPOINT_URL=endpoint)
-    storage.reset_clients()
-    try:
-        client = boto3.client("s3", endpoint_url=endpoint)
-        _wait_for(server, client, log)
-        client.create_bucket(Bucket=BUCKET)
-        for key, spec in IMAGES.items():
-            client.put_object(Bucket=BUCKET, Key=f"data/{key}", Body=_jpeg(*spec))
-        client.put_object(Bucket=BUCKET, Key="data/dogs/", Body=b"")  # a folder marker
-        client.put_object(Bucket=BUCKET, Key="data.csv", Body=b"path,label\ncats/1.jpg,cats\n")
-        client.create_bucket(Bucket="empty")
-        yield endpoint
-    finally:
-        server.terminate()
+    with tempfile.TemporaryFile() as log:  # a line per request: a pipe would fill and block it
+        server = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **environment})
         try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(10)
-        log.close()
+            _wait_for(server, boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                                           aws_access_key_id="x", aws_secret_access_key="x"), log)
+            yield endpoint
+        finally:
+            server.terminate()
+            try:
+                server.wait(10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait(10)
+
+
+@pytest.fixture(scope="module")
+def s3_server():
+    """The endpoint URL of a moto S3 server, with the process's AWS variables pointing
+    at it, and the bucket `photos` filled with `IMAGES` (under `data/`), a folder
+    marker and a CSV file."""
+    boto3 = pytest.importorskip("boto3", reason="needs boto3: pip install 'dalipipe[s3]'")
+    saved = {name: os.environ.get(name) for name in [*_ENVIRONMENT, "AWS_ENDPOINT_URL"]}
+    try:
+        with _moto_server() as endpoint:
+            os.environ.update(_ENVIRONMENT, AWS_ENDPOINT_URL=endpoint)
+            storage.reset_clients()
+            client = boto3.client("s3", endpoint_url=endpoint)
+            client.create_bucket(Bucket=BUCKET)
+            for key, spec in IMAGES.items():
+                client.put_object(Bucket=BUCKET, Key=f"data/{key}", Body=_jpeg(*spec))
+            client.put_object(Bucket=BUCKET, Key="data/dogs/", Body=b"")  # a folder marker
+            client.put_object(Bucket=BUCKET, Key="data.csv", Body=b"path,label\ncats/1.jpg,cats\n")
+            client.create_bucket(Bucket="empty")
+            yield endpoint
+    finally:
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
@@ -106,6 +118,8 @@ def s3_server():
 
 def _wait_for(server, client, log):
     """Waits until the server answers, at most `_STARTUP_SECONDS`."""
+    import botocore.exceptions
+
     deadline = time.monotonic() + _STARTUP_SECONDS
     while True:
         if server.poll() is not None:
@@ -115,7 +129,9 @@ def _wait_for(server, client, log):
         try:
             client.list_buckets()
             return
-        except Exception:  # not listening yet
+        except botocore.exceptions.ClientError:  # an answer, if a refusal
+            return
+        except botocore.exceptions.BotoCoreError:  # not listening yet
             if time.monotonic() > deadline:
                 pytest.fail(f"moto's S3 server did not answer within {_STARTUP_SECONDS} s")
             time.sleep(0.1)
@@ -275,6 +291,21 @@ def test_unreachable_endpoint_fails_fast(s3_server, monkeypatch):
     finally:
         monkeypatch.undo()
         storage.reset_clients()
+
+
+def test_wrong_credentials(s3_server, monkeypatch):
+    """A server that checks signatures (moto with IAM checks on) rejects unknown keys."""
+    with _moto_server(INITIAL_NO_AUTH_ACTION_COUNT="0") as checking:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", checking)
+        storage.reset_clients()
+        try:
+            with pytest.raises(PermissionError, match=rf"Access denied to 's3://{BUCKET}/data' \(InvalidAccessKeyId\)"):
+                storage.list_objects(f"s3://{BUCKET}/data")
+            with pytest.raises(PermissionError, match=f"Access denied to '{_uri('cats/1.jpg')}'"):
+                storage.read_object(_uri("cats/1.jpg"))
+        finally:
+            monkeypatch.undo()
+            storage.reset_clients()
 
 
 def test_missing_credentials(s3_server, monkeypatch):
