@@ -78,10 +78,10 @@ def list_objects(uri, *, max_workers=MAX_WORKERS):
 
     `uri` names a folder: `"s3://bucket/photos"` and `"s3://bucket/photos/"` both list
     the keys that start with `photos/` (`"s3://bucket"` lists the bucket). The first
-    level is listed with a delimiter, then each of its folders on its own thread, so
-    that a class-folder layout of 100,000 objects is listed in about
-    100,000 / 1,000 / `max_workers` round trips rather than 100 in a row. Folder
-    markers (keys ending in `/`) are left out.
+    level is listed with a delimiter, then each of its folders on its own thread
+    (`max_workers` at a time): a listing request returns at most 1,000 keys, so the
+    100,000 objects of 100 class folders take about 100 requests, in parallel rather
+    than in a row. Folder markers (keys ending in `/`) are left out.
 
     Returns:
         A list of `ObjectInfo` with keys relative to the prefix, sorted as a local
