@@ -12,13 +12,21 @@ def is_remote(path):
     Local paths (no `scheme://`) are not. Other schemes raise.
 
     Raises:
-        ValueError: for a URI of another scheme (`http://`, `hdfs://`, ...).
+        ValueError: for a URI of another scheme (`http://`, `hdfs://`, `S3://`), or
+            one whose `//` a `pathlib.Path` collapsed (`s3:/bucket/key`).
     """
     if isinstance(path, os.PathLike):
         path = os.fspath(path)
     if isinstance(path, bytes):
         path = os.fsdecode(path)
-    if not isinstance(path, str) or "://" not in path:
+    if not isinstance(path, str):
+        return False
+    if "://" not in path:
+        if path.startswith(tuple(f"{scheme}:/" for scheme in SCHEMES)):
+            raise ValueError(
+                f"{path!r} looks like an object storage URI whose '//' was collapsed (as "
+                f"pathlib.Path does): pass URIs as strings, s3://bucket/key."
+            )
         return False
     scheme = path.split("://", 1)[0]
     if scheme in SCHEMES:
