@@ -478,3 +478,19 @@ def test_dali_reads_tfrecord_files_from_s3(s3_server, tmp_path):
     for i, key in enumerate(keys):
         assert np.asarray(images[i]).shape[:2] == IMAGES[key][:2]
         assert int(np.asarray(labels[i])[0]) == i % 2
+
+
+def test_parent():
+    assert storage.parent("s3://b/p/data.csv") == "s3://b/p/"
+    assert storage.parent("gs://b/data.csv") == "gs://b/"
+    assert storage.join(storage.parent("s3://b/p/data.csv"), "cats/1.jpg") == "s3://b/p/cats/1.jpg"
+
+
+@pytest.mark.parametrize("list_from", [1, 1000])  # by listing, and by HEAD requests
+def test_find_objects(s3_server, monkeypatch, list_from):
+    monkeypatch.setattr(storage, "_LIST_FROM", list_from)
+    uris = [_uri("cats/z/3.jpg"), _uri("dogs/404.jpg"), f"s3://{BUCKET}/data.csv", _uri("cats/1.jpg"),
+            "s3://nowhere/x.jpg"]
+    found = storage.find_objects(uris)
+    assert [None if f is None else f.key for f in found] == [uris[0], None, uris[2], uris[3], None]
+    assert found[0] == storage.stat(uris[0]) and found[2] == storage.stat(uris[2])

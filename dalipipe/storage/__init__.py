@@ -37,7 +37,7 @@ import posixpath
 import threading
 from typing import Callable, NamedTuple, Sequence
 
-from dalipipe.storage.uris import SCHEMES, is_remote, join, object_uri, split_uri
+from dalipipe.storage.uris import SCHEMES, is_remote, join, object_uri, parent, split_uri
 from dalipipe.utils import progress
 
 _CLIENT_PACKAGES = {"s3": ("boto3", "s3"), "gs": ("google-cloud-storage", "gcs")}
@@ -254,6 +254,42 @@ def stat_objects(uris, *, max_workers=MAX_WORKERS):
         return list(pool.map(one, uris))
 
 
+def find_objects(uris, *, max_workers=MAX_WORKERS):
+    """`stat_objects` for many URIs, by listing where that is cheaper.
+
+    The URIs of each bucket are found by listing their longest common folder when
+    there are at least `_LIST_FROM` of them (a listing request answers for 1,000
+    objects, a HEAD for one), else by HEAD requests.
+
+    Returns:
+        A list aligned with `uris`: an `ObjectInfo` (key = the URI), or None for a
+        missing object.
+    """
+    found = {}
+    by_bucket = {}
+    for uri in uris:
+        scheme, bucket, key = object_uri(uri)
+        by_bucket.setdefault((scheme, bucket), []).append(key)
+    for (scheme, bucket), keys in by_bucket.items():
+        if len(keys) < _LIST_FROM:
+            continue
+        folder = posixpath.commonpath(["/" + posixpath.dirname(k) for k in keys]).strip("/")
+        base = f"{scheme}://{bucket}/{folder + '/' if folder else ''}"
+        try:
+            listed = list_objects(base, max_workers=max_workers)
+        except ValueError:  # no such bucket, or an empty folder: none of them exists
+            listed = []
+        found.update((base + o.key, ObjectInfo(base + o.key, o.size, o.etag)) for o in listed)
+        found.update((f"{scheme}://{bucket}/{k}", None) for k in keys
+                     if f"{scheme}://{bucket}/{k}" not in found)
+    rest = [uri for uri in uris if uri not in found]
+    found.update(zip(rest, stat_objects(rest, max_workers=max_workers)))
+    return [found[uri] for uri in uris]
+
+
+_LIST_FROM = 100
+
+
 def missing_client_message(scheme):
     """What to install for `scheme`'s URIs."""
     package, extra = _CLIENT_PACKAGES[scheme]
@@ -309,5 +345,5 @@ class _errors:
 
 __all__ = [
     "ObjectInfo", "is_remote", "split_uri", "join", "list_objects", "stat", "read_object",
-    "open_object", "map_objects", "read_objects", "stat_objects", "reset_clients", "SCHEMES",
+    "open_object", "map_objects", "find_objects", "parent", "read_objects", "stat_objects", "reset_clients", "SCHEMES",
 ]

@@ -79,6 +79,14 @@ def join(root, relative):
     return f"{scheme}://{bucket}/{'' if joined == '.' else joined}"
 
 
+def parent(uri):
+    """The folder that holds the object `uri`: `parent("s3://b/p/data.csv")` is
+    `"s3://b/p/"` (`"s3://b/"` for an object at the top of the bucket)."""
+    scheme, bucket, key = split_uri(uri)
+    folder = posixpath.dirname(key.rstrip("/"))
+    return f"{scheme}://{bucket}/{folder + '/' if folder else ''}"
+
+
 def object_uri(uri):
     """`split_uri` of the URI of an object (its key does not end in `/`)."""
     scheme, bucket, key = split_uri(uri)
