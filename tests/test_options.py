@@ -7,9 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from dalipipe.devices import GPU_NUM_THREADS
 from dalipipe.options import Options
-from dalipipe.utils import usable_cores
 
 
 def message_of(**options):
@@ -244,13 +242,6 @@ def test_resolved_draws_a_seed_once_and_keeps_a_given_one():
     assert len(drawn) > 1 and all(type(s) is int and 0 <= s < 2 ** 31 for s in drawn)
     resolved = Options(seed=11).resolved()
     assert resolved.seed == 11 and resolved.resolved().seed == 11
-
-
-def test_resolved_threads_are_the_usable_cores_or_dali_s_gpu_default():
-    assert GPU_NUM_THREADS == 4
-    assert Options(device="gpu").resolved().num_threads == min(4, usable_cores())
-    assert Options(device="cpu").resolved().num_threads == usable_cores()
-    assert Options(device="gpu", num_threads=7).resolved().num_threads == 7
 
 
 def test_resolved_data_format_is_keras_s_image_data_format(tmp_path, monkeypatch):

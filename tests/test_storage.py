@@ -1,0 +1,496 @@
+"""Object storage (`dalipipe.storage`) against a real S3 server on 127.0.0.1.
+
+The server is moto's (`moto[server]`): a real HTTP S3 API that boto3 and DALI's AWS
+SDK both talk to, started once for the session on a free port of 127.0.0.1 and
+stopped at its end. It runs in a process of its own: DALI's readers fetch their
+first batches inside `pipe.build()`, which holds the GIL, so a server on a thread of
+the test's process could not answer them. No request leaves this machine: the AWS variables point both
+clients at it, and the instance metadata service is switched off.
+
+`gs://` has no server here: its URIs and its missing-client error are tested.
+"""
+
+import contextlib
+import hashlib
+import io
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from dalipipe import storage
+
+BUCKET = "photos"
+# key under s3://photos/data/ -> (height, width, colour)
+IMAGES = {
+    "cats/1.jpg": (24, 32, (200, 30, 30)),
+    "cats/2.jpg": (20, 20, (190, 40, 20)),
+    "cats/z/3.jpg": (16, 24, (180, 50, 10)),
+    "cats-b/4.jpg": (18, 18, (30, 200, 30)),
+    "dogs/5.jpg": (30, 16, (30, 30, 200)),
+}
+_STARTUP_SECONDS = 30
+
+
+def _jpeg(height, width, colour):
+    buffer = io.BytesIO()
+    Image.new("RGB", (width, height), colour).save(buffer, format="JPEG", quality=95)
+    return buffer.getvalue()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+_ENVIRONMENT = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_REGION": "us-east-1",
+    # No instance metadata requests, no user's ~/.aws files, no proxies.
+    "AWS_EC2_METADATA_DISABLED": "true",
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    "NO_PROXY": "127.0.0.1",
+}
+
+
+@contextlib.contextmanager
+def _moto_server(**environment):
+    """The endpoint URL of a moto S3 server on a free port of 127.0.0.1, in a process
+    of its own with `environment` added, stopped on exit."""
+    pytest.importorskip("moto.server", reason="needs moto's server: pip install 'moto[server]'")
+    pytest.importorskip("flask", reason="needs moto's server: pip install 'moto[server]'")
+    boto3 = pytest.importorskip("boto3", reason="needs boto3: pip install 'dalipipe[s3]'")
+    port = _free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryFile() as log:  # a line per request: a pipe would fill and block it
+        server = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **environment})
+        try:
+            _wait_for(server, boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                                           aws_access_key_id="x", aws_secret_access_key="x"), log)
+            yield endpoint
+        finally:
+            server.terminate()
+            try:
+                server.wait(10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait(10)
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """The endpoint URL of a moto S3 server, with the process's AWS variables pointing
+    at it, and the bucket `photos` filled with `IMAGES` (under `data/`), a folder
+    marker and a CSV file."""
+    boto3 = pytest.importorskip("boto3", reason="needs boto3: pip install 'dalipipe[s3]'")
+    saved = {name: os.environ.get(name) for name in [*_ENVIRONMENT, "AWS_ENDPOINT_URL"]}
+    try:
+        with _moto_server() as endpoint:
+            os.environ.update(_ENVIRONMENT, AWS_ENDPOINT_URL=endpoint)
+            storage.reset_clients()
+            client = boto3.client("s3", endpoint_url=endpoint)
+            client.create_bucket(Bucket=BUCKET)
+            for key, spec in IMAGES.items():
+                client.put_object(Bucket=BUCKET, Key=f"data/{key}", Body=_jpeg(*spec))
+            client.put_object(Bucket=BUCKET, Key="data/dogs/", Body=b"")  # a folder marker
+            client.put_object(Bucket=BUCKET, Key="data.csv", Body=b"path,label\ncats/1.jpg,cats\n")
+            client.create_bucket(Bucket="empty")
+            yield endpoint
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        storage.reset_clients()
+
+
+def _wait_for(server, client, log):
+    """Waits until the server answers, at most `_STARTUP_SECONDS`."""
+    import botocore.exceptions
+
+    deadline = time.monotonic() + _STARTUP_SECONDS
+    while True:
+        if server.poll() is not None:
+            log.seek(0)
+            pytest.fail(f"moto's S3 server exited ({server.returncode}): "
+                        f"{log.read().decode(errors='replace')[-2000:]}")
+        try:
+            client.list_buckets()
+            return
+        except botocore.exceptions.ClientError:  # an answer, if a refusal
+            return
+        except botocore.exceptions.BotoCoreError:  # not listening yet
+            if time.monotonic() > deadline:
+                pytest.fail(f"moto's S3 server did not answer within {_STARTUP_SECONDS} s")
+            time.sleep(0.1)
+
+
+def _uri(key):
+    return f"s3://{BUCKET}/data/{key}"
+
+
+# --- URIs ---------------------------------------------------------------------------
+
+
+def test_is_remote():
+    assert storage.is_remote("s3://bucket/key") and storage.is_remote("gs://bucket/key")
+    assert not storage.is_remote("/data/cats/1.jpg")
+    assert not storage.is_remote("cats/1.jpg")
+    assert not storage.is_remote(b"/data/x.jpg")
+    for other in ("http://host/x.jpg", "hdfs://cluster/x", "S3://bucket/key"):
+        with pytest.raises(ValueError, match=f"Received: '{other}'"):
+            storage.is_remote(other)
+    with pytest.raises(ValueError, match="'s3:/bucket/key' looks like .* collapsed"):
+        storage.is_remote(pathlib.Path("s3://bucket/key"))
+
+
+def test_split_uri():
+    assert storage.split_uri("s3://bucket/a/b.jpg") == ("s3", "bucket", "a/b.jpg")
+    assert storage.split_uri("gs://bucket") == ("gs", "bucket", "")
+    with pytest.raises(ValueError, match="name a bucket"):
+        storage.split_uri("s3:///key")
+    with pytest.raises(ValueError, match="Received: '/local/path'"):
+        storage.split_uri("/local/path")
+
+
+def test_join():
+    assert storage.join("s3://b/photos", "cats/1.jpg") == "s3://b/photos/cats/1.jpg"
+    assert storage.join("s3://b/photos/", "./cats/../dogs/2.jpg") == "s3://b/photos/dogs/2.jpg"
+    assert storage.join("gs://b", "x.png") == "gs://b/x.png"
+    assert storage.join("s3://b/photos", "gs://c/y.jpg") == "gs://c/y.jpg"
+    assert storage.join("s3://b/photos", "/local/y.jpg") == "/local/y.jpg"
+    with pytest.raises(ValueError, match=r"root='s3://b/photos' and the path '../../x.jpg'"):
+        storage.join("s3://b/photos", "../../x.jpg")
+    with pytest.raises(ValueError, match="Received: '/local'"):
+        storage.join("/local", "x.jpg")
+
+
+def test_object_uri_must_name_an_object():
+    with pytest.raises(ValueError, match="not of a folder. Received: 's3://b/photos/'"):
+        storage.read_object("s3://b/photos/")
+
+
+# --- Missing clients ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scheme, module, extra", [
+    ("s3", "boto3", "s3"), ("gs", "google.cloud.storage", "gcs"),
+])
+def test_missing_client_names_the_extra(monkeypatch, scheme, module, extra):
+    monkeypatch.setitem(sys.modules, module, None)  # `import module` raises ImportError
+    storage.reset_clients()
+    try:
+        with pytest.raises(ImportError, match=rf"pip install 'dalipipe\[{extra}\]'"):
+            storage.list_objects(f"{scheme}://bucket/photos")
+        with pytest.raises(ImportError, match=rf"pip install 'dalipipe\[{extra}\]'"):
+            storage.read_object(f"{scheme}://bucket/photos/1.jpg")
+    finally:
+        storage.reset_clients()
+
+
+# --- Listing ------------------------------------------------------------------------
+
+
+def test_list_objects(s3_server):
+    found = storage.list_objects(f"s3://{BUCKET}/data")
+    # A local folder's walk order: folders sorted by path, then files by name
+    # ("cats" < "cats-b" < "cats/z", as os.walk's sorted dirpaths).
+    assert [o.key for o in found] == [
+        "cats/1.jpg", "cats/2.jpg", "cats-b/4.jpg", "cats/z/3.jpg", "dogs/5.jpg"]
+    for info in found:
+        data = _jpeg(*IMAGES[info.key])
+        assert info.size == len(data)
+        assert info.etag == hashlib.md5(data).hexdigest()  # a single-part upload's ETag
+    assert storage.list_objects(f"s3://{BUCKET}/data/") == found
+    assert [o.key for o in storage.list_objects(f"s3://{BUCKET}/data/cats/z")] == ["3.jpg"]
+    whole = storage.list_objects(f"s3://{BUCKET}")
+    assert [o.key for o in whole] == ["data.csv"] + [f"data/{o.key}" for o in found]
+
+
+def test_list_objects_errors(s3_server):
+    with pytest.raises(ValueError, match="No such bucket 'nowhere' for 's3://nowhere/data'"):
+        storage.list_objects("s3://nowhere/data")
+    with pytest.raises(ValueError, match="No objects found under 's3://empty'"):
+        storage.list_objects("s3://empty")
+    # A prefix is a folder: "dat" does not list "data/...".
+    with pytest.raises(ValueError, match=f"No objects found under 's3://{BUCKET}/dat'"):
+        storage.list_objects(f"s3://{BUCKET}/dat")
+
+
+# --- Reading ------------------------------------------------------------------------
+
+
+def test_read_and_stat(s3_server):
+    data = _jpeg(*IMAGES["dogs/5.jpg"])
+    assert storage.read_object(_uri("dogs/5.jpg")) == data
+    info = storage.stat(_uri("dogs/5.jpg"))
+    assert info == (_uri("dogs/5.jpg"), len(data), hashlib.md5(data).hexdigest())
+    assert storage.read_object(f"s3://{BUCKET}/data.csv").decode().splitlines()[0] == "path,label"
+
+
+def test_ranged_reads(s3_server):
+    data = _jpeg(*IMAGES["cats/1.jpg"])
+    uri = _uri("cats/1.jpg")
+    assert storage.read_object(uri, 0, 2) == data[:2] == b"\xff\xd8"
+    assert storage.read_object(uri, 100, 50) == data[100:150]
+    assert storage.read_object(uri, len(data) - 2, 10) == data[-2:] == b"\xff\xd9"
+    assert storage.read_object(uri, 10) == data[10:]
+    assert storage.read_object(uri, 5, 0) == b""
+    with pytest.raises(ValueError, match="starts past its end"):
+        storage.read_object(uri, len(data) + 10, 4)
+    with pytest.raises(ValueError, match="offset=-1"):
+        storage.read_object(uri, -1, 4)
+
+
+def test_missing_objects(s3_server):
+    with pytest.raises(FileNotFoundError, match=f"No such object: '{_uri('cats/404.jpg')}'"):
+        storage.read_object(_uri("cats/404.jpg"))
+    with pytest.raises(FileNotFoundError, match=f"'{_uri('cats/404.jpg')}'"):
+        storage.stat(_uri("cats/404.jpg"))
+    with pytest.raises(FileNotFoundError, match="No such bucket 'nowhere'"):
+        storage.read_object("s3://nowhere/x.jpg")
+    assert storage.stat_objects([_uri("cats/1.jpg"), _uri("cats/404.jpg")])[1] is None
+
+
+def test_map_objects_reads_each_object_once(s3_server):
+    uris = [_uri(key) for key in IMAGES] + [_uri("cats/404.jpg")]
+    calls = []
+
+    def verdict(uri, data):
+        calls.append(uri)
+        return None if data is None else (len(data), data[:2], data[-2:])
+
+    results = storage.map_objects(uris, verdict, max_workers=3, verbose=False)
+    assert sorted(calls) == sorted(uris)
+    assert results[-1] is None
+    for key, result in zip(IMAGES, results):
+        assert result == (len(_jpeg(*IMAGES[key])), b"\xff\xd8", b"\xff\xd9")
+    assert storage.read_objects(uris[:2]) == [_jpeg(*IMAGES[k]) for k in list(IMAGES)[:2]]
+
+
+def test_unreachable_endpoint_fails_fast(s3_server, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{_free_port()}")
+    storage.reset_clients()
+    try:
+        start = time.monotonic()
+        with pytest.raises(ConnectionError, match=f"for 's3://{BUCKET}/data'"):
+            storage.list_objects(f"s3://{BUCKET}/data")
+        with pytest.raises(ConnectionError, match=f"for '{_uri('cats/1.jpg')}'"):
+            storage.read_object(_uri("cats/1.jpg"))
+        assert time.monotonic() - start < 30
+    finally:
+        monkeypatch.undo()
+        storage.reset_clients()
+
+
+def test_wrong_credentials(s3_server, monkeypatch):
+    """A server that checks signatures (moto with IAM checks on) rejects unknown keys."""
+    with _moto_server(INITIAL_NO_AUTH_ACTION_COUNT="0") as checking:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", checking)
+        storage.reset_clients()
+        try:
+            with pytest.raises(PermissionError, match=rf"Access denied to 's3://{BUCKET}/data' \(InvalidAccessKeyId\)"):
+                storage.list_objects(f"s3://{BUCKET}/data")
+            with pytest.raises(PermissionError, match=f"Access denied to '{_uri('cats/1.jpg')}'"):
+                storage.read_object(_uri("cats/1.jpg"))
+        finally:
+            monkeypatch.undo()
+            storage.reset_clients()
+
+
+def test_missing_credentials(s3_server, monkeypatch):
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    storage.reset_clients()
+    try:
+        with pytest.raises(PermissionError, match=f"No AWS credentials found for 's3://{BUCKET}/data'"):
+            storage.list_objects(f"s3://{BUCKET}/data")
+    finally:
+        monkeypatch.undo()
+        storage.reset_clients()
+
+
+# --- DALI reads the same URIs -------------------------------------------------------
+
+
+def test_dali_reads_and_decodes_s3_uris(s3_server):
+    """`fn.io.file.read` fetches `s3://` URIs from the server the environment names,
+    given as dalipipe's packed sample rows (label, then the NUL-padded path)."""
+    pytest.importorskip("nvidia.dali")
+    from nvidia.dali import fn, pipeline_def, types
+
+    from dalipipe.sources import encode_samples
+
+    keys = list(IMAGES)
+    rows = encode_samples([_uri(k) for k in keys], np.arange(len(keys), dtype=np.int32))
+
+    @pipeline_def(batch_size=len(keys), num_threads=2, device_id=None)
+    def read():
+        samples = fn.external_source(source=lambda: list(rows), dtype=types.UINT8, batch=True)
+        encoded = fn.io.file.read(samples[4:])
+        return encoded, fn.decoders.image(encoded, device="cpu", output_type=types.RGB)
+
+    pipe = read()
+    pipe.build()
+    encoded, images = pipe.run()
+    for i, key in enumerate(keys):
+        height, width, colour = IMAGES[key]
+        assert bytes(np.asarray(encoded[i])) == _jpeg(height, width, colour)
+        image = np.asarray(images[i])
+        assert image.shape == (height, width, 3)
+        np.testing.assert_allclose(image.reshape(-1, 3).mean(0), colour, atol=4)
+
+
+def test_server_that_stops_answering_fails_in_bounded_time(s3_server, monkeypatch):
+    """A server that accepts connections and never answers: the read times out."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # connections complete in the kernel, and nothing answers
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{silent.getsockname()[1]}")
+        monkeypatch.setattr(storage, "READ_TIMEOUT", 1)
+        storage.reset_clients()
+        try:
+            start = time.monotonic()
+            with pytest.raises(ConnectionError, match=f"for '{_uri('cats/1.jpg')}'"):
+                storage.read_object(_uri("cats/1.jpg"))
+            assert time.monotonic() - start < 3 * storage.ATTEMPTS
+        finally:
+            monkeypatch.undo()
+            storage.reset_clients()
+
+
+# --- gs:// without a server ---------------------------------------------------------
+
+
+def _gcs_environment(monkeypatch, **variables):
+    pytest.importorskip("google.cloud.storage", reason="needs pip install 'dalipipe[gcs]'")
+    for name in ("GOOGLE_APPLICATION_CREDENTIALS", "DALI_GCS_ENDPOINT_URL",
+                 "CLOUD_STORAGE_EMULATOR_ENDPOINT", "STORAGE_EMULATOR_HOST", "DALI_GCS_ANONYMOUS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(storage, "READ_TIMEOUT", 1)
+    storage.reset_clients()
+
+
+def test_gcs_unreachable_endpoint(monkeypatch):
+    """DALI's variables point the GCS client at a closed port of 127.0.0.1."""
+    _gcs_environment(monkeypatch, DALI_GCS_ANONYMOUS="1",
+                     DALI_GCS_ENDPOINT_URL=f"http://127.0.0.1:{_free_port()}")
+    try:
+        start = time.monotonic()
+        with pytest.raises(ConnectionError, match="for 'gs://bucket/photos'"):
+            storage.list_objects("gs://bucket/photos")
+        assert time.monotonic() - start < 30
+    finally:
+        monkeypatch.undo()
+        storage.reset_clients()
+
+
+def test_gcs_without_credentials(monkeypatch, tmp_path):
+    _gcs_environment(monkeypatch, GOOGLE_APPLICATION_CREDENTIALS=str(tmp_path / "none.json"),
+                     NO_GCE_CHECK="true", GCE_METADATA_HOST="127.0.0.1:1")
+    try:
+        with pytest.raises(PermissionError, match="No Google credentials found for 'gs://bucket/x.jpg'"):
+            storage.read_object("gs://bucket/x.jpg")
+    finally:
+        monkeypatch.undo()
+        storage.reset_clients()
+
+
+def test_open_object_streams(s3_server):
+    data = _jpeg(*IMAGES["cats/2.jpg"])
+    with storage.open_object(_uri("cats/2.jpg"), buffer_size=64) as f:
+        assert f.read(2) == b"\xff\xd8"
+        assert f.read(10) == data[2:12]
+        assert f.read() == data[12:]
+        assert f.read(1) == b""
+    with pytest.raises(FileNotFoundError, match=f"'{_uri('cats/404.jpg')}'"):
+        storage.open_object(_uri("cats/404.jpg"))
+
+
+def test_stamp_follows_the_etag(s3_server):
+    one, two = storage.list_objects(f"s3://{BUCKET}/data")[:2]
+    assert one.stamp()[0] == one.size and one.stamp() != two.stamp()
+    assert storage.stat(_uri(one.key)).stamp() == one.stamp()
+    assert all(-(2 ** 63) <= n < 2 ** 63 for n in one.stamp())
+
+
+def test_replaced_object_changes_its_stamp(s3_server):
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=s3_server)
+    uri = f"s3://{BUCKET}/replaced/1.jpg"
+    client.put_object(Bucket=BUCKET, Key="replaced/1.jpg", Body=_jpeg(8, 8, (0, 0, 0)))
+    before = storage.stat(uri)
+    client.put_object(Bucket=BUCKET, Key="replaced/1.jpg", Body=_jpeg(8, 8, (255, 255, 255)))
+    after = storage.stat(uri)
+    assert before.etag != after.etag and before.stamp() != after.stamp()
+
+
+def test_dali_reads_tfrecord_files_from_s3(s3_server, tmp_path):
+    """DALI's TFRecord reader reads an `s3://` TFRecord file itself, with a local index
+    (written here by dalipipe, in DALI's format)."""
+    pytest.importorskip("nvidia.dali")
+    import boto3
+    import nvidia.dali.tfrecord as tfrec
+    from nvidia.dali import fn, pipeline_def, types
+
+    from dalipipe import tfrecord
+
+    keys = list(IMAGES)
+    files = []
+    for key in keys:
+        files.append(tmp_path / key.replace("/", "_"))
+        files[-1].write_bytes(_jpeg(*IMAGES[key]))
+    tfrecord.write_tfrecords([str(f) for f in files], np.arange(len(keys)) % 2, ["a", "b"],
+                             str(tmp_path / "records"))
+    shard, = [p for p in (tmp_path / "records").iterdir() if p.suffix == ".tfrecord"]
+    index = tmp_path / "train.idx"
+    tfrecord.write_index(str(shard), str(index))
+    boto3.client("s3", endpoint_url=s3_server).upload_file(str(shard), BUCKET, "records/train.tfrecord")
+
+    @pipeline_def(batch_size=len(keys), num_threads=2, device_id=None)
+    def read():
+        records = fn.readers.tfrecord(
+            path=f"s3://{BUCKET}/records/train.tfrecord", index_path=str(index),
+            features={"image/encoded": tfrec.FixedLenFeature((), tfrec.string, ""),
+                      "image/class/label": tfrec.FixedLenFeature([1], tfrec.int64, -1)})
+        return fn.decoders.image(records["image/encoded"], device="cpu", output_type=types.RGB), \
+            records["image/class/label"]
+
+    pipe = read()
+    pipe.build()
+    images, labels = pipe.run()
+    for i, key in enumerate(keys):
+        assert np.asarray(images[i]).shape[:2] == IMAGES[key][:2]
+        assert int(np.asarray(labels[i])[0]) == i % 2
+
+
+def test_parent():
+    assert storage.parent("s3://b/p/data.csv") == "s3://b/p/"
+    assert storage.parent("gs://b/data.csv") == "gs://b/"
+    assert storage.join(storage.parent("s3://b/p/data.csv"), "cats/1.jpg") == "s3://b/p/cats/1.jpg"
+
+
+@pytest.mark.parametrize("list_from", [1, 1000])  # by listing, and by HEAD requests
+def test_find_objects(s3_server, monkeypatch, list_from):
+    monkeypatch.setattr(storage, "_LIST_FROM", list_from)
+    uris = [_uri("cats/z/3.jpg"), _uri("dogs/404.jpg"), f"s3://{BUCKET}/data.csv", _uri("cats/1.jpg"),
+            "s3://nowhere/x.jpg"]
+    found = storage.find_objects(uris)
+    assert [None if f is None else f.key for f in found] == [uris[0], None, uris[2], uris[3], None]
+    assert found[0] == storage.stat(uris[0]) and found[2] == storage.stat(uris[2])
