@@ -222,3 +222,19 @@ def test_gpu_decoders_take_the_decoder_settings_and_the_cpu_ones_none(cpu_pipe, 
                                                                   **GPU_DECODER_SETTINGS))
     for device, arguments in decoder_arguments(pipe.dali_pipeline()):
         assert device == "cpu" and not set(GPU_DECODER_SETTINGS) & set(arguments)
+
+
+@pytest.mark.parametrize("crop", [False, True])
+@pytest.mark.parametrize("setup", [codecs.ROI_DECODE, codecs.FULL_DECODE])
+def test_gpu_decode_ceiling_decodes_as_the_gpu_graph(cpu_pipe, crop, setup, monkeypatch):
+    """`gpu_bench.py`'s decode-only ceiling on the GPU has the graph's decoders: mixed,
+    fancy upsampling, the crop set-up's decode, the decoder settings."""
+    from dalipipe.bench import harness
+
+    monkeypatch.setattr(graph, "_crop_setup", lambda options: setup)
+    pipe = harness.ceiling_pipeline(cpu_pipe.file_paths[:8], 4, 2, "gpu", crop,
+                                    dict(hw_decoder_load=0.35))
+    ceiling = decoder_ops(pipe)
+    expected = decoder_ops(gpu_graph(cpu_pipe, augment=crop))
+    assert ceiling == expected and {d[1:] for d in ceiling} == {("mixed", True)}
+    assert [a["hw_decoder_load"] for _, a in decoder_arguments(pipe)] == [0.35]

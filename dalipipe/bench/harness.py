@@ -263,28 +263,11 @@ def decode_ceiling(files, batch_size, threads, runs, device="cpu", crop=False, o
         options: `Options` arguments for the decoder (e.g. `hw_decoder_load`).
             Defaults to none: dalipipe's defaults.
     """
-    from nvidia.dali import fn, pipeline_def, types
-
-    from dalipipe import codecs, graph, sampling
-    from dalipipe.options import Options
-
-    resolved = Options(device=device, **(options or {}))
-
-    @pipeline_def(batch_size=batch_size, num_threads=threads,
-                  device_id=0 if device == "gpu" else None, prefetch_queue_depth=2)
-    def decode():
-        data, _ = fn.readers.file(files=list(files))
-        if not crop:
-            return graph.decode(resolved, data)
-        shape = fn.peek_image_shape(data, dtype=types.FLOAT)
-        random = fn.random.uniform(range=[0.0, 1.0], shape=[sampling.NUM_RANDOM])
-        window = sampling.random_resized_crop_window(shape[0], shape[1], random,
-                                                     ops=graph.dali_ops())
-        return graph.decode_crop(resolved, data, window)
+    from dalipipe import codecs
 
     def build():
         start = time.perf_counter()
-        pipe = decode()
+        pipe = ceiling_pipeline(files, batch_size, threads, device, crop, options)
         pipe.build()
         return pipe, time.perf_counter() - start
 
@@ -308,6 +291,32 @@ def decode_ceiling(files, batch_size, threads, runs, device="cpu", crop=False, o
         result.update(_gpu_memory_fields(memory_before))
         result["rebuild_s"] = build()[1]
     return result
+
+
+def ceiling_pipeline(files, batch_size, threads, device="cpu", crop=False, options=None):
+    """The DALI pipeline (not built) of `decode_ceiling`: the file reader and
+    dalipipe's decoder (`graph.decode`, or `graph.decode_crop` with windows drawn by
+    DALI), uint8 HWC images."""
+    from nvidia.dali import fn, pipeline_def, types
+
+    from dalipipe import graph, sampling
+    from dalipipe.options import Options
+
+    resolved = Options(device=device, **(options or {}))
+
+    @pipeline_def(batch_size=batch_size, num_threads=threads,
+                  device_id=0 if device == "gpu" else None, prefetch_queue_depth=2)
+    def decode():
+        data, _ = fn.readers.file(files=list(files))
+        if not crop:
+            return graph.decode(resolved, data)
+        shape = fn.peek_image_shape(data, dtype=types.FLOAT)
+        random = fn.random.uniform(range=[0.0, 1.0], shape=[sampling.NUM_RANDOM])
+        window = sampling.random_resized_crop_window(shape[0], shape[1], random,
+                                                     ops=graph.dali_ops())
+        return graph.decode_crop(resolved, data, window)
+
+    return decode()
 
 
 def ceiling_name(device, crop=False):
