@@ -95,11 +95,14 @@ def image_pipelines(source, options):
     if options.verbose:
         _print_found(index)
     if options.check is not None:
+        sizes = {}
         bad, index = checks.check_index(index, check=options.check,
                                         read_records=tfrecord.load_encoded,
-                                        verbose=options.verbose, device=options.device)
+                                        verbose=options.verbose, device=options.device,
+                                        sizes=sizes)
         index = checks.apply_policy(index, bad, on_bad_file=options.on_bad_file,
                                     keep_classes=options.class_names is not None)
+        options = decoder_hints(options, [sizes[p] for p in index.file_paths if p in sizes])
     if index.labels is None:
         options = options.replace(labels=None, label_mode=None, class_names=None)
     elif options.label_mode == "binary" and len(index.class_names) != 2:
@@ -122,6 +125,17 @@ def image_pipelines(source, options):
     # read in `file_paths` order, as Keras reads it.
     validation = options.replace(augment=False, drop_remainder=False, shuffle=False)
     return ImagePipeline(parts[0], options), ImagePipeline(parts[1], validation)
+
+
+def decoder_hints(options, sizes):
+    """`options` with each preallocation hint left None set from `sizes`, the
+    `(width, height)` of the images the check read: the widest width, the tallest
+    height. Unchanged without sizes (the hints stay None: DALI's 0, no hint)."""
+    if not sizes:
+        return options
+    hints = {"preallocate_width_hint": max(w for w, _ in sizes),
+             "preallocate_height_hint": max(h for _, h in sizes)}
+    return options.replace(**{k: v for k, v in hints.items() if getattr(options, k) is None})
 
 
 def _print_found(index):

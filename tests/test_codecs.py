@@ -238,3 +238,41 @@ def test_gpu_decode_ceiling_decodes_as_the_gpu_graph(cpu_pipe, crop, setup, monk
     expected = decoder_ops(gpu_graph(cpu_pipe, augment=crop))
     assert ceiling == expected and {d[1:] for d in ceiling} == {("mixed", True)}
     assert [a["hw_decoder_load"] for _, a in decoder_arguments(pipe)] == [0.35]
+
+
+def test_preallocation_hints_default_to_the_largest_image_the_check_read(tmp_path, fresh_cache):
+    """The check's header parse gives each image's size, kept in its cache: the
+    hints left None become the widest width and the tallest height, cached runs too."""
+    import sqlite3
+
+    from PIL import Image
+
+    from dalipipe.checks import cache as check_cache, driver
+
+    root = tmp_path / "images"
+    (root / "a").mkdir(parents=True)
+    for i, size in enumerate([(40, 30), (64, 20), (25, 50)]):
+        Image.new("RGB", size, (i * 60, 90, 30)).save(root / "a" / f"{i}.jpg")
+    # A cache written before sizes were kept (VERSION 4, no width or height column).
+    os.makedirs(fresh_cache)
+    old = sqlite3.connect(check_cache.cache_path(fresh_cache))
+    old.execute("CREATE TABLE checks (path BLOB PRIMARY KEY, size INTEGER, mtime_ns INTEGER, "
+                "mode TEXT, version INTEGER, reason TEXT)")
+    old.commit()
+    old.close()
+
+    def hints(**options):
+        pipe = make_dali_pipeline(str(root), device="cpu", verbose=False, **options)
+        return pipe, (pipe.options.preallocate_width_hint, pipe.options.preallocate_height_hint)
+
+    computed = driver.COUNTS["computed"]
+    pipe, found = hints()
+    assert found == (64, 50) and driver.COUNTS["computed"] == computed + 3
+    cached = driver.COUNTS["cached"]
+    assert hints()[1] == (64, 50) and driver.COUNTS["cached"] == cached + 3
+    assert hints(preallocate_width_hint=4000)[1] == (4000, 50)
+    assert hints(check=None)[1] == (None, None)
+    gpu = decoder_arguments(ImagePipeline(pipe.index, pipe.options.replace(device="gpu"))
+                            .dali_pipeline())
+    assert [(a["preallocate_width_hint"], a["preallocate_height_hint"]) for _, a in gpu] == \
+        [(64, 50)]

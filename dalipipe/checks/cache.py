@@ -21,7 +21,7 @@ import time
 
 from dalipipe.utils import warn_without_cache, writable_cache_dir
 
-VERSION = 4  # bump when a check changes, to ignore older cache rows
+VERSION = 5  # bump when a check changes, to ignore older cache rows
 LEASE_S = 60.0  # a claim older than this is taken over by a process that waits on it
 
 
@@ -46,7 +46,9 @@ def open_cache():
 
 
 class Cache:
-    """path -> (size, mtime_ns, mode, version, reason) in SQLite, and chunk claims.
+    """path -> (size, mtime_ns, mode, version, reason, width, height) in SQLite, and
+    chunk claims. `width` and `height` are the image's as the decoder read its header
+    (NULL where it did not).
 
     Each chunk of results is committed as it is found, without waiting for the disk:
     a crash of the process loses nothing committed, and a file that a crash of the
@@ -70,8 +72,13 @@ class Cache:
         with self._writing():
             self.db.execute(
                 "CREATE TABLE IF NOT EXISTS checks (path BLOB PRIMARY KEY, size INTEGER, "
-                "mtime_ns INTEGER, mode TEXT, version INTEGER, reason TEXT)"
+                "mtime_ns INTEGER, mode TEXT, version INTEGER, reason TEXT, width INTEGER, "
+                "height INTEGER)"
             )
+            columns = {row[1] for row in self.db.execute("PRAGMA table_info(checks)")}
+            for column in ("width", "height"):  # a cache of VERSION 4 or older
+                if column not in columns:
+                    self.db.execute(f"ALTER TABLE checks ADD COLUMN {column} INTEGER")
             self.db.execute(
                 "CREATE TABLE IF NOT EXISTS claims (chunk TEXT PRIMARY KEY, owner TEXT, "
                 "host TEXT, pid INTEGER, claimed_at REAL)"
@@ -89,23 +96,24 @@ class Cache:
         self.db.execute("COMMIT")
 
     def get(self, paths):
-        """`{path: (size, mtime_ns, mode, version, reason)}` for the `paths` (bytes)
-        the cache holds."""
+        """`{path: (size, mtime_ns, mode, version, reason, width, height)}` for the
+        `paths` (bytes) the cache holds."""
         found = {}
         for i in range(0, len(paths), 900):
             chunk = paths[i: i + 900]
             rows = self.db.execute(
-                f"SELECT path, size, mtime_ns, mode, version, reason FROM checks "
+                f"SELECT path, size, mtime_ns, mode, version, reason, width, height FROM checks "
                 f"WHERE path IN ({','.join('?' * len(chunk))})", chunk,
             )
             found.update({row[0]: row[1:] for row in rows})
         return found
 
     def put(self, rows, *, release=None):
-        """Stores `(path, size, mtime_ns, mode, version, reason)` rows and drops the
-        claim `release` (a chunk id, see `claim`), in one transaction."""
+        """Stores `(path, size, mtime_ns, mode, version, reason, width, height)` rows
+        and drops the claim `release` (a chunk id, see `claim`), in one transaction."""
         with self._writing():
-            self.db.executemany("INSERT OR REPLACE INTO checks VALUES (?, ?, ?, ?, ?, ?)", rows)
+            self.db.executemany("INSERT OR REPLACE INTO checks VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                                rows)
             if release is not None:
                 self.db.execute("DELETE FROM claims WHERE chunk = ?", (release,))
 

@@ -18,7 +18,7 @@ _DECODER_LOCK = threading.Lock()
 _COLOURS = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def decoder_verdicts(images, tests, *, device, device_id=0):
+def decoder_verdicts(images, tests, *, device, device_id=0, sizes=None):
     """The reason DALI's decoder rejects each encoded image, or None.
 
     nvImageCodec, as DALI sets it up on `device`, decodes a list of images at a time
@@ -34,10 +34,14 @@ def decoder_verdicts(images, tests, *, device, device_id=0):
             (None: one with its own message).
         device: "cpu" or "gpu": where the decoder decodes.
         device_id: the GPU's CUDA ordinal, for `device="gpu"`. Defaults to 0.
+        sizes: None, or a list that receives per image the `(width, height)` of the
+            header the decoder parsed, or None (a header it cannot read, or PIL).
 
     Returns:
         A list of `len(images)` reasons: str, or None for an image it accepts.
     """
+    if sizes is not None:
+        sizes[:] = [None] * len(images)
     nvimgcodec = _nvimgcodec()
     if nvimgcodec is None:
         if any(test == "full" for test, _ in tests):
@@ -50,6 +54,8 @@ def decoder_verdicts(images, tests, *, device, device_id=0):
         decoder, params = _decoder(nvimgcodec, device, device_id)
         with captured_stderr():  # the messages of the rare failures are read below
             parsed = [_parse(nvimgcodec, data) for data in images]
+        if sizes is not None:
+            sizes[:] = [None if p is None else (p.width, p.height) for p in parsed]
         streams = []
         for i, (stream, (test, _)) in enumerate(zip(parsed, tests)):
             if stream is None:

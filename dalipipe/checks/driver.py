@@ -52,18 +52,25 @@ def check_bytes(data, *, full=False, device="cpu", device_id=0):
     return _check_images([data], full=full, device=device, device_id=device_id)[0]
 
 
-def _check_images(images, *, full, device, device_id=0):
+def _check_images(images, *, full, device, device_id=0, sizes=None):
     """The reason each encoded image (bytes) is not sound, or None: the structure
     rules, then DALI's decoder on the images that pass them (on `device` when
-    `full`, else on the CPU)."""
+    `full`, else on the CPU). `sizes`: None, or a list that receives each image's
+    `(width, height)` as the decoder read it, or None."""
     reasons, tests = [], []
     for data in images:
         reason, (how, label) = check_structure(data)
         reasons.append(reason)
         tests.append(("full" if full else how, label))
     todo = [i for i, reason in enumerate(reasons) if reason is None]
+    read = None if sizes is None else []
     verdicts = decoder_verdicts([images[i] for i in todo], [tests[i] for i in todo],
-                                device=device if full else "cpu", device_id=device_id)
+                                device=device if full else "cpu", device_id=device_id,
+                                sizes=read)
+    if sizes is not None:
+        sizes[:] = [None] * len(images)
+        for i, size in zip(todo, read):
+            sizes[i] = size
     for i, reason in zip(todo, verdicts):
         reasons[i] = reason
     return reasons
@@ -90,23 +97,35 @@ def _read(path):
         return None, f"cannot be read ({e.strerror})"
 
 
-def _check_paths(paths, **how):
+def _check_paths(paths, sizes=None, **how):
     """`check_file` for a list of paths, the decoder taking the images together."""
-    return _check_read([_read(path) for path in paths], **how)
+    return _check_read([_read(path) for path in paths], sizes=sizes, **how)
 
 
-def _check_read(read, **how):
+def _check_read(read, sizes=None, **how):
     """The reason for each `(bytes, None)` or `(None, reason)` of `read`: the
-    latter's reason, or `_check_images`' for the bytes (`how`: its arguments)."""
+    latter's reason, or `_check_images`' for the bytes (`how`, `sizes`: its
+    arguments)."""
     reasons = [reason for _, reason in read]
     readable = [i for i, (data, _) in enumerate(read) if data is not None]
-    found = _check_images([read[i][0] for i in readable], **how)
+    found_sizes = None if sizes is None else []
+    found = _check_images([read[i][0] for i in readable], sizes=found_sizes, **how)
     for i, reason in zip(readable, found):
         reasons[i] = reason
+    if sizes is not None:
+        sizes[:] = [None] * len(read)
+        for i, size in zip(readable, found_sizes):
+            sizes[i] = size
     return reasons
 
 
-def _cached_check(keys, signatures, check_chunk, *, mode, what, verbose):
+def _sized(check, items, **how):
+    """`(reasons, sizes)`: `check(items, sizes=..., **how)` and the sizes it read."""
+    sizes = []
+    return check(items, sizes=sizes, **how), sizes
+
+
+def _cached_check(keys, signatures, check_chunk, *, mode, what, verbose, sizes=None):
     """The reason for each key (None: sound): from the cache where it answers, else
     from `check_chunk`, a chunk of keys at a time, each chunk's verdicts committed.
 
@@ -120,11 +139,13 @@ def _cached_check(keys, signatures, check_chunk, *, mode, what, verbose):
         keys: the names (str) of files or records.
         signatures: per key, `(size, mtime_ns)` of its file, or None for a file that
             cannot be stat-ed (checked, and never cached).
-        check_chunk: `check_chunk(indices)` gives the reasons for `keys[i]` for each
-            `i` of the list `indices`.
+        check_chunk: `check_chunk(indices)` gives `(reasons, sizes)` for `keys[i]` for
+            each `i` of the list `indices` (`sizes`: `(width, height)` or None each).
         mode: the cache's name of the check (`cache.mode_of`).
         what: the progress bar's label, e.g. "files checked".
         verbose: show the progress bar on stderr.
+        sizes: optional dict that receives `key: (width, height)` of each image
+            whose header the decoder read (kept in the cache with the verdict).
 
     Returns:
         `{key: reason}` for every key.
@@ -136,11 +157,14 @@ def _cached_check(keys, signatures, check_chunk, *, mode, what, verbose):
               for start in range(0, len(keys), _CHUNK)]
     cache = open_cache()
     with progress(len(keys), what, enabled=verbose) as bar:
-        def answer(indices, found, rows=None):
-            for i, reason in zip(indices, found):
+        def answer(indices, found, found_sizes, rows=None):
+            for i, reason, size in zip(indices, found, found_sizes):
                 reasons[keys[i]] = reason
+                if sizes is not None and size is not None:
+                    sizes[keys[i]] = size
                 if rows is not None and signatures[i] is not None:
-                    rows.append((encoded[i], *signatures[i], mode, VERSION, reason))
+                    rows.append((encoded[i], *signatures[i], mode, VERSION, reason,
+                                 *(size or (None, None))))
             bar.update(len(indices))
 
         if cache is not None:
@@ -154,12 +178,12 @@ def _cached_check(keys, signatures, check_chunk, *, mode, what, verbose):
             left = [i for i in chunk if keys[i] not in reasons]
             if left:
                 COUNTS["computed"] += len(left)
-                answer(left, check_chunk(left))
+                answer(left, *check_chunk(left))
     return reasons
 
 
 def _shared_check(cache, chunks, encoded, signatures, check_chunk, mode, answer):
-    """`_cached_check`'s work with a cache: `answer(indices, reasons[, rows])` for
+    """`_cached_check`'s work with a cache: `answer(indices, reasons, sizes[, rows])` for
     every key of `chunks`, from the cache, or checked in the chunks this process
     claims, each committed with its claim dropped."""
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
@@ -185,7 +209,7 @@ def _shared_check(cache, chunks, encoded, signatures, check_chunk, mode, answer)
                 rows = []
                 if left:
                     COUNTS["computed"] += len(left)
-                    answer(left, check_chunk(left), rows)
+                    answer(left, *check_chunk(left), rows)
                 cache.put(rows, release=chunk_id)
                 held.remove(chunk_id)
             if pending and not claimed:  # all held by others: read what they wrote
@@ -212,12 +236,14 @@ def _from_cache(cache, indices, encoded, signatures, mode, answer):
         else:
             left.append(i)
     COUNTS["cached"] += len(found)
-    answer(found, [known[encoded[i]][4] for i in found])
+    rows = [known[encoded[i]] for i in found]
+    answer(found, [row[4] for row in rows],
+           [None if row[5] is None else (row[5], row[6]) for row in rows])
     return left
 
 
 def check_files(paths, *, check="structure", verbose=False, stamps=None, device="cpu",
-                device_id=0):
+                device_id=0, sizes=None):
     """Checks `paths`; returns `{path: reason}` for the bad ones.
 
     Args:
@@ -230,6 +256,8 @@ def check_files(paths, *, check="structure", verbose=False, stamps=None, device=
         device: `"cpu"` or `"gpu"`: the device of the DALI pipeline, where
             `check="full"` decodes.
         device_id: the GPU's CUDA ordinal, for `device="gpu"`. Defaults to 0.
+        sizes: optional dict that receives `path: (width, height)` of each image
+            whose header the decoder read (nvImageCodec; none where PIL stands in).
     """
     _check_level(check)
     signatures = [_signature(path) for path in paths]
@@ -237,8 +265,8 @@ def check_files(paths, *, check="structure", verbose=False, stamps=None, device=
         stamps.update((p, s) for p, s in zip(paths, signatures) if s is not None)
     how = dict(full=check == "full", device=device, device_id=device_id)
     reasons = _cached_check(
-        paths, signatures, lambda chunk: _check_paths([paths[i] for i in chunk], **how),
-        mode=mode_of(check, device), what="files checked", verbose=verbose,
+        paths, signatures, lambda chunk: _sized(_check_paths, [paths[i] for i in chunk], **how),
+        mode=mode_of(check, device), what="files checked", verbose=verbose, sizes=sizes,
     )
     return {path: reasons[path] for path in paths if reasons[path] is not None}
 
@@ -253,7 +281,7 @@ def _signature(path):
 
 
 def check_records(names, shards, refs, *, read_records, check="structure", verbose=False,
-                  stamps=None, device="cpu", device_id=0):
+                  stamps=None, device="cpu", device_id=0, sizes=None):
     """Checks the images of TFRecord records; returns `{name: reason}` for the bad ones.
 
     The rules of `check_bytes`. Results are cached like `check_files`', keyed on the
@@ -268,6 +296,7 @@ def check_records(names, shards, refs, *, read_records, check="structure", verbo
         stamps: optional dict that receives `shard: (size, mtime_ns)`.
         device: `"cpu"` or `"gpu"`, where `check="full"` decodes.
         device_id: the GPU's CUDA ordinal, for `device="gpu"`. Defaults to 0.
+        sizes: optional dict that receives `name: (width, height)`, as `check_files`'.
     """
     _check_level(check)
     signatures = [(info.st_size, info.st_mtime_ns) for info in map(os.stat, shards)]
@@ -277,8 +306,9 @@ def check_records(names, shards, refs, *, read_records, check="structure", verbo
     files = refs[:, 0].tolist() if len(refs) else []
     reasons = _cached_check(
         names, [signatures[f] for f in files],
-        lambda chunk: _check_read(_record_images(read_records, shards, refs[chunk]), **how),
-        mode=mode_of(check, device), what="records checked", verbose=verbose,
+        lambda chunk: _sized(_check_read, _record_images(read_records, shards, refs[chunk]),
+                             **how),
+        mode=mode_of(check, device), what="records checked", verbose=verbose, sizes=sizes,
     )
     return {name: reason for name, reason in reasons.items() if reason is not None}
 
@@ -304,7 +334,7 @@ def _check_level(check):
 
 
 def check_index(index, *, check="structure", read_records=None, verbose=False, device="cpu",
-                device_id=0):
+                device_id=0, sizes=None):
     """Checks every sample of a `sources.Index`: files, or TFRecord records.
 
     Args:
@@ -318,6 +348,9 @@ def check_index(index, *, check="structure", read_records=None, verbose=False, d
         device: `"cpu"` or `"gpu"`, the DALI pipeline's: where `check="full"`
             decodes.
         device_id: the GPU's CUDA ordinal, for `device="gpu"`. Defaults to 0.
+        sizes: optional dict that receives `file path or record name: (width,
+            height)` of each image whose header the decoder read (also from the
+            cache), for the GPU decoder's preallocation hints.
 
     Returns:
         `(bad, index)`: `{file path or record name: reason}` for the bad ones, and the
@@ -331,11 +364,11 @@ def check_index(index, *, check="structure", read_records=None, verbose=False, d
             raise TypeError("check_index() needs `read_records` for TFRecord records")
         bad = check_records(index.file_paths, index.shards, index.refs, check=check,
                             read_records=read_records, verbose=verbose, stamps=stamps,
-                            device=device, device_id=device_id)
+                            device=device, device_id=device_id, sizes=sizes)
         paths = index.shards
     else:
         bad = check_files(index.file_paths, check=check, verbose=verbose, stamps=stamps,
-                          device=device, device_id=device_id)
+                          device=device, device_id=device_id, sizes=sizes)
         paths = index.file_paths
     table = np.array([stamps.get(p, (-1, -1)) for p in paths], np.int64).reshape(-1, 2)
     return bad, type(index)(**{**index._asdict(), "stamps": table})
