@@ -31,7 +31,7 @@ def main():
     make_sample_dataset(args.directory, num_images=args.num_images)
     ds = make_dali_dataset(args.directory, image_size=(args.image_size,) * 2,
                            batch_size=args.batch_size, augment=True, seed=0, device=args.device,
-                           verbose=False)
+                           normalization="imagenet", verbose=False)
     first, rest, epochs, unread = [], [], [], []
     for _ in range(args.epochs):
         start = time.perf_counter()
