@@ -24,7 +24,7 @@ QUICK_NOTE = ("A quick smoke run (at most 64 images, 1 timed epoch): its figures
 def run_bench(*, data, out, loaders=DEFAULT_LOADERS, workloads=loaders_lib.WORKLOADS,
               batch_size=64, num_images=5000, runs=3, train_steps=30, threads=None, seed=0,
               quick=False, reference="tf_data", timeout=1800, time_budget=None,
-              stream=sys.stderr):
+              stream=None):
     """Measures `loaders` on `workloads` over the images in `data`.
 
     `data` that is absent, empty or made by dalipipe gets `num_images` sample images
@@ -44,6 +44,7 @@ def run_bench(*, data, out, loaders=DEFAULT_LOADERS, workloads=loaders_lib.WORKL
     Args:
         reference: the loader whose images/s the others are divided by in the
             Markdown tables.
+        stream: where progress is written. Defaults to `sys.stderr`.
         quick: a smoke run: at most 64 images (of a folder of the user's, 64 spread
             over it), batch 16, 1 timed epoch, 2 train steps; its report carries
             `QUICK_NOTE` as "note".
@@ -53,6 +54,8 @@ def run_bench(*, data, out, loaders=DEFAULT_LOADERS, workloads=loaders_lib.WORKL
     """
     from dalipipe import sources
     from dalipipe.sample_data import image_stats, is_free_folder, make_sample_dataset
+
+    stream = stream or sys.stderr
 
     unknown = sorted(set(loaders) - set(loaders_lib.LOADERS))
     if unknown:
