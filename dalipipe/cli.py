@@ -368,10 +368,13 @@ def _hide_start_up_lines():
     """Hides what TensorFlow's and DALI's C++ code writes to stderr as they start.
 
     Their log lines below FATAL are turned off (`TF_CPP_MIN_LOG_LEVEL=3`, unless
-    already set), and what the import of TensorFlow (and of DALI's TensorFlow plugin
-    and CUDA's start, on Keras's TensorFlow backend) writes to file descriptor 2
-    before its logging is set up ("All log messages before absl::InitializeLog()
-    ...", the CUDA stub's lines) is dropped, unless the import fails.
+    already set), and what TensorFlow writes to file descriptor 2 before its logging
+    is set up is dropped, unless the import fails: its import (which prints "All log
+    messages before absl::InitializeLog() ...", then oneDNN's and the CUDA stub's
+    lines, all of it twice), the import of DALI's
+    TensorFlow plugin on Keras's TensorFlow backend, and CUDA's start (on a machine
+    with CUDA's driver library and no usable GPU, "failed call to cuInit: ... (303)"),
+    on every backend, since the commands ask TensorFlow for its GPUs on every one.
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     if "tensorflow" in sys.modules:
@@ -384,8 +387,7 @@ def _hide_start_up_lines():
 
                 if keras_backend() == "tensorflow":
                     import dalipipe.tf_dataset  # noqa: F401  (DALI's TensorFlow plugin)
-
-                    tf.config.list_physical_devices("GPU")  # CUDA's start-up lines
+                tf.config.list_physical_devices("GPU")  # CUDA's start-up lines
             except ImportError:
                 pass  # the command says what is missing
     except BaseException:
