@@ -77,7 +77,8 @@ def build_parser():
     # Commands that load TensorFlow hide its start-up lines unless --verbose.
     loud = argparse.ArgumentParser(add_help=False)
     loud.add_argument("--verbose", action="store_true",
-                      help="show TensorFlow's and DALI's own start-up and log lines")
+                      help="show TensorFlow's and DALI's own start-up and log lines, and "
+                           "an error's traceback")
 
     sample = commands.add_parser(
         "sample-data", help="write a labeled JPEG dataset cut from shipped photographs"

@@ -41,7 +41,8 @@ def test_the_wheel_holds_every_module_and_declares_requirements_extras_and_comma
 
     requires = metadata.get_all("Requires-Dist")
     core = {re.match(r"[\w.-]+", r).group(0) for r in requires if "extra ==" not in r}
-    assert core == {"tensorflow", "keras", "numpy", "pillow", "protobuf", "google-crc32c", "tqdm"}
+    assert core == {"tensorflow", "keras", "numpy", "pillow", "protobuf", "google-crc32c", "tqdm",
+                    "nvidia-ml-py"}
     assert "keras>=3" in requires
     assert set(metadata.get_all("Provides-Extra")) == {
         "cuda12", "cuda13", "gpu", "sample", "bench", "pandas", "torch", "jax", "test"}
