@@ -14,6 +14,7 @@ import collections
 import functools
 import glob
 import os
+import re
 import sys
 import time
 import warnings
@@ -42,7 +43,7 @@ def main(argv=None):
 USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError,
                IsADirectoryError, PermissionError, ImportError)
 # The library's argument names that the commands' options stand for.
-OPTION_NAMES = {"num_shards": "--shards", "path_column": "--path-column",
+OPTION_NAMES = {"source": "SOURCE", "num_shards": "--shards", "path_column": "--path-column",
                 "on_bad_file": "--on-bad-file", "num_images": "--num-images",
                 "num_classes": "--num-classes", "force": "--force"}
 
@@ -63,7 +64,7 @@ def _user_message(error):
         return error.message("--force")
     text = str(error)
     for name, option in OPTION_NAMES.items():
-        text = text.replace(f"`{name}`", f"`{option}`").replace(f"{name}=", f"{option}=")
+        text = re.sub(rf"(?<![\w-])(`?){name}(`|=)", rf"\g<1>{option}\g<2>", text)
     return text
 
 

@@ -225,7 +225,7 @@ def test_user_errors_are_one_line_with_exit_status_2(tmp_path, capsys, fresh_cac
     table.write_text("file,label\nx.jpg,a\n")
     for command, message in (
         (["check", str(tmp_path / "nowhere")], "No such file or directory: "
-                                               f"source='{tmp_path / 'nowhere'}'"),
+                                               f"SOURCE='{tmp_path / 'nowhere'}'"),
         (["check", str(table)], "`--path-column` must name a column of"),
         (["check", str(table), "--path-column", "label"], None),
         (["convert", str(table), str(tmp_path / "out"), "--shards", "0",
