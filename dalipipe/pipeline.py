@@ -86,7 +86,7 @@ def image_pipelines(source, options):
         verbose=options.verbose,
     )
     if options.label_mode is None:
-        index = sources.Index(index.file_paths, None, None, index.shards, index.refs)
+        index = sources.Index(index.file_paths, None, None, index.tfrecord_files, index.refs)
     if options.verbose:
         _print_found(index)
     if options.check is not None:
@@ -121,7 +121,7 @@ def image_pipelines(source, options):
 
 def _print_found(index):
     """Keras's "Found N files belonging to K classes." (records for TFRecord files)."""
-    what = "files" if index.refs is None else f"records in {len(index.shards)} TFRecord files"
+    what = "files" if index.refs is None else f"records in {len(index.tfrecord_files)} TFRecord files"
     if index.labels is None:
         print(f"Found {len(index)} {what}.")
     else:
@@ -333,9 +333,9 @@ class ImagePipeline:
         refs = index.refs[sample_ids]
         if index.stamps is not None:
             used = np.unique(refs[:, 0])
-            checks.verify_unchanged([index.shards[i] for i in used], index.stamps[used],
+            checks.verify_unchanged([index.tfrecord_files[i] for i in used], index.stamps[used],
                                     check=None)
-        payloads = tfrecord.load_encoded(index.shards, refs)
+        payloads = tfrecord.load_encoded(index.tfrecord_files, refs)
         sizes = np.array([len(p) for p in payloads], np.int64)
         lengths = sizes + 8
         flat = np.empty(int(lengths.sum()), np.uint8)

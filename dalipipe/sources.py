@@ -29,17 +29,17 @@ class Index(NamedTuple):
         file_paths: list of absolute paths (`"<file>#<record number>"` for records).
         labels: int32 array aligned with `file_paths`, or None for an unlabeled source.
         class_names: list of class names (`labels` index into it), or None.
-        shards: for TFRecord records, the TFRecord files; else None.
-        refs: for TFRecord records, int64 `(n, 3)`: file number (into `shards`),
+        tfrecord_files: for TFRecord records, the TFRecord files; else None.
+        refs: for TFRecord records, int64 `(n, 3)`: file number (into `tfrecord_files`),
             offset and size of each record; else None.
-        stamps: int64 `(size, mtime_ns)` of each file (of each of `shards` for
+        stamps: int64 `(size, mtime_ns)` of each file (of each of `tfrecord_files` for
             records) when the files were checked, or None if they were not.
     """
 
     file_paths: list
     labels: Optional[np.ndarray]
     class_names: Optional[list]
-    shards: Optional[list] = None
+    tfrecord_files: Optional[list] = None
     refs: Optional[np.ndarray] = None
     stamps: Optional[np.ndarray] = None
 
@@ -51,7 +51,7 @@ class Index(NamedTuple):
         if stamps is not None and refs is None:
             stamps = stamps[indices]
         return Index([self.file_paths[i] for i in indices], labels, self.class_names,
-                     self.shards, refs, stamps)
+                     self.tfrecord_files, refs, stamps)
 
     def without(self, paths, *, keep_classes=False):
         """This index less `paths`; classes left without samples are dropped (and
@@ -64,7 +64,7 @@ class Index(NamedTuple):
         renumber = np.full(len(self.class_names), -1, np.int32)
         renumber[used] = np.arange(len(used), dtype=np.int32)
         return Index(kept.file_paths, renumber[kept.labels],
-                     [self.class_names[i] for i in used], kept.shards, kept.refs, kept.stamps)
+                     [self.class_names[i] for i in used], kept.tfrecord_files, kept.refs, kept.stamps)
 
     def __len__(self):
         return len(self.file_paths)

@@ -255,10 +255,10 @@ def check_index(index, *, check="structure", read_records=None, verbose=False, d
     if index.refs is not None:
         if read_records is None:
             raise TypeError("check_index() needs `read_records` for TFRecord records")
-        bad = check_records(index.file_paths, index.shards, index.refs, check=check,
+        bad = check_records(index.file_paths, index.tfrecord_files, index.refs, check=check,
                             read_records=read_records, verbose=verbose, stamps=stamps,
                             device=device, device_id=device_id)
-        paths = index.shards
+        paths = index.tfrecord_files
     else:
         bad = check_files(index.file_paths, check=check, verbose=verbose, stamps=stamps,
                           device=device, device_id=device_id)
