@@ -235,7 +235,8 @@ def test_fit_epoch_n_is_the_native_epoch_n(color_dir):
 
 def test_class_weight_in_the_graph_equals_keras_class_weight(color_dir):
     weights = {0: 0.5, 2: 3.0}  # class 1 keeps weight 1, as in Keras
-    options = dict(image_size=(8, 8), batch_size=16, seed=2, device="cpu", verbose=False)
+    options = dict(image_size=(8, 8), batch_size=16, seed=2, device="cpu", verbose=False,
+                   normalization="imagenet")
     graph = make_dali_dataset(color_dir, class_weight=weights, **options)
     images, labels, sample_weights = next(iter(graph))
     assert sample_weights.dtype == tf.float32 and sample_weights.shape == (16,)
