@@ -293,8 +293,8 @@ def index_of_path(path):
 
 def test_warnings_name_the_user_s_line(indexed_dir, tmp_path):
     """Every warning given through `make_dali_pipeline` points at the caller's file:
-    the stray file, a numeric column as classes, images without labels shuffled
-    (once per call)."""
+    the stray file, the bad files skipped, a numeric column as classes, images
+    without labels shuffled (once per call)."""
     import warnings
 
     import pandas as pd
@@ -306,8 +306,13 @@ def test_warnings_name_the_user_s_line(indexed_dir, tmp_path):
     (folder / "loose.png").write_bytes(open(paths[0], "rb").read())
     table = pd.DataFrame({"path": paths, "score": np.arange(len(paths)) / 2})
     common = dict(image_size=(4, 4), batch_size=8, device="cpu", verbose=False)
+    bad = tmp_path / "bad"
+    (bad / "a").mkdir(parents=True)
+    (bad / "a" / "x.png").write_bytes(open(paths[0], "rb").read())
+    (bad / "a" / "empty.png").write_bytes(b"")
     calls = [
         (lambda: make_dali_pipeline(str(folder), **common), "outside the class subfolders"),
+        (lambda: make_dali_pipeline(str(bad), on_bad_file="skip", **common), "Left out 1"),
         (lambda: make_dali_pipeline(table, labels="score", **common), "holds numbers"),
         (lambda: make_dali_pipeline(paths, **common), "To predict, pass `shuffle=False`"),
     ]
