@@ -6,6 +6,7 @@ TensorFlow plugin) or `dalipipe.py_dataset` (a `keras.utils.PyDataset` for torch
 JAX). Nothing here imports TensorFlow, so that Keras on torch or JAX never loads it.
 """
 
+from dalipipe.calls import first_argument, warnings_at_caller
 from dalipipe.keras_config import keras_backend
 from dalipipe.options import Options
 
@@ -162,8 +163,6 @@ def make_dali_dataset(
             and no memory limit).
     """
     options = Options.from_arguments(locals())
-    from dalipipe.pipeline import first_argument, warnings_at_caller
-
     source = first_argument("make_dali_dataset", directory, source)
     return warnings_at_caller(_make, source, options, strategy)
 

@@ -5,6 +5,9 @@ validation.
 with Keras-style messages, and it is what the graph, the inputs and the adapters
 read. The public functions keep explicit keyword signatures (for `help()` and
 editors) and pass their arguments here: `Options.from_arguments(locals())`.
+
+Above 400 lines: every option's check, with its Keras-style message, lives here, so
+that each rule is written once.
 """
 
 import dataclasses

@@ -7,15 +7,19 @@ output shapes, which samples each epoch loads in which order (`epoch_inputs`), a
 makes the DALI pipeline of the graph (`dali_pipeline`); `epoch` runs it natively with
 NumPy outputs (`dalipipe.native`); `dalipipe.tf_dataset` hands it to TensorFlow and
 `dalipipe.py_dataset` to Keras's other backends.
+
+Above 400 lines: `make_dali_pipeline`'s signature and docstring, the index-check-split
+sequence, and `ImagePipeline`, the one view of a split (samples, output shapes, each
+epoch's inputs, shards) that the native runner and both adapters read.
 """
 
 import os
-import sys
 import warnings
 
 import numpy as np
 
 from dalipipe import checks, graph, sampling, sources, tfrecord
+from dalipipe.calls import first_argument, warnings_at_caller
 from dalipipe.devices import dali_device
 from dalipipe.options import TARGET_MODES, Options, is_inferred
 from dalipipe.sharding import Sharding, check_global_batch
@@ -71,52 +75,6 @@ def make_dali_pipeline(
     options = Options.from_arguments(locals())
     source = first_argument("make_dali_pipeline", directory, source)
     return warnings_at_caller(image_pipelines, source, options)
-
-
-def first_argument(function, directory, source):
-    """The source given to `function` as `directory` (Keras's name, positional or
-    keyword) or as `source=` (the same argument, named for a table or a list).
-
-    Raises:
-        TypeError: when both or neither are given.
-    """
-    if directory is not None and source is not None:
-        raise TypeError(
-            f"{function}() takes its source once: `directory` (the first argument) and "
-            f"`source` are two names of it. Received: directory={directory!r} and "
-            f"source={source!r}"
-        )
-    if directory is None and source is None:
-        raise TypeError(
-            f"{function}() missing its first argument: a folder of class subfolders, a "
-            "DataFrame or CSV file, a list of image paths or TFRecord files, given as "
-            "`directory` (positional) or `source=`"
-        )
-    return source if directory is None else directory
-
-
-def warnings_at_caller(make, *args):
-    """`make(*args)`, with every warning it gives reported at the line outside
-    dalipipe that called it (the user's line), whatever the depth it came from."""
-    caught = []
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            return make(*args)
-    finally:
-        level = _caller_stacklevel()
-        for warning in caught:
-            warnings.warn(warning.message, warning.category, stacklevel=level)
-
-
-def _caller_stacklevel():
-    """The `stacklevel` that names, for a `warnings.warn` in this function's caller,
-    the first frame outside the dalipipe package."""
-    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
-    frame, level = sys._getframe(1), 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 def image_pipelines(source, options):

@@ -7,6 +7,10 @@ A source is turned into an `Index`: absolute file paths, integer labels aligned 
 them (or None) and the class names the integers stand for. For TFRecord files
 (`dalipipe.tfrecord`) each sample is a record, named `"<file>#<record number>"`, and
 the index also holds where each record lies.
+
+Above 400 lines: each kind of source (folder, table, list, TFRecord records) is
+indexed here beside the label encoding and the path resolution they share; a
+table's raw and multi-hot targets are `dalipipe.targets`.
 """
 
 import csv
