@@ -109,7 +109,7 @@ def make_dali_dataset(
         format: `"tf"` (a `tf.data.Dataset`), `"pydataset"` (a `keras.utils.PyDataset` of
             the backend's tensors), or None: "tf" on TensorFlow, else "pydataset".
         verbose: print the files and classes found, as Keras does, and show the check's
-            progress.
+            progress once it has taken a second.
         path_column: the column of file paths in a table.
         label_columns: a table's target columns, for `label_mode="raw"` (float32 `(batch,)`
             for a name, `(batch, k)` for `k` names) or `"multi_hot"` (float32 `(batch,
