@@ -35,24 +35,37 @@ def first_argument(function, directory, source):
 
 
 def warnings_at_caller(make, *args):
-    """`make(*args)`, with every warning it gives reported at the line outside
-    dalipipe that called it (the user's line), whatever the depth it came from."""
+    """`make(*args)`, with every warning that dalipipe gives in it reported at the
+    line outside dalipipe that called it (the user's line), whatever the depth it
+    came from.
+
+    Only dalipipe's own warnings move: the others (TensorFlow's, DALI's) go through
+    the filters as they are given and are shown where they were given.
+    """
     caught = []
     try:
         with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+            # Every dalipipe warning is held; the filters decide again at the user's line.
+            warnings.filterwarnings("always", module=r"dalipipe(\.|$)")
             return make(*args)
     finally:
         level = _caller_stacklevel()
         for warning in caught:
-            warnings.warn(warning.message, warning.category, stacklevel=level)
+            if _in_package(warning.filename):
+                warnings.warn(warning.message, warning.category, stacklevel=level)
+            else:  # passed the filters already
+                warnings.showwarning(warning.message, warning.category, warning.filename,
+                                     warning.lineno, warning.file, warning.line)
+
+
+def _in_package(filename):
+    return os.path.abspath(filename).startswith(os.path.dirname(os.path.abspath(__file__)) + os.sep)
 
 
 def _caller_stacklevel():
     """The `stacklevel` that names, for a `warnings.warn` in this function's caller,
     the first frame outside the dalipipe package."""
-    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
     frame, level = sys._getframe(1), 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+    while frame is not None and _in_package(frame.f_code.co_filename):
         frame, level = frame.f_back, level + 1
     return level
