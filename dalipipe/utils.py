@@ -16,6 +16,8 @@ IMAGE_EXTENSIONS = (
 )
 # Image files that DALI does not decode: reported, never taken as samples.
 UNDECODABLE_EXTENSIONS = (".gif", ".heic", ".avif")
+# Seconds the check of the files runs before its progress bar draws.
+CHECK_BAR_DELAY = 1.0
 # How many items an error message lists.
 MAX_LISTED = 10
 
@@ -51,13 +53,14 @@ def usable_cores():
     return os.cpu_count() or 1
 
 
-def progress(total, description, *, enabled=None, delay=1.0):
+def progress(total, description, *, enabled=None, delay=0.0):
     """A tqdm progress bar on stderr over `total` items, labelled `description`.
 
     Shown when `enabled`, or by default when stderr is a terminal, once the work has
-    taken `delay` seconds (a second by default: a quick check draws nothing);
-    otherwise, or where tqdm is not installed (a GPU machine with PyTorch only, say),
-    a bar that draws nothing. Use as a context manager and call `update(n)`.
+    taken `delay` seconds (`CHECK_BAR_DELAY` for the check: a quick check draws
+    nothing); otherwise, or where tqdm is not installed (a GPU machine with PyTorch
+    only, say), a bar that draws nothing. Use as a context manager and call
+    `update(n)`.
     """
     try:
         from tqdm import tqdm

@@ -15,7 +15,7 @@ from dalipipe.checks.cache import VERSION, Cache, cache_path, mode_of, usable
 from dalipipe.checks.decoder import decoder_verdicts
 from dalipipe.checks.structure import check_structure
 from dalipipe.options import CHECKS
-from dalipipe.utils import progress
+from dalipipe.utils import CHECK_BAR_DELAY, progress
 
 _CHUNK = 256  # files or records read and decoded together, and committed to the cache
 
@@ -126,7 +126,7 @@ def _cached_check(keys, signatures, check_chunk, *, mode, what, verbose):
                 reasons[key] = cached[4]
             else:
                 todo.append(i)
-        with progress(len(keys), what, enabled=verbose) as bar:
+        with progress(len(keys), what, enabled=verbose, delay=CHECK_BAR_DELAY) as bar:
             bar.update(len(keys) - len(todo))
             for start in range(0, len(todo), _CHUNK):
                 chunk = todo[start: start + _CHUNK]
