@@ -360,3 +360,19 @@ def test_table_targets_travel_through_the_graph(indexed_dir, label_columns, labe
         for image, target in zip(images, targets):
             np.testing.assert_array_equal(target, by_tag[index_of(image)])
         assert len(weights) == (shard is not pipe)
+
+
+def test_skip_is_suggested_only_when_some_file_would_be_left(tmp_path):
+    folder = tmp_path / "bad" / "a"
+    folder.mkdir(parents=True)
+    for i in range(2):
+        (folder / f"empty_{i}.png").write_bytes(b"")
+    common = dict(image_size=(4, 4), device="cpu", verbose=False)
+    with pytest.raises(ValueError) as info:
+        make_dali_pipeline(str(tmp_path / "bad"), **common)
+    assert "2 of 2 files cannot be loaded" in str(info.value)
+    assert "on_bad_file" not in str(info.value)
+    Image = pytest.importorskip("PIL.Image")
+    Image.new("RGB", (4, 4)).save(folder / "good.png")
+    with pytest.raises(ValueError, match=r"2 of 3 files .* or pass on_bad_file='skip'"):
+        make_dali_pipeline(str(tmp_path / "bad"), **common)
