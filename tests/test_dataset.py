@@ -396,3 +396,17 @@ def test_directory_names_the_first_argument_as_in_keras(indexed_dir):
                                               **SMALL).file_paths
     with pytest.raises(TypeError, match=r"make_dali_dataset\(\) takes its source once"):
         make_dali_dataset(indexed_dir, source=indexed_dir, **SMALL)
+
+
+def test_predict_takes_one_image_path_and_a_numpy_array_of_paths(indexed_dir):
+    paths, _ = indexed_paths(indexed_dir)
+    model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(),
+                              keras.layers.Dense(2)])
+    one = model.predict(make_dali_dataset(paths[0], shuffle=False, verbose=False, **SMALL),
+                        verbose=0)
+    assert one.shape == (1, 2)
+    ordered = make_dali_dataset(np.array(paths), shuffle=False, verbose=False, **SMALL)
+    assert ordered.file_paths == paths
+    rows = model.predict(ordered, verbose=0)
+    assert rows.shape == (len(paths), 2)
+    np.testing.assert_allclose(rows[0], one[0], rtol=1e-5)
