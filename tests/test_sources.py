@@ -356,3 +356,11 @@ def test_a_numeric_column_as_class_names_warns(indexed_dir):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # integers are class indices: no warning
         sources.index_source(table, labels="size")
+        sources.index_source(table.assign(size=table["size"].astype(str)), labels="size")
+
+
+def test_a_csv_column_of_decimals_as_class_names_warns(indexed_dir, tmp_path):
+    csv = tmp_path / "t.csv"
+    targets_table(indexed_dir)[["path", "age"]].to_csv(csv, index=False)
+    with pytest.warns(UserWarning, match=f"Column 'age' of '{csv}' holds numbers"):
+        sources.index_source(str(csv), labels="age")
