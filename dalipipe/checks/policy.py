@@ -31,7 +31,8 @@ def apply_policy(index, bad, *, on_bad_file, keep_classes):
     if on_bad_file == "raise":
         raise ValueError(
             f"{len(bad)} of {len(index)} files cannot be loaded (DALI would stop at the "
-            f"first of them). Fix or remove them, or pass on_bad_file='skip'. Report: "
+            f"first of them). Fix or remove them"
+            + (", or pass on_bad_file='skip'" if len(bad) < len(index) else "") + ". Report: "
             f"{report}\n{listed}{more}"
         )
     kept = index.without(bad, keep_classes=keep_classes)
