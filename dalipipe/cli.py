@@ -298,6 +298,8 @@ def _print_bad(bad, total, heading, *, shown=20):
 def _convert(args):
     from dalipipe import checks, sources, tfrecord
 
+    if args.shards < 1:  # before any work
+        raise ValueError(f"`--shards` must be a positive integer. Received: --shards={args.shards}")
     labels = None if args.labels.lower() == "none" else args.labels
     index = sources.index_source(args.source, labels=labels, path_column=args.path_column,
                                  allow_missing=True)
