@@ -17,6 +17,7 @@ from dalipipe import checks, graph, sampling, sources, tfrecord
 from dalipipe.devices import dali_device
 from dalipipe.options import Options, is_inferred
 from dalipipe.sharding import Sharding, check_global_batch
+from dalipipe.storage import index as remote
 
 
 def make_dali_pipeline(
@@ -75,7 +76,8 @@ def image_pipelines(source, options):
     shows the check's progress.
     """
     options = options.replace(device=dali_device(options.device)).resolved()
-    is_directory = isinstance(source, (str, os.PathLike)) and os.path.isdir(source)
+    is_directory = (isinstance(source, (str, os.PathLike)) and os.path.isdir(source)) \
+        or remote.is_prefix(source)
     labels = options.labels
     if options.label_mode is None and not is_directory and is_inferred(labels):
         labels = None  # a table or list has no labels to infer: images only
