@@ -62,6 +62,7 @@ def test_is_remote():
     assert not storage.is_remote("/data/cats/1.jpg")
     assert not storage.is_remote("cats/1.jpg")
     assert not storage.is_remote(b"/data/x.jpg")
+    assert not storage.is_remote("/data/a://b.jpg") and not storage.is_remote("a b://c")
     for other in ("http://host/x.jpg", "hdfs://cluster/x", "S3://bucket/key"):
         with pytest.raises(ValueError, match=f"Received: '{other}'"):
             storage.is_remote(other)
