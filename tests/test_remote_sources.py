@@ -243,3 +243,14 @@ def test_dataset_and_fit_from_a_prefix(bucket, indexed_dir):
     model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     history = model.fit(remote, epochs=2, steps_per_epoch=3, verbose=0)
     assert len(history.history["loss"]) == 2 and np.isfinite(history.history["loss"]).all()
+
+
+def test_an_object_deleted_during_training_stops_it_naming_its_key(bucket, s3_server):
+    client = s3_server.client()
+    for i in range(4):
+        client.put_object(Bucket=BUCKET, Key=f"deleted/a/{i}.png", Body=_png((50 * i, 9, 9)))
+    pipe = make_dali_pipeline(f"s3://{BUCKET}/deleted", image_size=(8, 8), batch_size=2,
+                              shuffle=False, device="cpu")
+    client.delete_object(Bucket=BUCKET, Key="deleted/a/3.png")
+    with pytest.raises(RuntimeError, match=f"bucket={BUCKET}.*deleted/a/3.png"):
+        list(pipe.epoch())
