@@ -183,6 +183,16 @@ def test_the_check_names_a_truncated_object(bucket, s3_server):
     assert pipe.file_paths == [f"s3://{BUCKET}/cut/a/good.png"]
 
 
+def test_dalipipe_check_names_the_bad_objects(bucket, s3_server, capsys):
+    from dalipipe.cli import main
+
+    good = _png((20, 10, 10))
+    s3_server.client().put_object(Bucket=BUCKET, Key="cli/a/good.png", Body=good)
+    s3_server.client().put_object(Bucket=BUCKET, Key="cli/a/cut.png", Body=good[:-20])
+    assert main(["check", f"s3://{BUCKET}/cli/"]) == 1
+    assert "1 of 2 files are bad" in capsys.readouterr().out
+
+
 def test_the_check_reads_each_object_once_and_caches_by_etag(bucket, s3_server, fresh_cache):
     client = s3_server.client()
     for i in range(6):
