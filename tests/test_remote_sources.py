@@ -264,3 +264,13 @@ def test_an_object_deleted_during_training_stops_it_naming_its_key(bucket, s3_se
     client.delete_object(Bucket=BUCKET, Key="deleted/a/3.png")
     with pytest.raises(RuntimeError, match=f"bucket={BUCKET}.*deleted/a/3.png"):
         list(pipe.epoch())
+
+
+def test_gcs_sources_are_refused_with_the_reason(tmp_path):
+    """DALI 2.4's fn.io.file.read asks GCS for `key + NUL`: no request is made."""
+    table = tmp_path / "gcs.csv"
+    table.write_text("path\ngs://bucket/a/1.jpg\n")
+    for source, arguments in (("gs://bucket/photos", {}), (["gs://bucket/a/1.jpg"], {"labels": None}),
+                              (str(table), {"labels": None}), (["a/1.jpg"], {"labels": None, "root": "gs://bucket"})):
+        with pytest.raises(ValueError, match="gs:// sources cannot be read by DALI 2.4 .* NUL byte"):
+            sources.index_source(source, **arguments)
