@@ -23,6 +23,7 @@ from dalipipe.calls import first_argument, warnings_at_caller
 from dalipipe.devices import dali_device
 from dalipipe.options import TARGET_MODES, Options, is_inferred
 from dalipipe.sharding import Sharding, check_global_batch
+from dalipipe.storage import index as remote
 
 
 def make_dali_pipeline(
@@ -85,7 +86,8 @@ def image_pipelines(source, options):
     shows the check's progress.
     """
     options = options.replace(device=dali_device(options.device)).resolved()
-    is_directory = isinstance(source, (str, os.PathLike)) and os.path.isdir(source)
+    is_directory = (isinstance(source, (str, os.PathLike)) and os.path.isdir(source)) \
+        or remote.is_prefix(source)
     labels = options.labels
     if options.label_columns is not None or (
             options.label_mode is None and not is_directory and is_inferred(labels)):

@@ -24,6 +24,7 @@ import numpy as np
 from dalipipe import tfrecord
 from dalipipe.options import is_inferred
 from dalipipe.targets import class_order, is_missing, table_targets, warn_numeric_classes
+from dalipipe.storage import index as remote
 from dalipipe.utils import IMAGE_EXTENSIONS, MAX_LISTED, UNDECODABLE_EXTENSIONS, listing
 
 
@@ -133,6 +134,9 @@ def index_source(source, *, labels="inferred", class_names=None, path_column="pa
     targets = (label_columns, label_mode)
     if label_columns is not None:
         labels = None  # the targets are the columns
+    tree = remote.prefix_tree(source)  # a folder in s3:// or gs://, else None
+    if tree is not None:
+        return _index_directory(os.fspath(source), labels, class_names, False, tree=tree)
     if isinstance(source, (str, os.PathLike)) and os.path.isdir(source):
         return _index_directory(os.fspath(source), labels, class_names, follow_links)
     files = tfrecord.tfrecord_files(source)
@@ -141,7 +145,7 @@ def index_source(source, *, labels="inferred", class_names=None, path_column="pa
         return _index_records(records, labels, class_names)
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
-        if not os.path.exists(path):
+        if not remote.is_remote_source(path) and not os.path.exists(path):
             raise ValueError(
                 f"`source` must be a directory, a CSV file, a pandas DataFrame, image paths "
                 f"or TFRecord files. No such file or directory: source='{path}'"
@@ -156,7 +160,7 @@ def index_source(source, *, labels="inferred", class_names=None, path_column="pa
     if isinstance(source, (str, os.PathLike)):
         table = _read_csv(path)
         base = Base(root, "`root`") if root is not None else \
-            Base(os.path.dirname(os.path.abspath(path)), "the CSV file's folder")
+            Base(remote.folder_of(path), "the CSV file's folder")
         return _index_table(list(table), table.__getitem__, labels, class_names, path_column,
                             base, f"'{path}'", allow_missing, targets)
     base = Base(root, "`root`") if root is not None else Base(os.getcwd(), "the working directory")
@@ -287,7 +291,8 @@ def _read_csv(path):
     is missing (None), and so is a cell past the end of a short row. Blank lines are
     skipped.
     """
-    with open(path, newline="", encoding="utf-8-sig") as f:
+    with (remote.open_text(path) if remote.is_remote_source(path) else
+          open(path, newline="", encoding="utf-8-sig")) as f:
         reader = csv.reader(f)
         header = next(reader, None)
         if not header:
@@ -313,8 +318,12 @@ def _read_csv(path):
     return columns
 
 
-def _index_directory(directory, labels, class_names, follow_links):
-    """The images of a directory, as `image_dataset_from_directory` lists them."""
+def _index_directory(directory, labels, class_names, follow_links, tree=None):
+    """The images of a directory, as `image_dataset_from_directory` lists them.
+
+    `tree` answers what the folder holds (`_LocalTree`'s methods); a prefix in object
+    storage passes its own (`dalipipe.storage.index.RemoteTree`)."""
+    tree = tree or _LocalTree(directory, follow_links)
     inferred = is_inferred(labels)
     if not inferred and labels is not None:
         if not isinstance(labels, (list, tuple, np.ndarray)):
@@ -332,10 +341,7 @@ def _index_directory(directory, labels, class_names, follow_links):
                 f"labels={list(labels)!r}, and class_names={list(class_names)!r}"
             )
     if inferred:
-        subdirs = sorted(
-            d for d in os.listdir(directory)
-            if os.path.isdir(os.path.join(directory, d)) and not d.startswith(".")
-        )
+        subdirs = tree.subdirs()
         if class_names is not None:
             if not set(class_names) <= set(subdirs):
                 raise ValueError(
@@ -347,21 +353,17 @@ def _index_directory(directory, labels, class_names, follow_links):
             subdirs = list(class_names)
         file_paths, targets, ignored = [], [], []
         for i, name in enumerate(subdirs):
-            found, skipped = _list_images(os.path.join(directory, name), follow_links)
+            found, skipped = tree.images(name)
             file_paths += found
             targets += [i] * len(found)
             ignored += skipped
         # Loose files beside the class folders (a labels.csv, a README) are not
         # samples; loose images are, and they have no class: say so.
-        ignored += [
-            os.path.join(directory, f)
-            for f in sorted(os.listdir(directory))
-            if os.path.isfile(os.path.join(directory, f)) and _looks_like_image(f)
-        ]
+        ignored += tree.loose_images()
         _warn_ignored(ignored, directory)
         _check_not_empty(file_paths, directory)
         return Index(file_paths, np.asarray(targets, np.int32), list(subdirs))
-    file_paths, ignored = _list_images(directory, follow_links)
+    file_paths, ignored = tree.images(None)
     _warn_ignored(ignored, directory)
     _check_not_empty(file_paths, directory)
     if labels is None:
@@ -373,6 +375,33 @@ def _index_directory(directory, labels, class_names, follow_links):
             f"files in directory {directory!r}."
         )
     return Index(file_paths, *_encode_labels(labels, None, len(file_paths)))
+
+
+class _LocalTree:
+    """What a local folder holds, for `_index_directory`."""
+
+    def __init__(self, directory, follow_links):
+        self.directory, self.follow_links = directory, follow_links
+
+    def subdirs(self):
+        """The class folders: sorted subfolders, hidden ones left out."""
+        return sorted(
+            d for d in os.listdir(self.directory)
+            if os.path.isdir(os.path.join(self.directory, d)) and not d.startswith(".")
+        )
+
+    def images(self, subdir):
+        """`_list_images` of the subfolder `subdir`, or of the whole folder for None."""
+        folder = self.directory if subdir is None else os.path.join(self.directory, subdir)
+        return _list_images(folder, self.follow_links)
+
+    def loose_images(self):
+        """Image files beside the class folders."""
+        return [
+            os.path.join(self.directory, f)
+            for f in sorted(os.listdir(self.directory))
+            if os.path.isfile(os.path.join(self.directory, f)) and _looks_like_image(f)
+        ]
 
 
 def _list_images(folder, follow_links):
@@ -484,6 +513,10 @@ def _index_list(paths, labels, class_names, base, what="the list", column=None,
             "For a list of file paths, `labels` must be a list of the same length, or None. "
             f"Received: labels={labels!r}"
         )
+    if remote.is_remote_list(paths, base.folder):  # URIs, or root="s3://...": found by listing
+        file_paths = remote.resolve(paths, base.folder, what, allow_missing)
+        return Index(file_paths, *(None, None) if labels is None else
+                     _encode_labels(labels, class_names, len(file_paths), column))
     bad = [p for p in paths if not isinstance(p, (str, bytes, os.PathLike))]
     if bad:
         raise ValueError(

@@ -21,6 +21,7 @@ from dalipipe.checks.cache import VERSION, cache_path, mode_of, open_cache, usab
 from dalipipe.checks.decoder import decoder_verdicts
 from dalipipe.checks.structure import check_structure
 from dalipipe.options import CHECKS
+from dalipipe.storage import fetch
 from dalipipe.utils import CHECK_BAR_DELAY, cache_dir, progress, warn_without_cache
 
 _CHUNK = 256  # files or records read and decoded together, and committed to the cache
@@ -92,7 +93,7 @@ def _read(path):
 
 def _check_paths(paths, **how):
     """`check_file` for a list of paths, the decoder taking the images together."""
-    return _check_read([_read(path) for path in paths], **how)
+    return _check_read(fetch.read_paths(paths, _read), **how)  # objects: in parallel
 
 
 def _check_read(read, **how):
@@ -232,7 +233,7 @@ def check_files(paths, *, check="structure", verbose=False, stamps=None, device=
         device_id: the GPU's CUDA ordinal, for `device="gpu"`. Defaults to 0.
     """
     _check_level(check)
-    signatures = [_signature(path) for path in paths]
+    signatures = fetch.signatures(paths, _signature)  # objects: (size, ETag hash)
     if stamps is not None:
         stamps.update((p, s) for p, s in zip(paths, signatures) if s is not None)
     how = dict(full=check == "full", device=device, device_id=device_id)
