@@ -1,16 +1,9 @@
-"""Object storage (`dalipipe.storage`) against a real S3 server on 127.0.0.1.
-
-The server is moto's (`moto[server]`): a real HTTP S3 API that boto3 and DALI's AWS
-SDK both talk to, started once for the session on a free port of 127.0.0.1 and
-stopped at its end. It runs in a process of its own: DALI's readers fetch their
-first batches inside `pipe.build()`, which holds the GIL, so a server on a thread of
-the test's process could not answer them. No request leaves this machine: the AWS variables point both
-clients at it, and the instance metadata service is switched off.
+"""Object storage (`dalipipe.storage`) against a real S3 server on 127.0.0.1: the
+session's `s3_server` (`tests/s3_server.py`), with a bucket of JPEGs made here.
 
 `gs://` has no server here: its URIs and its missing-client error are tested.
 """
 
-import contextlib
 import hashlib
 import io
 import os
@@ -18,7 +11,6 @@ import pathlib
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -26,6 +18,7 @@ import pytest
 from PIL import Image
 
 from dalipipe import storage
+from s3_server import free_port, moto_server
 
 BUCKET = "photos"
 # key under s3://photos/data/ -> (height, width, colour)
@@ -36,7 +29,6 @@ IMAGES = {
     "cats-b/4.jpg": (18, 18, (30, 200, 30)),
     "dogs/5.jpg": (30, 16, (30, 30, 200)),
 }
-_STARTUP_SECONDS = 30
 
 
 def _jpeg(height, width, colour):
@@ -45,97 +37,18 @@ def _jpeg(height, width, colour):
     return buffer.getvalue()
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-_ENVIRONMENT = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_REGION": "us-east-1",
-    # No instance metadata requests, no user's ~/.aws files, no proxies.
-    "AWS_EC2_METADATA_DISABLED": "true",
-    "AWS_CONFIG_FILE": os.devnull,
-    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-    "NO_PROXY": "127.0.0.1",
-}
-
-
-@contextlib.contextmanager
-def _moto_server(**environment):
-    """The endpoint URL of a moto S3 server on a free port of 127.0.0.1, in a process
-    of its own with `environment` added, stopped on exit."""
-    pytest.importorskip("moto.server", reason="needs moto's server: pip install 'moto[server]'")
-    pytest.importorskip("flask", reason="needs moto's server: pip install 'moto[server]'")
-    boto3 = pytest.importorskip("boto3", reason="needs boto3: pip install 'dalipipe[s3]'")
-    port = _free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    with tempfile.TemporaryFile() as log:  # a line per request: a pipe would fill and block it
-        server = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **environment})
-        try:
-            _wait_for(server, boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                                           aws_access_key_id="x", aws_secret_access_key="x"), log)
-            yield endpoint
-        finally:
-            server.terminate()
-            try:
-                server.wait(10)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait(10)
-
-
-@pytest.fixture(scope="session")
-def s3_server():
-    """The endpoint URL of a moto S3 server, with the process's AWS variables pointing
-    at it, and the bucket `photos` filled with `IMAGES` (under `data/`), a folder
-    marker and a CSV file."""
-    boto3 = pytest.importorskip("boto3", reason="needs boto3: pip install 'dalipipe[s3]'")
-    saved = {name: os.environ.get(name) for name in [*_ENVIRONMENT, "AWS_ENDPOINT_URL"]}
-    try:
-        with _moto_server() as endpoint:
-            os.environ.update(_ENVIRONMENT, AWS_ENDPOINT_URL=endpoint)
-            storage.reset_clients()
-            client = boto3.client("s3", endpoint_url=endpoint)
-            client.create_bucket(Bucket=BUCKET)
-            for key, spec in IMAGES.items():
-                client.put_object(Bucket=BUCKET, Key=f"data/{key}", Body=_jpeg(*spec))
-            client.put_object(Bucket=BUCKET, Key="data/dogs/", Body=b"")  # a folder marker
-            client.put_object(Bucket=BUCKET, Key="data.csv", Body=b"path,label\ncats/1.jpg,cats\n")
-            client.create_bucket(Bucket="empty")
-            yield endpoint
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        storage.reset_clients()
-
-
-def _wait_for(server, client, log):
-    """Waits until the server answers, at most `_STARTUP_SECONDS`."""
-    import botocore.exceptions
-
-    deadline = time.monotonic() + _STARTUP_SECONDS
-    while True:
-        if server.poll() is not None:
-            log.seek(0)
-            pytest.fail(f"moto's S3 server exited ({server.returncode}): "
-                        f"{log.read().decode(errors='replace')[-2000:]}")
-        try:
-            client.list_buckets()
-            return
-        except botocore.exceptions.ClientError:  # an answer, if a refusal
-            return
-        except botocore.exceptions.BotoCoreError:  # not listening yet
-            if time.monotonic() > deadline:
-                pytest.fail(f"moto's S3 server did not answer within {_STARTUP_SECONDS} s")
-            time.sleep(0.1)
+@pytest.fixture(scope="module")
+def photos(s3_server):
+    """`s3_server` with the bucket `photos` filled with `IMAGES` (under `data/`), a
+    folder marker and a CSV file, and an empty bucket."""
+    client = s3_server.client()
+    client.create_bucket(Bucket=BUCKET)
+    for key, spec in IMAGES.items():
+        client.put_object(Bucket=BUCKET, Key=f"data/{key}", Body=_jpeg(*spec))
+    client.put_object(Bucket=BUCKET, Key="data/dogs/", Body=b"")  # a folder marker
+    client.put_object(Bucket=BUCKET, Key="data.csv", Body=b"path,label\ncats/1.jpg,cats\n")
+    client.create_bucket(Bucket="empty")
+    return s3_server
 
 
 def _uri(key):
@@ -150,6 +63,7 @@ def test_is_remote():
     assert not storage.is_remote("/data/cats/1.jpg")
     assert not storage.is_remote("cats/1.jpg")
     assert not storage.is_remote(b"/data/x.jpg")
+    assert not storage.is_remote("/data/a://b.jpg") and not storage.is_remote("a b://c")
     for other in ("http://host/x.jpg", "hdfs://cluster/x", "S3://bucket/key"):
         with pytest.raises(ValueError, match=f"Received: '{other}'"):
             storage.is_remote(other)
@@ -204,7 +118,7 @@ def test_missing_client_names_the_extra(monkeypatch, scheme, module, extra):
 # --- Listing ------------------------------------------------------------------------
 
 
-def test_list_objects(s3_server):
+def test_list_objects(photos):
     found = storage.list_objects(f"s3://{BUCKET}/data")
     # A local folder's walk order: folders sorted by path, then files by name
     # ("cats" < "cats-b" < "cats/z", as os.walk's sorted dirpaths).
@@ -220,7 +134,7 @@ def test_list_objects(s3_server):
     assert [o.key for o in whole] == ["data.csv"] + [f"data/{o.key}" for o in found]
 
 
-def test_list_objects_errors(s3_server):
+def test_list_objects_errors(photos):
     with pytest.raises(ValueError, match="No such bucket 'nowhere' for 's3://nowhere/data'"):
         storage.list_objects("s3://nowhere/data")
     with pytest.raises(ValueError, match="No objects found under 's3://empty'"):
@@ -233,7 +147,7 @@ def test_list_objects_errors(s3_server):
 # --- Reading ------------------------------------------------------------------------
 
 
-def test_read_and_stat(s3_server):
+def test_read_and_stat(photos):
     data = _jpeg(*IMAGES["dogs/5.jpg"])
     assert storage.read_object(_uri("dogs/5.jpg")) == data
     info = storage.stat(_uri("dogs/5.jpg"))
@@ -241,7 +155,7 @@ def test_read_and_stat(s3_server):
     assert storage.read_object(f"s3://{BUCKET}/data.csv").decode().splitlines()[0] == "path,label"
 
 
-def test_ranged_reads(s3_server):
+def test_ranged_reads(photos):
     data = _jpeg(*IMAGES["cats/1.jpg"])
     uri = _uri("cats/1.jpg")
     assert storage.read_object(uri, 0, 2) == data[:2] == b"\xff\xd8"
@@ -255,7 +169,7 @@ def test_ranged_reads(s3_server):
         storage.read_object(uri, -1, 4)
 
 
-def test_missing_objects(s3_server):
+def test_missing_objects(photos):
     with pytest.raises(FileNotFoundError, match=f"No such object: '{_uri('cats/404.jpg')}'"):
         storage.read_object(_uri("cats/404.jpg"))
     with pytest.raises(FileNotFoundError, match=f"'{_uri('cats/404.jpg')}'"):
@@ -265,7 +179,7 @@ def test_missing_objects(s3_server):
     assert storage.stat_objects([_uri("cats/1.jpg"), _uri("cats/404.jpg")])[1] is None
 
 
-def test_map_objects_reads_each_object_once(s3_server):
+def test_map_objects_reads_each_object_once(photos):
     uris = [_uri(key) for key in IMAGES] + [_uri("cats/404.jpg")]
     calls = []
 
@@ -281,8 +195,8 @@ def test_map_objects_reads_each_object_once(s3_server):
     assert storage.read_objects(uris[:2]) == [_jpeg(*IMAGES[k]) for k in list(IMAGES)[:2]]
 
 
-def test_unreachable_endpoint_fails_fast(s3_server, monkeypatch):
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{_free_port()}")
+def test_unreachable_endpoint_fails_fast(photos, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
     storage.reset_clients()
     try:
         start = time.monotonic()
@@ -296,10 +210,10 @@ def test_unreachable_endpoint_fails_fast(s3_server, monkeypatch):
         storage.reset_clients()
 
 
-def test_wrong_credentials(s3_server, monkeypatch):
+def test_wrong_credentials(photos, monkeypatch):
     """A server that checks signatures (moto with IAM checks on) rejects unknown keys."""
-    with _moto_server(INITIAL_NO_AUTH_ACTION_COUNT="0") as checking:
-        monkeypatch.setenv("AWS_ENDPOINT_URL", checking)
+    with moto_server(INITIAL_NO_AUTH_ACTION_COUNT="0") as checking:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", checking.endpoint)
         storage.reset_clients()
         try:
             with pytest.raises(PermissionError, match=rf"Access denied to 's3://{BUCKET}/data' \(InvalidAccessKeyId\)"):
@@ -311,7 +225,7 @@ def test_wrong_credentials(s3_server, monkeypatch):
             storage.reset_clients()
 
 
-def test_missing_credentials(s3_server, monkeypatch):
+def test_missing_credentials(photos, monkeypatch):
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     storage.reset_clients()
@@ -326,7 +240,7 @@ def test_missing_credentials(s3_server, monkeypatch):
 # --- DALI reads the same URIs -------------------------------------------------------
 
 
-def test_dali_reads_and_decodes_s3_uris(s3_server):
+def test_dali_reads_and_decodes_s3_uris(photos):
     """`fn.io.file.read` fetches `s3://` URIs from the server the environment names,
     given as dalipipe's packed sample rows (label, then the NUL-padded path)."""
     pytest.importorskip("nvidia.dali")
@@ -354,7 +268,7 @@ def test_dali_reads_and_decodes_s3_uris(s3_server):
         np.testing.assert_allclose(image.reshape(-1, 3).mean(0), colour, atol=4)
 
 
-def test_server_that_stops_answering_fails_in_bounded_time(s3_server, monkeypatch):
+def test_server_that_stops_answering_fails_in_bounded_time(photos, monkeypatch):
     """A server that accepts connections and never answers: the read times out."""
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
@@ -389,7 +303,7 @@ def _gcs_environment(monkeypatch, **variables):
 def test_gcs_unreachable_endpoint(monkeypatch):
     """DALI's variables point the GCS client at a closed port of 127.0.0.1."""
     _gcs_environment(monkeypatch, DALI_GCS_ANONYMOUS="1",
-                     DALI_GCS_ENDPOINT_URL=f"http://127.0.0.1:{_free_port()}")
+                     DALI_GCS_ENDPOINT_URL=f"http://127.0.0.1:{free_port()}")
     try:
         start = time.monotonic()
         with pytest.raises(ConnectionError, match="for 'gs://bucket/photos'"):
@@ -398,6 +312,71 @@ def test_gcs_unreachable_endpoint(monkeypatch):
     finally:
         monkeypatch.undo()
         storage.reset_clients()
+
+
+@pytest.fixture
+def gcs_emulator(monkeypatch, tmp_path):
+    """A local GCS emulator (`gcp-storage-emulator`, in the test extra) on a free port
+    of 127.0.0.1 with the bucket `photos`, and DALI's GCS variables pointing at it;
+    returns its request log's path."""
+    pytest.importorskip("gcp_storage_emulator", reason="needs pip install gcp-storage-emulator")
+    port = free_port()
+    log = tmp_path / "gcs.log"
+    with open(log, "ab") as out:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1",
+             "--port", str(port), "--in-memory", "--default-bucket", "photos"],
+            stdout=out, stderr=subprocess.STDOUT)
+    try:
+        _gcs_environment(monkeypatch, DALI_GCS_ANONYMOUS="1",
+                         DALI_GCS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.1)
+        yield log
+    finally:
+        server.terminate()
+        server.wait(10)
+        storage.reset_clients()
+
+
+def test_gcs_listing_and_reads_on_an_emulator(gcs_emulator):
+    """dalipipe's GCS client lists and reads; DALI 2.4's fn.io.file.read asks for the
+    object's name with a NUL byte appended (`%00`), which `storage.index` refuses for."""
+    pytest.importorskip("nvidia.dali")
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage as gcs
+    from nvidia.dali import fn, pipeline_def, types
+
+    client = gcs.Client(project="test", credentials=AnonymousCredentials(),
+                        client_options={"api_endpoint": os.environ["DALI_GCS_ENDPOINT_URL"]})
+    for key in ("cats/1.jpg", "cats/z/3.jpg", "dogs/5.jpg"):
+        client.bucket("photos").blob(f"data/{key}").upload_from_string(_jpeg(*IMAGES[key]))
+    found = storage.list_objects("gs://photos/data")
+    assert [o.key for o in found] == ["cats/1.jpg", "cats/z/3.jpg", "dogs/5.jpg"]
+    assert found[0].size == len(_jpeg(*IMAGES["cats/1.jpg"]))
+    assert storage.read_object("gs://photos/data/dogs/5.jpg") == _jpeg(*IMAGES["dogs/5.jpg"])
+    assert storage.read_object("gs://photos/data/dogs/5.jpg", 0, 2) == b"\xff\xd8"
+    with pytest.raises(FileNotFoundError, match="No such object: 'gs://photos/data/404.jpg'"):
+        storage.read_object("gs://photos/data/404.jpg")
+
+    path = np.frombuffer(b"\0\0\0\0gs://photos/data/dogs/5.jpg", np.uint8)
+
+    @pipeline_def(batch_size=1, num_threads=1, device_id=None)
+    def read():
+        return fn.io.file.read(fn.external_source(source=lambda: [path], dtype=types.UINT8,
+                                                  batch=True)[4:])
+
+    pipe = read()
+    with pytest.raises(RuntimeError, match="GCS object not found. bucket=photos object=data/dogs/5.jpg"):
+        pipe.build()
+        pipe.run()
+    assert "/o/data%2Fdogs%2F5.jpg%00 " in gcs_emulator.read_text()
 
 
 def test_gcs_without_credentials(monkeypatch, tmp_path):
@@ -411,7 +390,7 @@ def test_gcs_without_credentials(monkeypatch, tmp_path):
         storage.reset_clients()
 
 
-def test_open_object_streams(s3_server):
+def test_open_object_streams(photos):
     data = _jpeg(*IMAGES["cats/2.jpg"])
     with storage.open_object(_uri("cats/2.jpg"), buffer_size=64) as f:
         assert f.read(2) == b"\xff\xd8"
@@ -422,17 +401,17 @@ def test_open_object_streams(s3_server):
         storage.open_object(_uri("cats/404.jpg"))
 
 
-def test_stamp_follows_the_etag(s3_server):
+def test_stamp_follows_the_etag(photos):
     one, two = storage.list_objects(f"s3://{BUCKET}/data")[:2]
     assert one.stamp()[0] == one.size and one.stamp() != two.stamp()
     assert storage.stat(_uri(one.key)).stamp() == one.stamp()
     assert all(-(2 ** 63) <= n < 2 ** 63 for n in one.stamp())
 
 
-def test_replaced_object_changes_its_stamp(s3_server):
+def test_replaced_object_changes_its_stamp(photos):
     import boto3
 
-    client = boto3.client("s3", endpoint_url=s3_server)
+    client = boto3.client("s3", endpoint_url=photos.endpoint)
     uri = f"s3://{BUCKET}/replaced/1.jpg"
     client.put_object(Bucket=BUCKET, Key="replaced/1.jpg", Body=_jpeg(8, 8, (0, 0, 0)))
     before = storage.stat(uri)
@@ -441,7 +420,7 @@ def test_replaced_object_changes_its_stamp(s3_server):
     assert before.etag != after.etag and before.stamp() != after.stamp()
 
 
-def test_dali_reads_tfrecord_files_from_s3(s3_server, tmp_path):
+def test_dali_reads_tfrecord_files_from_s3(photos, tmp_path):
     """DALI's TFRecord reader reads an `s3://` TFRecord file itself, with a local index
     (written here by dalipipe, in DALI's format)."""
     pytest.importorskip("nvidia.dali")
@@ -461,7 +440,7 @@ def test_dali_reads_tfrecord_files_from_s3(s3_server, tmp_path):
     shard, = [p for p in (tmp_path / "records").iterdir() if p.suffix == ".tfrecord"]
     index = tmp_path / "train.idx"
     tfrecord.write_index(str(shard), str(index))
-    boto3.client("s3", endpoint_url=s3_server).upload_file(str(shard), BUCKET, "records/train.tfrecord")
+    boto3.client("s3", endpoint_url=photos.endpoint).upload_file(str(shard), BUCKET, "records/train.tfrecord")
 
     @pipeline_def(batch_size=len(keys), num_threads=2, device_id=None)
     def read():
@@ -487,7 +466,7 @@ def test_parent():
 
 
 @pytest.mark.parametrize("list_from", [1, 1000])  # by listing, and by HEAD requests
-def test_find_objects(s3_server, monkeypatch, list_from):
+def test_find_objects(photos, monkeypatch, list_from):
     monkeypatch.setattr(storage, "_LIST_FROM", list_from)
     uris = [_uri("cats/z/3.jpg"), _uri("dogs/404.jpg"), f"s3://{BUCKET}/data.csv", _uri("cats/1.jpg"),
             "s3://nowhere/x.jpg"]

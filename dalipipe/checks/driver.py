@@ -21,7 +21,8 @@ from dalipipe.checks.cache import VERSION, cache_path, mode_of, open_cache, usab
 from dalipipe.checks.decoder import decoder_verdicts
 from dalipipe.checks.structure import check_structure
 from dalipipe.options import CHECKS
-from dalipipe.utils import cache_dir, progress, warn_without_cache
+from dalipipe.storage import fetch
+from dalipipe.utils import CHECK_BAR_DELAY, cache_dir, progress, warn_without_cache
 
 _CHUNK = 256  # files or records read and decoded together, and committed to the cache
 _POLL_S = 0.05  # how often a process waiting on other processes' chunks looks again
@@ -99,7 +100,7 @@ def _read(path):
 
 def _check_paths(paths, sizes=None, **how):
     """`check_file` for a list of paths, the decoder taking the images together."""
-    return _check_read([_read(path) for path in paths], sizes=sizes, **how)
+    return _check_read(fetch.read_paths(paths, _read), sizes=sizes, **how)  # objects: in parallel
 
 
 def _check_read(read, sizes=None, **how):
@@ -156,7 +157,7 @@ def _cached_check(keys, signatures, check_chunk, *, mode, what, verbose, sizes=N
     chunks = [list(range(start, min(start + _CHUNK, len(keys))))
               for start in range(0, len(keys), _CHUNK)]
     cache = open_cache()
-    with progress(len(keys), what, enabled=verbose) as bar:
+    with progress(len(keys), what, enabled=verbose, delay=CHECK_BAR_DELAY) as bar:
         def answer(indices, found, found_sizes, rows=None):
             for i, reason, size in zip(indices, found, found_sizes):
                 reasons[keys[i]] = reason
@@ -260,7 +261,7 @@ def check_files(paths, *, check="structure", verbose=False, stamps=None, device=
             whose header the decoder read (nvImageCodec; none where PIL stands in).
     """
     _check_level(check)
-    signatures = [_signature(path) for path in paths]
+    signatures = fetch.signatures(paths, _signature)  # objects: (size, ETag hash)
     if stamps is not None:
         stamps.update((p, s) for p, s in zip(paths, signatures) if s is not None)
     how = dict(full=check == "full", device=device, device_id=device_id)
@@ -362,10 +363,10 @@ def check_index(index, *, check="structure", read_records=None, verbose=False, d
     if index.refs is not None:
         if read_records is None:
             raise TypeError("check_index() needs `read_records` for TFRecord records")
-        bad = check_records(index.file_paths, index.shards, index.refs, check=check,
+        bad = check_records(index.file_paths, index.tfrecord_files, index.refs, check=check,
                             read_records=read_records, verbose=verbose, stamps=stamps,
                             device=device, device_id=device_id, sizes=sizes)
-        paths = index.shards
+        paths = index.tfrecord_files
     else:
         bad = check_files(index.file_paths, check=check, verbose=verbose, stamps=stamps,
                           device=device, device_id=device_id, sizes=sizes)

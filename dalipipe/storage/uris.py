@@ -2,14 +2,16 @@
 
 import os
 import posixpath
+import re
 
 SCHEMES = ("s3", "gs")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")  # RFC 3986's scheme
 
 
 def is_remote(path):
     """Whether `path` is an object storage URI (`s3://...` or `gs://...`).
 
-    Local paths (no `scheme://`) are not. Other schemes raise.
+    Local paths (no `scheme://` at their start) are not. Other schemes raise.
 
     Raises:
         ValueError: for a URI of another scheme (`http://`, `hdfs://`, `S3://`), or
@@ -31,6 +33,8 @@ def is_remote(path):
     scheme = path.split("://", 1)[0]
     if scheme in SCHEMES:
         return True
+    if not _SCHEME.fullmatch(scheme):
+        return False  # "://" inside a local path ("/data/a://b.jpg"): not a URI
     raise ValueError(
         f"Paths must be local paths or URIs of the schemes {SCHEMES} (s3://bucket/key, "
         f"gs://bucket/key). Received: {path!r}"
