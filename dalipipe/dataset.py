@@ -141,10 +141,8 @@ def make_dali_dataset(
         prefetch_queue_depth: batches DALI prepares ahead.
         hw_decoder_load: the share of the GPU's JPEG decoding given to its hardware decoder,
             in [0, 1]; ignored on the CPU (see GPU decoder).
-        preallocate_width_hint: pixels the hardware decoder's buffers are sized for; None
-            means the widest image the check read (0 without a check).
-        preallocate_height_hint: pixels the hardware decoder's buffers are sized for; None
-            means the tallest image the check read (0 without a check).
+        preallocate_width_hint: HW decoder buffer width; None: the widest image checked.
+        preallocate_height_hint: HW decoder buffer height; None: the tallest image checked.
         device_memory_padding: nvJPEG's GPU buffer slack in bytes, against reallocations.
         host_memory_padding: nvJPEG's pinned host buffer slack in bytes, likewise.
         check: the check of every file before training: `"structure"` (formats, headers,
