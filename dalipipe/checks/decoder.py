@@ -8,9 +8,10 @@ Two formats are decoded in a child interpreter (`python -m dalipipe.checks.decod
   nvImageCodec's OpenCV extension: a segmentation fault) rather than fail. A list
   that crashes the child is split in halves until the file that crashes it is
   alone; that file is reported as one that crashes DALI's decoder.
-- TIFF, because DALI decodes it with libtiff alone, while nvImageCodec's Python
-  decoder falls back to OpenCV's TIFF decoder, which decodes through some damage
-  that libtiff rejects. The child loads nvImageCodec's extensions less OpenCV's
+- TIFF of more than 8 bits per sample, because DALI decodes it with libtiff alone
+  (found by the fuzz: where libtiff fails on such a file, DALI fails, while on an
+  8-bit one it falls back to OpenCV's TIFF decoder, which decodes through some
+  damage). The child loads nvImageCodec's extensions less OpenCV's
   (`NVIMGCODEC_EXTENSIONS_PATH`), on the CPU.
 """
 
@@ -30,8 +31,9 @@ from dalipipe.checks.structure import FORMAT_NAMES, sniff
 from dalipipe.utils import captured_stderr, child_env, usable_cores
 
 # Formats decoded in a child interpreter, and the nvImageCodec extensions left out
-# there (for the CPU): the decoder that DALI uses for TIFF is libtiff's alone (it does
-# not fall back to OpenCV's, which decodes through some damage).
+# there (for the CPU): DALI decodes a TIFF of more than 8 bits per sample with
+# libtiff alone, failing where libtiff fails; OpenCV's decoder, which the check's
+# decoder (like DALI's for 8-bit TIFF) falls back to, decodes through some damage.
 _ISOLATED = {"jpeg2000": (), "tiff": ("libopencv_ext",)}
 _EXTENSION_DIRS = {}
 
@@ -66,9 +68,7 @@ def decoder_verdicts(images, tests, *, device, device_id=0):
     """
     groups = {}  # the format of each group decoded in a child interpreter, else None
     for i, (data, (test, _)) in enumerate(zip(images, tests)):
-        kind = sniff(data)
-        isolated = test != "header" and kind in _ISOLATED and _nvimgcodec() is not None
-        groups.setdefault(kind if isolated else None, []).append(i)
+        groups.setdefault(_isolated_format(data, test), []).append(i)
     reasons = [None] * len(images)
     for kind, members in groups.items():
         some = [images[i] for i in members], [tests[i] for i in members]
@@ -81,6 +81,20 @@ def decoder_verdicts(images, tests, *, device, device_id=0):
         for i, reason in zip(members, found):
             reasons[i] = reason
     return reasons
+
+
+def _isolated_format(data, test):
+    """The key of `_ISOLATED` under which `data` is decoded in a child interpreter,
+    or None: JPEG 2000, and TIFF whose samples are not 8-bit."""
+    nvimgcodec = _nvimgcodec()
+    if test == "header" or nvimgcodec is None:
+        return None
+    kind = sniff(data)
+    if kind == "tiff":
+        with captured_stderr():
+            stream = _parse(nvimgcodec, data)
+        return "tiff" if stream is not None and stream.dtype.itemsize != 1 else None
+    return kind if kind in _ISOLATED else None
 
 
 def _isolated_verdicts(images, tests, *, device, device_id, env):
@@ -163,11 +177,13 @@ def _verdicts(images, tests, *, device, device_id):
 
 
 def _parse(nvimgcodec, data):
-    """The decoder's code stream of `data` with its header parsed, or None."""
+    """The decoder's code stream of `data` with its header parsed, or None (also for
+    a header without a sample type, which DALI rejects: "Invalid sample_type")."""
     try:
         stream = nvimgcodec.CodeStream(data)
         stream.width  # the header is parsed on the first question
-    except RuntimeError:
+        stream.dtype
+    except (RuntimeError, TypeError):
         return None
     return stream
 

@@ -17,11 +17,13 @@ import numpy as np
 FORMAT_NAMES = {"jpeg": "JPEG", "png": "PNG", "bmp": "BMP", "tiff": "TIFF", "webp": "WebP",
                 "jpeg2000": "JPEG 2000", "pnm": "PNM"}
 # The cheapest decoder test that is exact, per format (JPEG and PNG have their own
-# rules first). BMP and PNM: the top-left pixel runs the decoder's whole set-up, and
-# their image data cannot fail to decode once the file is long enough. TIFF, WebP
-# and JPEG 2000: their compressed data fails only where it is decoded, and a
-# region's decode may skip it (strips, tiles), so the whole image is decoded.
-FORMAT_TESTS = {"bmp": "region", "pnm": "region", "tiff": "full", "webp": "full",
+# rules first). PNM: the top-left pixel runs the decoder's whole set-up, and its
+# image data cannot fail to decode once the file is long enough. BMP: a region goes
+# to another decoder (OpenCV's) than a whole image (nvImageCodec's own, as in DALI),
+# so the whole image is decoded; it costs little more than a copy. TIFF, WebP and
+# JPEG 2000: their compressed data fails only where it is decoded, and a region's
+# decode may skip it (strips, tiles), so the whole image is decoded.
+FORMAT_TESTS = {"pnm": "region", "bmp": "full", "tiff": "full", "webp": "full",
                 "jpeg2000": "full"}
 _NO_TEST = (None, None)
 _PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}  # per colour type
