@@ -9,7 +9,7 @@ import sqlite3
 
 from dalipipe.utils import cache_dir
 
-VERSION = 4  # bump when a check changes, to ignore older cache rows
+VERSION = 5  # bump when a check changes, to ignore older cache rows
 
 
 def cache_path():
