@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 
@@ -39,11 +40,13 @@ def write_format_set(directory, kind, count):
     from dalipipe.sample_data import make_sample_dataset
 
     make_sample_dataset(directory, num_images=count, num_classes=4, seed=0)
-    os.remove(os.path.join(directory, "labels.csv"))
     pil_format, extension, options = FORMATS[kind]
     for root, _, files in os.walk(directory):
         for name in files:
             path = os.path.join(root, name)
+            if not name.endswith(".jpg"):  # the labels and the set's description
+                os.remove(path)
+                continue
             with Image.open(path) as image:
                 image.load()
             os.remove(path)
@@ -64,7 +67,13 @@ def cpu_seconds():
     return times.user + times.system + times.children_user + times.children_system
 
 
+# The checkout this script belongs to: its dalipipe is the one measured.
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def main():
+    if REPO_ROOT not in sys.path:  # `python benchmarks/check_cost.py` puts benchmarks/ there
+        sys.path.insert(0, REPO_ROOT)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--directory", default="data/bench")
     parser.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
