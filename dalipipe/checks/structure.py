@@ -133,10 +133,10 @@ def _check_png(data):
 
     Rejected outright, as libpng rejects them: a file that ends before IEND, a first
     chunk that is not IHDR, a chunk type that is not four letters, a bad checksum of
-    a critical chunk, an empty image. A PNG of the usual layout
-    (IHDR, PLTE where needed, consecutive IDAT chunks whose deflate stream inflates
-    to exactly the rows the header implies, each row with a valid filter byte, IEND
-    last) needs only the decoder's header parse. Anything else is decoded in full,
+    a critical chunk, an empty image. A PNG of the usual layout (IHDR, PLTE where
+    needed, consecutive IDAT chunks whose deflate stream inflates to exactly the rows
+    the header implies, each row with a valid filter byte, IEND last) needs only the
+    decoder's header parse. Anything else is decoded in full,
     with the reason to give if the decoder rejects it: the deflate stream's damage
     (libpng stops at it while it still needs rows; after the last row, it only warns),
     a stream too short, a bad filter byte, or an unusual layout (the decoder's own
