@@ -21,7 +21,7 @@ import time
 
 from dalipipe.utils import warn_without_cache, writable_cache_dir
 
-VERSION = 4  # bump when a check changes, to ignore older cache rows
+VERSION = 5  # bump when a check changes, to ignore older cache rows
 LEASE_S = 60.0  # a claim older than this is taken over by a process that waits on it
 
 
