@@ -1,11 +1,12 @@
-"""Fuzzing the pre-flight check and DALI with mutated JPEGs, through `model.fit`.
+"""Fuzzing the pre-flight check and DALI with mutated images, through `model.fit`.
 
-`fuzz(count, seed, check, timeout)` makes `count` mutants of small real JPEGs,
-deterministically for `seed`, cycling through `MUTATIONS`: bit flips, truncation,
-overwritten header bytes, broken markers and zeroed runs, and mutations of one
-header field each: the frame's sample precision, its component count and sampling
-factors, a Huffman table's code counts, zeros in a quantization table, the scan's
-component and table selectors, and a restart interval.
+`fuzz(count, seed, check, timeout, kind="jpeg")` makes `count` mutants of small real
+images of format `kind` (any of `FORMATS`), deterministically for `seed`, cycling
+through that format's mutations (`benchmarks.mutations.MUTATIONS`: for JPEG,
+`MUTATIONS` here): plain ones (bit flips, truncation, garbage) and format-aware
+ones (for JPEG, header fields; for PNG, chunks with their CRCs recomputed and the
+deflate stream; for TIFF, IFD offsets and strip counts; for JPEG 2000, codestream
+markers; for WebP, chunk sizes; for BMP and PNM, header fields).
 
 The mutants go, in groups, through `make_dali_dataset` with the `check` asked for
 (the default is "structure") and `on_bad_file="skip"`, its other options at their
@@ -21,11 +22,12 @@ halves until the failing file is alone, so each file's outcome is its own:
 Each reported file is also decoded by DALI alone (`make_dali_pipeline`, no check):
 a reported file that DALI decodes is a false alarm (`dali_decodes` is True).
 
-The targets: no `dali_error_unnamed`, no `crash`, no `hang`. From the command line
+The targets: no `dali_error_unnamed`, no `crash`, no `hang`, no false alarm. From the command line
 it writes the report as JSON and exits with 1 when a target is missed;
 `python -m benchmarks.fuzz --worker fit|decode` is the worker.
 
-    python benchmarks/fuzz.py [--count 1000] [--check structure|full] [--out FILE]
+    python benchmarks/fuzz.py [--count 1000] [--check structure|full]
+        [--format jpeg|png|tiff|jpeg2000|webp|bmp|pnm] [--out FILE]
 """
 
 import argparse
@@ -42,118 +44,60 @@ import numpy as np
 
 # The checkout this script belongs to: its dalipipe is the one fuzzed.
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MUTATIONS = ("bit_flips", "truncate", "header_bytes", "marker", "zero_run",
-             "sof_precision", "sof_components", "sampling", "dht_counts", "dqt_zeros",
-             "sos_selectors", "dri")
+if REPO_ROOT not in sys.path:  # `python benchmarks/fuzz.py` puts benchmarks/ there
+    sys.path.insert(0, REPO_ROOT)
+
+from benchmarks import mutations  # noqa: E402  (after the path is set)
+
+FORMATS = tuple(mutations.MUTATIONS)
+MUTATIONS = mutations.MUTATIONS["jpeg"]
 OUTCOMES = ("decoded", "reported", "dali_error_named", "dali_error_unnamed", "crash", "hang")
 GROUP = 100  # mutants per fit
 START_TIMEOUT = 300  # seconds for a worker to import TensorFlow and DALI
-
-
-def segments(data):
-    """`[(marker, start, end)]`: each segment from SOI up to and including the first
-    scan header; `data[start:end]` is the segment's body, after its length."""
-    found, pos = [], 2
-    while pos + 4 <= len(data) and data[pos] == 0xFF:
-        marker = data[pos + 1]
-        length = int.from_bytes(data[pos + 2: pos + 4], "big")
-        found.append((marker, pos + 4, pos + 2 + length))
-        if marker == 0xDA:
-            break
-        pos += 2 + length
-    return found
+segments = mutations.jpeg_segments
 
 
 def mutate(data, kind, rng):
     """`data`, a sound baseline JPEG, with one mutation of `kind` drawn from `rng`."""
-    data = bytearray(data)
-    parts = segments(data)
-
-    def body(*markers):
-        choices = [p for p in parts if p[0] in markers]
-        return choices[int(rng.integers(0, len(choices)))]
-
-    def pick(values):
-        return int(values[int(rng.integers(0, len(values)))])
-
-    if kind == "bit_flips":
-        for _ in range(int(rng.integers(1, 20))):
-            i = int(rng.integers(0, len(data)))
-            data[i] ^= 1 << int(rng.integers(0, 8))
-    elif kind == "truncate":
-        data = data[: int(rng.integers(1, len(data)))]
-    elif kind == "header_bytes":
-        for _ in range(int(rng.integers(1, 8))):
-            data[int(rng.integers(0, min(len(data), 700)))] = int(rng.integers(0, 256))
-    elif kind == "marker":
-        markers = [i for i in range(len(data) - 1) if data[i] == 0xFF and data[i + 1] not in (0, 0xFF)]
-        i = markers[int(rng.integers(0, len(markers)))]
-        data[i + 1] = int(rng.integers(0, 256))
-    elif kind == "zero_run":
-        start = int(rng.integers(0, len(data)))
-        data[start: start + int(rng.integers(1, 200))] = bytes(min(200, len(data) - start))
-    elif kind == "sof_precision":
-        _, start, _ = body(0xC0, 0xC1, 0xC2)
-        data[start] = pick([0, 1, 2, 7, 9, 12, 16, int(rng.integers(0, 256))])
-    elif kind == "sof_components":
-        _, start, _ = body(0xC0, 0xC1, 0xC2)
-        data[start + 5] = pick([0, 1, 2, 4, 5, int(rng.integers(0, 256))])
-    elif kind == "sampling":
-        _, start, end = body(0xC0, 0xC1, 0xC2)
-        count = (end - start - 6) // 3
-        data[start + 7 + 3 * int(rng.integers(0, count))] = pick(
-            [0x00, 0x01, 0x10, 0x12, 0x21, 0x14, 0x41, 0x33, 0x44, 0x55, 0xFF,
-             int(rng.integers(0, 256))])
-    elif kind == "dht_counts":
-        _, start, _ = body(0xC4)
-        counts = start + 1  # the first table of the segment: class/id, then 16 counts
-        a, b = (int(i) for i in rng.integers(0, 16, 2))
-        if rng.random() < 0.5 and data[counts + a] > 0:  # same total: another code
-            data[counts + a] -= 1
-            data[counts + b] = (data[counts + b] + 1) % 256
-        else:
-            data[counts + a] = int(rng.integers(0, 256))
-    elif kind == "dqt_zeros":
-        _, start, _ = body(0xDB)
-        first = int(rng.integers(0, 64))
-        size = 64 if rng.random() < 0.25 else int(rng.integers(1, 65 - first))
-        entries = start + 1 + (0 if size == 64 else first)
-        data[entries: entries + size] = bytes(size)
-    elif kind == "sos_selectors":
-        _, start, end = body(0xDA)
-        count = data[start]
-        field = int(rng.integers(0, 2 * count + 3))  # Cs/Td-Ta pairs, then Ss, Se, Ah-Al
-        data[start + 1 + field] = pick([0, 1, 2, 3, 4, 0x11, 0x22, 0x3F, 0x40,
-                                        int(rng.integers(0, 256))])
-    elif kind == "dri":
-        interval = pick([0, 1, 2, 7, 64, 1000, 65535, int(rng.integers(0, 65536))])
-        sos = body(0xDA)[1] - 4
-        data[sos:sos] = b"\xff\xdd\x00\x04" + interval.to_bytes(2, "big")
-    return bytes(data)
+    return mutations.mutate(data, "jpeg", kind, rng)
 
 
-def make_corpus(directory, count, seed):
-    """`count` mutants of small JPEG crops of the shipped photographs."""
+def make_corpus(directory, count, seed, kind="jpeg"):
+    """`count` mutants of small images of format `kind`, made from JPEG crops of
+    the shipped photographs."""
+    from PIL import Image
+
     from dalipipe.sample_data import make_sample_dataset
 
     base_dir = os.path.join(directory, "base")
     make_sample_dataset(base_dir, num_images=8, num_classes=4, seed=seed,
                         crop_width=(60, 120))
-    bases = sorted(os.path.join(root, f) for root, _, files in os.walk(base_dir)
+    crops = sorted(os.path.join(root, f) for root, _, files in os.walk(base_dir)
                    for f in files if f.endswith(".jpg"))
+    if kind == "jpeg":
+        bases = []
+        for path in crops:
+            with open(path, "rb") as f:
+                bases.append((f.read(), ".jpg"))
+    else:
+        pictures = []
+        for path in crops:
+            with Image.open(path) as image:
+                pictures.append(image.convert("RGB"))
+        bases = mutations.base_images(kind, pictures)
     rng = np.random.default_rng(seed)
     out = os.path.join(directory, "mutants")
     os.makedirs(out, exist_ok=True)
     paths, kinds = [], {}
+    names = mutations.MUTATIONS[kind]
     for i in range(count):
-        kind = MUTATIONS[i % len(MUTATIONS)]
-        with open(bases[i % len(bases)], "rb") as f:
-            data = mutate(f.read(), kind, rng)
-        path = os.path.join(out, f"{i:05d}_{kind}.jpg")
+        mutation = names[i % len(names)]
+        data, extension = bases[i % len(bases)]
+        path = os.path.join(out, f"{i:05d}_{mutation}{extension}")
         with open(path, "wb") as f:
-            f.write(data)
+            f.write(mutations.mutate(data, kind, mutation, rng))
         paths.append(path)
-        kinds[path] = kind
+        kinds[path] = mutation
     return paths, kinds
 
 
@@ -235,17 +179,28 @@ def dali_decodes(worker, paths, timeout):
     return found
 
 
-def fuzz(count, seed, check, timeout):
-    """Runs the fuzz corpus; returns the report (summary and per-file outcomes)."""
+def fuzz(count, seed, check, timeout, kind="jpeg"):
+    """Runs the fuzz corpus of `count` mutants of format `kind` (or of each format
+    of a tuple of them); returns the report (summary and per-file outcomes).
+
+    The outcomes are keyed by file name, and by "<format>/<mutation>" and
+    "<format>/<file name>" for a tuple of formats."""
     from dalipipe.bench.harness import machine_info
     from dalipipe.checks import decoder_name
     from dalipipe.utils import child_env
 
+    formats = (kind,) if isinstance(kind, str) else tuple(kind)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as directory:
         env = child_env(TF_CPP_MIN_LOG_LEVEL="3",
                         DALIPIPE_CACHE_DIR=os.path.join(directory, "cache"))
-        paths, kinds = make_corpus(directory, count, seed)
+        paths, labels = [], {}
+        for name in formats:
+            some, mutated = make_corpus(os.path.join(directory, name), count, seed, name)
+            prefix = f"{name}/" if len(formats) > 1 else ""
+            paths += some
+            labels.update((path, (prefix + os.path.basename(path), prefix + mutation))
+                          for path, mutation in mutated.items())
         fitter, decoder = Worker("fit", env), Worker("decode", env)
         try:
             outcomes = {}
@@ -258,9 +213,10 @@ def fuzz(count, seed, check, timeout):
         finally:
             fitter.close()
             decoder.close()
-        files = {os.path.basename(path): {**outcomes[path], "mutation": kinds[path]}
+        files = {labels[path][0]: {**outcomes[path], "mutation": labels[path][1]}
                  for path in paths}
-    return {"summary": summarize(files, count=count, seed=seed, check=check,
+    return {"summary": summarize(files, format=kind if isinstance(kind, str) else list(formats),
+                                 count=count, seed=seed, check=check,
                                  seconds=time.perf_counter() - started,
                                  machine=machine_info(), decoder=decoder_name()),
             "files": files}
@@ -286,7 +242,8 @@ def summarize(files, **about):
         "reported_dali_cannot_decode": sum(r.get("dali_decodes") is False for r in reported),
         "reported_dali_crashes_or_hangs": sum(r.get("dali_decodes") in ("crash", "hang")
                                               for r in reported),
-        "ok": not any(counts.get(k) for k in ("dali_error_unnamed", "crash", "hang")),
+        "ok": not any(counts.get(k) for k in ("dali_error_unnamed", "crash", "hang"))
+        and not false_alarms,
     }
 
 
@@ -379,19 +336,21 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0, help="seed of the mutations")
     parser.add_argument("--check", default="structure", choices=("structure", "full"),
                         help="make_dali_dataset's pre-flight check")
+    parser.add_argument("--format", default="jpeg", choices=FORMATS,
+                        help="the format of the mutated images")
     parser.add_argument("--timeout", type=float, default=20.0, help="seconds per file")
     parser.add_argument("--out", default=None,
-                        help="defaults to benchmarks/results/fuzz-<check>.json")
+                        help="defaults to benchmarks/results/fuzz-<check>.json for "
+                             "JPEG, else fuzz-<format>-<check>.json")
     parser.add_argument("--worker", choices=("fit", "decode"),
                         help="run as the worker that fuzz() starts")
     args = parser.parse_args(argv)
     if args.worker:
         _serve(args.worker)
         return 0
-    if REPO_ROOT not in sys.path:  # `python benchmarks/fuzz.py` puts benchmarks/ there
-        sys.path.insert(0, REPO_ROOT)
-    out = args.out or f"benchmarks/results/fuzz-{args.check}.json"
-    report = fuzz(args.count, args.seed, args.check, args.timeout)
+    name = args.check if args.format == "jpeg" else f"{args.format}-{args.check}"
+    out = args.out or f"benchmarks/results/fuzz-{name}.json"
+    report = fuzz(args.count, args.seed, args.check, args.timeout, args.format)
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with open(out, "w") as f:
         json.dump(report, f, indent=2)

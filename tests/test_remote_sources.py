@@ -98,8 +98,9 @@ def test_missing_and_empty_prefixes_are_named(bucket):
         sources.index_source(f"s3://{BUCKET}/nothing/")
     with pytest.raises(ValueError, match="No such bucket 'nowhere' for 's3://nowhere/photos'"):
         sources.index_source("s3://nowhere/photos")
-    with pytest.raises(ValueError, match="must be a folder .* Received: source='s3://remote/indexed/red/img_002.png', an object"):
-        sources.index_source(f"{PREFIX}red/img_002.png")
+    # One image's URI is a list of one, as a local image path is.
+    one = sources.index_source(f"{PREFIX}red/img_002.png", labels=None)
+    assert one.file_paths == [f"{PREFIX}red/img_002.png"]
 
 
 def test_csv_in_object_storage(bucket, indexed_dir):
@@ -274,3 +275,46 @@ def test_gcs_sources_are_refused_with_the_reason(tmp_path):
                               (str(table), {"labels": None}), (["a/1.jpg"], {"labels": None, "root": "gs://bucket"})):
         with pytest.raises(ValueError, match="gs:// sources cannot be read by DALI 2.4 .* NUL byte"):
             sources.index_source(source, **arguments)
+
+
+# What a script does first, then what it reads: TensorFlow imported before DALI makes
+# DALI's S3 client abort the process (dalipipe.dali_import).
+_ORDER_SCRIPT = """
+import sys
+for name in sys.argv[2].split(","):
+    __import__(name)
+from dalipipe import make_dali_pipeline
+try:
+    pipe = make_dali_pipeline(sys.argv[1], image_size=(8, 8), batch_size=8, shuffle=False)
+    images, labels = next(iter(pipe.epoch()))
+    print("read", images.shape[0])
+except RuntimeError as e:
+    print("refused", e)
+"""
+
+
+@pytest.mark.parametrize("first, outcome", [
+    ("tensorflow", "read 8"),  # dalipipe loads DALI's TLS library so that it keeps its own
+    ("nvidia.dali,tensorflow", "read 8"),
+    ("tensorflow,nvidia.dali", "refused"),  # too late to mend: a clear error, no abort
+])
+def test_tensorflow_imported_first_never_aborts_the_process(bucket, first, outcome):
+    import subprocess
+    import sys
+
+    from dalipipe.utils import child_env
+
+    done = subprocess.run([sys.executable, "-c", _ORDER_SCRIPT, PREFIX, first],
+                          capture_output=True, text=True, env=child_env(), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1].startswith(outcome), done.stdout + done.stderr[-2000:]
+    if outcome == "refused":
+        assert "Import dalipipe (or nvidia.dali) before TensorFlow" in done.stdout
+
+
+def test_s3_problem_follows_the_import_order():
+    from dalipipe.dali_import import s3_problem
+
+    assert s3_problem(["sys", "nvidia.dali", "tensorflow"]) is None
+    assert s3_problem(["sys", "tensorflow"]) is None
+    assert "TensorFlow was imported before DALI" in s3_problem(["tensorflow", "nvidia.dali"])

@@ -9,24 +9,27 @@ source is checked first, by content, not by extension, with the decoder DALI use
   PNM); GIF and anything else are reported;
 - its structure is sound: a JPEG's headers end before the file does (a JPEG without
   an end-of-image marker must decode in full, and is reported as truncated if it
-  does not); a PNG's chunks, with their checksums, run up to IEND; a WebP is as long
-  as its RIFF header says;
+  does not); a PNG's chunks, with their checksums, run up to IEND, and its image
+  data inflates to the rows its header implies, each with a valid filter byte;
 - DALI's decoder accepts it. DALI decodes with nvImageCodec, and so does the check,
-  with the same extensions (libjpeg-turbo, libtiff, OpenCV, ...), on the CPU.
-  `check="structure"` has the decoder read every header, and decode the top-left
-  pixel of each JPEG, TIFF, BMP and PNM image: that runs the JPEG decoder's whole
-  set-up (every marker and table up to the image data, and for progressive and
-  multi-scan JPEGs every scan), at a small fraction of a full decode. What it does
-  not see is damage inside the image data of a single-scan JPEG, which the decoder
-  decodes through (libjpeg warns), short of truncation. PNG, WebP and JPEG 2000
-  images cost nearly a full decode for any region, so for them the decoder reads
-  the header only.
+  with the same extensions (libjpeg-turbo, libpng, libtiff, libwebp, OpenJPEG, ...),
+  on the CPU. `check="structure"` decodes as much of each image as finds every file
+  DALI's decoder rejects, per format (`structure.FORMAT_TESTS`): the top-left pixel
+  of each JPEG, BMP and PNM image (for JPEG that runs the decoder's whole set-up:
+  every marker and table up to the image data, and for progressive and multi-scan
+  JPEGs every scan), the header of a PNG whose data the structure rules inflated,
+  and the whole of each TIFF, WebP and JPEG 2000 image (and of a PNG of an unusual
+  layout). What it does not see is damage inside the image data of a single-scan
+  JPEG, which the decoder decodes through (libjpeg warns), short of truncation.
+  JPEG 2000 and TIFF images are decoded in a child interpreter: a JPEG 2000 file
+  that crashes the decoder is reported, and TIFF is decoded by libtiff alone, as in
+  DALI.
   `check="full"` decodes every image in full, on the GPU for a GPU pipeline (with
   the decoders DALI's GPU decoder uses), else on the CPU.
 
 Where nvImageCodec is not installed, the check decodes with PIL where it would
 decode in full (with a warning: PIL accepts some files that DALI's decoder rejects),
-and `"structure"` is the structure rules.
+and is the structure rules alone where it would decode less.
 
 Results are cached in SQLite, keyed on path, size and modification time, so a second
 check of the same files reads only their metadata. Objects in S3 or GCS are read
@@ -39,10 +42,10 @@ default. The cache lives in
 `DALIPIPE_NO_CACHE=1`), the check runs uncached. Processes that check the same files
 on one cache share the work by claiming chunks of it (see `cache`).
 
-One job per module: `structure` (the format by its first bytes, the JPEG, PNG and
-WebP rules), `decoder` (nvImageCodec's verdicts), `cache` (the SQLite cache),
-`driver` (the entry points, and the cached loop over files and records) and
-`policy` (what happens to the bad files).
+One job per module: `structure` (the format by its first bytes, the JPEG and PNG
+rules, the decoder test per format), `decoder` (nvImageCodec's verdicts), `cache`
+(the SQLite cache), `driver` (the entry points, and the cached loop over files and
+records) and `policy` (what happens to the bad files).
 """
 
 from dalipipe.checks.decoder import decoder_name

@@ -2,20 +2,48 @@
 decodes lists of images (a header, the top-left pixel, or the whole image) and says
 which it rejects, with its own message. PIL stands in where nvImageCodec is not
 installed.
+
+Two formats are decoded in a child interpreter (`python -m dalipipe.checks.decoder`):
+- JPEG 2000, because some damaged files crash the decoder (OpenJPEG, in
+  nvImageCodec's OpenCV extension: a segmentation fault) rather than fail. A list
+  that crashes the child is split in halves until the file that crashes it is
+  alone; that file is reported as one that crashes DALI's decoder.
+- TIFF of more than 8 bits per sample, because DALI decodes it with libtiff alone
+  (found by the fuzz: where libtiff fails on such a file, DALI fails, while on an
+  8-bit one it falls back to OpenCV's TIFF decoder, which decodes through some
+  damage). The child loads nvImageCodec's extensions less OpenCV's
+  (`NVIMGCODEC_EXTENSIONS_PATH`), on the CPU.
 """
 
+import atexit
 import io
+import os
+import pickle
 import re
+import shutil
+import subprocess
+import sys
+import tempfile
 import threading
 import warnings
 
 from dalipipe.checks.structure import FORMAT_NAMES, sniff
-from dalipipe.utils import captured_stderr, usable_cores
+from dalipipe.utils import captured_stderr, child_env, usable_cores
+
+# Formats decoded in a child interpreter, and the nvImageCodec extensions left out
+# there (for the CPU): DALI decodes a TIFF of more than 8 bits per sample with
+# libtiff alone, failing where libtiff fails; OpenCV's decoder, which the check's
+# decoder (like DALI's for 8-bit TIFF) falls back to, decodes through some damage.
+_ISOLATED = {"jpeg2000": (), "tiff": ("libopencv_ext",)}
+_EXTENSION_DIRS = {}
 
 _BATCH_PIXELS = 85_000_000  # RGB: about 256 MB
 _DECODERS = {}
 _DECODER_LOCK = threading.Lock()
 _COLOURS = re.compile(r"\x1b\[[0-9;]*m")
+# OpenCV's prefix: "[ERROR:0@0.335] global loadsave.cpp:1409 imdecode_ ", and its
+# source path in "OpenCV(4.13.0) /opt/src/.../grfmt_tiff.cpp:926: error: (-2:...) ".
+_OPENCV = re.compile(r"^\[\s*[A-Z]+:[^\]]*\]\s*global \S+:\d+ \S+ |OpenCV\([^)]*\) \S+: error: \([^)]*\) ")
 
 
 def decoder_verdicts(images, tests, *, device, device_id=0, sizes=None):
@@ -35,18 +63,93 @@ def decoder_verdicts(images, tests, *, device, device_id=0, sizes=None):
         device: "cpu" or "gpu": where the decoder decodes.
         device_id: the GPU's CUDA ordinal, for `device="gpu"`. Defaults to 0.
         sizes: None, or a list that receives per image the `(width, height)` of the
-            header the decoder parsed, or None (a header it cannot read, or PIL).
+            header the decoder parsed, or None (a header it cannot read, an image
+            checked in a child interpreter, or PIL).
 
     Returns:
         A list of `len(images)` reasons: str, or None for an image it accepts.
     """
     if sizes is not None:
         sizes[:] = [None] * len(images)
+    groups = {}  # the format of each group decoded in a child interpreter, else None
+    for i, (data, (test, _)) in enumerate(zip(images, tests)):
+        groups.setdefault(_isolated_format(data, test), []).append(i)
+    reasons = [None] * len(images)
+    for kind, members in groups.items():
+        some = [images[i] for i in members], [tests[i] for i in members]
+        if kind is None:
+            read = None if sizes is None else []
+            found = _verdicts(*some, device=device, device_id=device_id, sizes=read)
+            for i, size in zip(members, read or ()):
+                sizes[i] = size
+        else:
+            left_out = _ISOLATED[kind] if device == "cpu" else ()
+            found = _isolated_verdicts(*some, device=device, device_id=device_id,
+                                       env=child_env(**_extensions_env(left_out)))
+        for i, reason in zip(members, found):
+            reasons[i] = reason
+    return reasons
+
+
+def _isolated_format(data, test):
+    """The key of `_ISOLATED` under which `data` is decoded in a child interpreter,
+    or None: JPEG 2000, and TIFF whose samples are not 8-bit."""
+    nvimgcodec = _nvimgcodec()
+    if test == "header" or nvimgcodec is None:
+        return None
+    kind = sniff(data)
+    if kind == "tiff":
+        with captured_stderr():
+            stream = _parse(nvimgcodec, data)
+        return "tiff" if stream is not None and stream.dtype.itemsize != 1 else None
+    return kind if kind in _ISOLATED else None
+
+
+def _isolated_verdicts(images, tests, *, device, device_id, env):
+    """`_verdicts` in a child interpreter with the environment `env`; where the child
+    crashes, the list is split until the image that crashes it is alone, and that
+    image is reported so."""
+    if not images:
+        return []
+    job = pickle.dumps((images, tests, device, device_id))
+    done = subprocess.run([sys.executable, "-m", "dalipipe.checks.decoder"], input=job,
+                          capture_output=True, env=env)
+    if done.returncode == 0:
+        return pickle.loads(done.stdout)
+    if len(images) == 1:
+        return [f"{FORMAT_NAMES.get(sniff(images[0]), 'image')} that crashes DALI's decoder "
+                f"(exit status {done.returncode})"]
+    half = len(images) // 2
+    how = dict(device=device, device_id=device_id, env=env)
+    return (_isolated_verdicts(images[:half], tests[:half], **how)
+            + _isolated_verdicts(images[half:], tests[half:], **how))
+
+
+def _extensions_env(left_out):
+    """The environment variables that make nvImageCodec load its extensions less
+    those named in `left_out` (a folder of links to the others, made once)."""
+    if not left_out:
+        return {}
+    if left_out not in _EXTENSION_DIRS:
+        from nvidia import nvimgcodec
+
+        source = os.path.join(os.path.dirname(nvimgcodec.__file__), "extensions")
+        folder = tempfile.mkdtemp(prefix="dalipipe-nvimgcodec-")
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        for name in os.listdir(source):
+            if not name.startswith(left_out):
+                os.symlink(os.path.join(source, name), os.path.join(folder, name))
+        _EXTENSION_DIRS[left_out] = folder
+    return {"NVIMGCODEC_EXTENSIONS_PATH": _EXTENSION_DIRS[left_out]}
+
+
+def _verdicts(images, tests, *, device, device_id, sizes=None):
+    """`decoder_verdicts` in this process."""
     nvimgcodec = _nvimgcodec()
     if nvimgcodec is None:
         if any(test == "full" for test, _ in tests):
             warnings.warn("nvImageCodec is not installed, so the check decodes with PIL, "
-                          "which accepts some files that DALI's decoder rejects.", stacklevel=4)
+                          "which accepts some files that DALI's decoder rejects.", stacklevel=5)
         return [_pil_verdict(data, label) if test == "full" else None
                 for data, (test, label) in zip(images, tests)]
     reasons = [None] * len(images)
@@ -84,11 +187,13 @@ def decoder_verdicts(images, tests, *, device, device_id=0, sizes=None):
 
 
 def _parse(nvimgcodec, data):
-    """The decoder's code stream of `data` with its header parsed, or None."""
+    """The decoder's code stream of `data` with its header parsed, or None (also for
+    a header without a sample type, which DALI rejects: "Invalid sample_type")."""
     try:
         stream = nvimgcodec.CodeStream(data)
         stream.width  # the header is parsed on the first question
-    except RuntimeError:
+        stream.dtype
+    except (RuntimeError, TypeError):
         return None
     return stream
 
@@ -154,6 +259,7 @@ def _rejected(data, what, text):
     lines = []
     for line in _COLOURS.sub("", text).splitlines():
         line = re.sub(r"^\[(WARNING|ERROR|FATAL|INFO)\]\s*", "", line.strip())
+        line = _OPENCV.sub("", line)
         if line and not line.startswith("[pynvimgcodec]"):
             line = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in line)
             lines.append(re.sub(r"^\[(\w+)\]\s*", r"\1: ", line))
@@ -171,3 +277,17 @@ def _pil_verdict(data, label):
     except Exception as e:  # PIL raises many types for bad data
         return label or f"does not decode ({type(e).__name__}: {e})"
     return None
+
+
+def _serve():
+    """The child interpreter of `_isolated_verdicts`: reads a pickled job on stdin,
+    writes the pickled verdicts on stdout."""
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # what the libraries print goes to stderr
+    images, tests, device, device_id = pickle.loads(sys.stdin.buffer.read())
+    out.write(pickle.dumps(_verdicts(images, tests, device=device, device_id=device_id)))
+    out.close()
+
+
+if __name__ == "__main__":
+    _serve()

@@ -21,7 +21,7 @@ import io
 import os
 import posixpath
 
-from dalipipe import storage
+from dalipipe import dali_import, storage
 from dalipipe.tfrecord.format import HEADER, data_length
 from dalipipe.utils import IMAGE_EXTENSIONS, UNDECODABLE_EXTENSIONS, listing
 
@@ -67,11 +67,13 @@ def prefix_tree(source):
     if isinstance(source, (list, tuple)) and is_remote_list(source, None):
         uris = [os.fsdecode(os.fspath(p)) for p in source if _remote(p)]
         _refuse_gcs(uris)
+        _refuse_if_dali_cannot_read_s3()
         _refuse_tfrecords(uris, dict.fromkeys(uris, True))
     if not is_remote_source(source):
         return None
     uri = os.fsdecode(os.fspath(source))
     _refuse_gcs([uri])
+    _refuse_if_dali_cannot_read_s3()
     if any(c in uri for c in _GLOB_CHARS):
         raise tfrecord_error(uri)
     if uri.lower().endswith((".csv",) + IMAGE_EXTENSIONS):
@@ -129,6 +131,14 @@ def _refuse_gcs(uris):
             "so each is 'GCS object not found'. Use s3:// (or an S3-compatible endpoint "
             "through AWS_ENDPOINT_URL) or local files."
         )
+
+
+def _refuse_if_dali_cannot_read_s3():
+    """RuntimeError where DALI's S3 client would abort this process (TensorFlow
+    imported before DALI: see `dalipipe.dali_import`)."""
+    problem = dali_import.s3_error()
+    if problem is not None:
+        raise RuntimeError(f"dalipipe cannot read s3:// sources in this process: {problem}")
 
 
 def tfrecord_error(uri):
@@ -214,6 +224,8 @@ def resolve(paths, root, what, allow_missing):
             file_paths.append(os.path.normpath(os.path.join(local_base, os.path.expanduser(path))))
     uris = [p for p in file_paths if storage.is_remote(p)]
     _refuse_gcs(uris)
+    if uris:
+        _refuse_if_dali_cannot_read_s3()
     found = dict(zip(uris, storage.find_objects(uris)))
     _refuse_tfrecords(uris, found)
     missing = [p for p in file_paths if (found[p] is None if p in found else not os.path.isfile(p))]
