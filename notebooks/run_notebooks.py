@@ -58,23 +58,24 @@ def _kernel_manager(kernel_dir):
     return KernelManager(kernel_name="python3", kernel_spec_manager=specs)
 
 
+def _set_environment(values):
+    """Sets the environment variables in `values`; those whose value is None are unset."""
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 @contextlib.contextmanager
 def _environment(**values):
     """Sets environment variables (None: unset) for the block, then restores them."""
     saved = {name: os.environ.get(name) for name in values}
+    _set_environment(values)
     try:
-        for name, value in values.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
         yield
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        _set_environment(saved)
 
 
 def execute(path, *, small, tmp_dir, timeout=CELL_TIMEOUT_S):
