@@ -1,4 +1,5 @@
-"""Small helpers shared by every module: cache folder, progress, cores, extensions,
+"""Small helpers shared by every module: the cache folder (where, whether it can be
+written, the warning when not), progress, cores, extensions,
 the environment of a child interpreter, stderr captured at the file descriptor.
 
 The lowest module of the package: it imports nothing else from dalipipe.
@@ -8,6 +9,7 @@ import contextlib
 import os
 import sys
 import tempfile
+import warnings
 
 # What DALI's image decoders read, by extension. GIF is not among them.
 IMAGE_EXTENSIONS = (
@@ -21,7 +23,7 @@ MAX_LISTED = 10
 
 
 def cache_dir():
-    """The folder for dalipipe's caches and reports.
+    """The folder for dalipipe's caches and reports (it may not exist yet).
 
     `$DALIPIPE_CACHE_DIR` if set, else `$XDG_CACHE_HOME/dalipipe`, else
     `~/.cache/dalipipe`.
@@ -31,6 +33,54 @@ def cache_dir():
         return explicit
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "dalipipe")
+
+
+def cache_disabled():
+    """Whether `$DALIPIPE_NO_CACHE` turns the cache off (any value but "", "0")."""
+    return os.environ.get("DALIPIPE_NO_CACHE", "") not in ("", "0")
+
+
+def writable_cache_dir():
+    """`cache_dir()`, made if missing, when dalipipe can write there; else None.
+
+    None when `cache_disabled()`, or when the folder cannot be made or written (a
+    read-only home, a path under a regular file): then a warning, once per process
+    and folder, names the folder and `DALIPIPE_CACHE_DIR`, and the caller goes on
+    without the cache. Writability is tried once per folder and process, by writing
+    and removing a temporary file there.
+    """
+    if cache_disabled():
+        return None
+    folder = cache_dir()
+    if folder not in _WRITABLE:
+        try:
+            os.makedirs(folder, exist_ok=True)
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+            _WRITABLE[folder] = True
+        except OSError as e:
+            _WRITABLE[folder] = False
+            warn_without_cache(folder, e.strerror or str(e))
+    return folder if _WRITABLE[folder] else None
+
+
+_WRITABLE = {}  # cache folder -> whether it could be written, tried once per process
+_WARNED = set()
+
+
+def warn_without_cache(place, why):
+    """Warns, once per process and `place`, that dalipipe goes on without its cache
+    because `place` (a folder or file) cannot be written, for the reason `why`."""
+    if place in _WARNED:
+        return
+    _WARNED.add(place)
+    warnings.warn(
+        f"dalipipe cannot write its cache at {place} ({why}), so it goes on without the "
+        "cache: files are checked again on every run, bad-file reports go to stderr "
+        "and TFRecord indexes are kept in memory. Set DALIPIPE_CACHE_DIR to a writable "
+        "folder, or DALIPIPE_NO_CACHE=1 to turn the cache off.",
+        RuntimeWarning, stacklevel=3,
+    )
 
 
 def child_env(**variables):

@@ -266,11 +266,13 @@ def test_tfrecord_files_resolves_or_names_the_offender(written, images, tmp_path
     assert tfrecord.tfrecord_files(os.path.join(folder, "train-0000[12]-*.tfrecord")) == written[1:]
 
 
-def test_missing_index_is_made_and_stale_ones_remade(written, tmp_path):
+def test_missing_index_is_made_in_the_cache_and_stale_ones_remade(written, tmp_path):
     (shard,) = copy_shards(written[:1], str(tmp_path / "shards"))
-    index = shard + ".idx"
-    assert not os.path.exists(index)
-    assert tfrecord.ensure_indexes([shard]) == [index] == [tfrecord.index_path_for(shard)]
+    folder_before = sorted(os.listdir(os.path.dirname(shard)))
+    (index,) = tfrecord.ensure_indexes([shard])
+    # Made in the cache folder: nothing is written beside the user's file.
+    assert index.startswith(os.path.join(os.environ["DALIPIPE_CACHE_DIR"], "tfrecord-index"))
+    assert sorted(os.listdir(os.path.dirname(shard))) == folder_before
     refs = tfrecord.read_index(index)
     assert len(refs) == 4
     # Another record appended (the first one again): the index ends too early.
@@ -292,13 +294,16 @@ def test_missing_index_is_made_and_stale_ones_remade(written, tmp_path):
         f.write("0 12\nnonsense\n")
     tfrecord.ensure_indexes([shard])
     np.testing.assert_array_equal(tfrecord.read_index(index), refs)
-    # An index that cannot be written beside its shard goes to the cache folder.
-    os.remove(index)
-    os.mkdir(index)
-    (cached,) = tfrecord.ensure_indexes([shard])
-    assert cached.startswith(os.path.join(os.environ["DALIPIPE_CACHE_DIR"], "tfrecord-index"))
-    np.testing.assert_array_equal(tfrecord.read_index(cached), refs)
-    assert tfrecord.ensure_indexes([shard]) == [cached]  # found there the next time
+    # An index shipped beside the shard is used when it is up to date, and a stale
+    # one there is left as it is (the cache's is used).
+    beside = shard + ".idx"
+    with open(beside, "w") as f:
+        f.write("0 12\n")
+    assert tfrecord.ensure_indexes([shard]) == [index]
+    assert open(beside).read() == "0 12\n"
+    os.replace(index, beside)
+    assert tfrecord.ensure_indexes([shard]) == [beside]
+    np.testing.assert_array_equal(tfrecord.read_index(beside), refs)
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")

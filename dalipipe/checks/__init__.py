@@ -31,7 +31,9 @@ and `"structure"` is the structure rules.
 Results are cached in SQLite, keyed on path, size and modification time, so a second
 check of the same files reads only their metadata. The cache lives in
 `dalipipe.utils.cache_dir()` (`$DALIPIPE_CACHE_DIR`, else `$XDG_CACHE_HOME/dalipipe`, else
-`~/.cache/dalipipe`), in `checks.sqlite`.
+`~/.cache/dalipipe`), in `checks.sqlite`; where it cannot be written (or
+`DALIPIPE_NO_CACHE=1`), the check runs uncached. Processes that check the same files
+on one cache share the work by claiming chunks of it (see `cache`).
 
 One job per module: `structure` (the format by its first bytes, the JPEG, PNG and
 WebP rules), `decoder` (nvImageCodec's verdicts), `cache` (the SQLite cache),

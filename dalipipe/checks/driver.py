@@ -3,21 +3,31 @@ or a whole `sources.Index`.
 
 Each reads what it checks, has the structure rules and then the decoder judge it,
 and, for lists, keeps the verdicts in the cache (`_cached_check`, the one loop that
-files and records share).
+files and records share, which processes sharing the cache split between them).
 """
 
+import collections
+import hashlib
 import os
+import socket
+import sqlite3
 import stat
+import time
+import uuid
 
 import numpy as np
 
-from dalipipe.checks.cache import VERSION, Cache, cache_path, mode_of, usable
+from dalipipe.checks.cache import VERSION, cache_path, mode_of, open_cache, usable
 from dalipipe.checks.decoder import decoder_verdicts
 from dalipipe.checks.structure import check_structure
 from dalipipe.options import CHECKS
-from dalipipe.utils import progress
+from dalipipe.utils import cache_dir, progress, warn_without_cache
 
 _CHUNK = 256  # files or records read and decoded together, and committed to the cache
+_POLL_S = 0.05  # how often a process waiting on other processes' chunks looks again
+# Verdicts this process found: "computed" by checking, "cached" read from the cache
+# (also those other processes wrote while it waited). For tests and benchmarks.
+COUNTS = collections.Counter()
 
 
 def check_file(path, *, full=False, device="cpu", device_id=0):
@@ -98,7 +108,13 @@ def _check_read(read, **how):
 
 def _cached_check(keys, signatures, check_chunk, *, mode, what, verbose):
     """The reason for each key (None: sound): from the cache where it answers, else
-    from `check_chunk`, `_CHUNK` keys at a time, each chunk committed to the cache.
+    from `check_chunk`, a chunk of keys at a time, each chunk's verdicts committed.
+
+    The chunks are fixed runs of `_CHUNK` keys of `keys`, so processes that check
+    the same list on one cache agree on them, and share them out by claims (see
+    `dalipipe.checks.cache`): each checks the chunks it claims, and waits for the
+    verdicts of those others hold. Without a cache, or when the cache fails (a
+    warning says so), every chunk is checked here.
 
     Args:
         keys: the names (str) of files or records.
@@ -111,35 +127,93 @@ def _cached_check(keys, signatures, check_chunk, *, mode, what, verbose):
         verbose: show the progress bar on stderr.
 
     Returns:
-        `{key: reason}` for every key: first those the cache answered, then the
-        others, each in the order of `keys`.
+        `{key: reason}` for every key.
     """
-    cache = Cache(cache_path())
-    try:
-        # Keys are the names' bytes: file names need not be valid UTF-8.
-        encoded = [os.fsencode(key) for key in keys]
-        known = cache.get(encoded)
-        reasons, todo = {}, []
-        for i, key in enumerate(keys):
-            cached = known.get(encoded[i])
-            if signatures[i] is not None and usable(cached, signatures[i], mode):
-                reasons[key] = cached[4]
-            else:
-                todo.append(i)
-        with progress(len(keys), what, enabled=verbose) as bar:
-            bar.update(len(keys) - len(todo))
-            for start in range(0, len(todo), _CHUNK):
-                chunk = todo[start: start + _CHUNK]
-                rows = []
-                for i, reason in zip(chunk, check_chunk(chunk)):
-                    reasons[keys[i]] = reason
-                    if signatures[i] is not None:
-                        rows.append((encoded[i], *signatures[i], mode, VERSION, reason))
-                cache.put(rows)
-                bar.update(len(chunk))
-    finally:
-        cache.close()
+    # Keys are the names' bytes: file names need not be valid UTF-8.
+    encoded = [os.fsencode(key) for key in keys]
+    reasons = {}
+    chunks = [list(range(start, min(start + _CHUNK, len(keys))))
+              for start in range(0, len(keys), _CHUNK)]
+    cache = open_cache()
+    with progress(len(keys), what, enabled=verbose) as bar:
+        def answer(indices, found, rows=None):
+            for i, reason in zip(indices, found):
+                reasons[keys[i]] = reason
+                if rows is not None and signatures[i] is not None:
+                    rows.append((encoded[i], *signatures[i], mode, VERSION, reason))
+            bar.update(len(indices))
+
+        if cache is not None:
+            try:
+                _shared_check(cache, chunks, encoded, signatures, check_chunk, mode, answer)
+            except sqlite3.Error as e:
+                warn_without_cache(cache_path(cache_dir()), str(e))
+            finally:
+                cache.close()
+        for chunk in chunks:  # without a cache: what it did not answer
+            left = [i for i in chunk if keys[i] not in reasons]
+            if left:
+                COUNTS["computed"] += len(left)
+                answer(left, check_chunk(left))
     return reasons
+
+
+def _shared_check(cache, chunks, encoded, signatures, check_chunk, mode, answer):
+    """`_cached_check`'s work with a cache: `answer(indices, reasons[, rows])` for
+    every key of `chunks`, from the cache, or checked in the chunks this process
+    claims, each committed with its claim dropped."""
+    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+    pending = {}  # chunk id -> the indices of keys without a verdict yet
+    for chunk in chunks:
+        left = _from_cache(cache, chunk, encoded, signatures, mode, answer)
+        if left:
+            digest = hashlib.sha1(f"{mode}\0{VERSION}".encode())
+            for i in chunk:
+                digest.update(b"\0" + encoded[i])
+            pending[digest.hexdigest()] = left
+    held = []
+    try:
+        while pending:
+            claimed = False
+            for chunk_id in list(pending):
+                if not cache.claim(chunk_id, owner):
+                    continue  # another process checks it
+                held.append(chunk_id)
+                claimed = True
+                left = _from_cache(cache, pending.pop(chunk_id), encoded, signatures, mode,
+                                   answer)
+                rows = []
+                if left:
+                    COUNTS["computed"] += len(left)
+                    answer(left, check_chunk(left), rows)
+                cache.put(rows, release=chunk_id)
+                held.remove(chunk_id)
+            if pending and not claimed:  # all held by others: read what they wrote
+                for chunk_id in list(pending):
+                    pending[chunk_id] = _from_cache(cache, pending[chunk_id], encoded,
+                                                    signatures, mode, answer)
+                    if not pending[chunk_id]:
+                        del pending[chunk_id]
+                if pending:
+                    time.sleep(_POLL_S)
+    finally:
+        if held:
+            cache.release(held)
+
+
+def _from_cache(cache, indices, encoded, signatures, mode, answer):
+    """Answers the keys of `indices` that the cache answers; returns the others."""
+    known = cache.get([encoded[i] for i in indices])
+    found, left = [], []
+    for i in indices:
+        cached = known.get(encoded[i])
+        if signatures[i] is not None and usable(cached, signatures[i], mode):
+            found.append(i)
+        else:
+            left.append(i)
+    COUNTS["cached"] += len(found)
+    answer(found, [known[encoded[i]][4] for i in found])
+    return left
 
 
 def check_files(paths, *, check="structure", verbose=False, stamps=None, device="cpu",

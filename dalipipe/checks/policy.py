@@ -4,13 +4,14 @@ during training (`verify_unchanged`).
 """
 
 import os
+import sys
 import time
 import warnings
 
 import numpy as np
 
 from dalipipe.checks.driver import check_file
-from dalipipe.utils import cache_dir
+from dalipipe.utils import cache_disabled, writable_cache_dir
 
 
 def apply_policy(index, bad, *, on_bad_file, keep_classes):
@@ -19,6 +20,8 @@ def apply_policy(index, bad, *, on_bad_file, keep_classes):
     `on_bad_file="raise"`: a ValueError that lists the bad files, and the report's
     path. `"skip"`: the index less the bad files (classes left empty are dropped
     unless `keep_classes`), with a warning that gives the count and the report.
+    The report is a file (see `write_report`), or on stderr where none can be
+    written; raising or skipping happens all the same.
     """
     if not bad:
         return index
@@ -78,12 +81,34 @@ def verify_unchanged(paths, stamps, *, check):
 
 
 def write_report(bad, total, *, directory=None):
-    """Writes one line per bad file (reason, then path); returns the report's path."""
-    directory = directory or os.path.join(cache_dir(), "reports")
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, time.strftime("bad-files-%Y%m%d-%H%M%S.txt"))
-    with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
-        f.write(f"# {len(bad)} bad file(s) of {total} checked\n")
-        for file_path, reason in sorted(bad.items()):
-            f.write(f"{reason}\t{os.fsdecode(file_path)}\n")
-    return path
+    """Writes one line per bad file (reason, then path) to a report file.
+
+    Args:
+        bad: `{file path or record name: reason}`.
+        total: how many files were checked.
+        directory: where the report goes. Defaults to `reports` in the cache folder.
+
+    Returns:
+        The report's path; or, when it cannot be written there (no writable cache
+        folder, `DALIPIPE_NO_CACHE` set), the report is printed on stderr and the
+        return value says so: `"stderr (<why>)"`.
+    """
+    lines = [f"# {len(bad)} bad file(s) of {total} checked\n"]
+    lines += [f"{reason}\t{os.fsdecode(file_path)}\n" for file_path, reason in sorted(bad.items())]
+    if directory is None:
+        folder = writable_cache_dir()
+        directory = None if folder is None else os.path.join(folder, "reports")
+        why = "DALIPIPE_NO_CACHE is set" if cache_disabled() else "no writable cache folder"
+    if directory is not None:
+        path = os.path.join(directory, time.strftime("bad-files-%Y%m%d-%H%M%S.txt"))
+        try:
+            os.makedirs(directory, exist_ok=True)
+            with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
+                f.writelines(lines)
+            return path
+        except OSError as e:
+            why = f"{path} cannot be written: {e.strerror or e}"
+    sys.stderr.write("dalipipe: bad-file report\n")
+    sys.stderr.writelines(lines)  # stderr escapes what is not UTF-8
+    sys.stderr.flush()
+    return f"stderr ({why})"

@@ -1,7 +1,7 @@
 """Index files of TFRecord files, in the format of DALI's `tfrecord2idx`: one
-`offset size` line per record, made when missing or out of date (where, says
-`paths.index_path_for`). Making one reads the record headers only, and verifies their
-length checksums.
+`offset size` line per record, made when missing or out of date: beside its file
+when that folder is writable, else in the cache folder, else kept in memory. Making
+one reads the record headers only, and verifies their length checksums.
 """
 
 import os
@@ -9,8 +9,9 @@ import os
 import numpy as np
 
 from dalipipe.tfrecord.format import FOOTER, HEADER, data_length
-from dalipipe.tfrecord.paths import cached_index_path, index_path_for, write_atomically
-from dalipipe.utils import progress
+from dalipipe.tfrecord.paths import cached_index_path, write_atomically
+from dalipipe.utils import (cache_dir, cache_disabled, progress, warn_without_cache,
+                            writable_cache_dir)
 
 
 def write_index(tfrecord_path, index_path):
@@ -88,11 +89,12 @@ def read_index(index_path):
 
 
 def ensure_indexes(paths, verbose=False):
-    """Makes sure every TFRecord file has an up-to-date index; returns their paths.
+    """Makes sure every TFRecord file has an up-to-date index file; returns their paths.
 
     An up-to-date index is used beside the shard as `<shard>.idx` (also in a
-    read-only folder shipped with its indexes) or in the cache folder. Else one is
-    made where `index_path_for` says, or in the cache folder if writing there fails.
+    read-only folder shipped with its indexes, or those `write_tfrecords` writes) or
+    in the cache folder. Else one is made in the cache folder: nothing is written
+    into the user's folders.
     An index is out of date when it is older than its shard, unreadable, or its
     records do not follow one another from byte 0 to the shard's end.
 
@@ -102,8 +104,20 @@ def ensure_indexes(paths, verbose=False):
 
     Returns:
         The path of each file's index, in the order of `paths`.
+
+    Raises:
+        OSError: naming the file whose index cannot be written in the cache
+            folder (a reader such as DALI's needs the file).
     """
-    return [index for index, _ in ensure_and_read_indexes(paths, verbose)]
+    found = []
+    for path, (index, _) in zip(paths, ensure_and_read_indexes(paths, verbose)):
+        if index is None:
+            raise OSError(
+                f"The index of {os.fspath(path)!r} cannot be written in the cache folder "
+                f"{cache_dir()!r}. Set DALIPIPE_CACHE_DIR to a writable folder."
+            )
+        found.append(index)
+    return found
 
 
 def ensure_and_read_indexes(paths, verbose=False):
@@ -111,7 +125,10 @@ def ensure_and_read_indexes(paths, verbose=False):
 
     Returns:
         One `(index path, refs)` pair per file, in the order of `paths`; `refs` an
-        int64 array of shape `(num_records, 2)`: each record's offset and size.
+        int64 array of shape `(num_records, 2)`: each record's offset and size. The
+        path is None where the index could be written nowhere (a read-only folder,
+        no writable cache folder): then it is kept in memory only, made again on the
+        next run, and a warning said so.
     """
     paths = [os.fspath(p) for p in paths]
     result = []
@@ -123,24 +140,32 @@ def ensure_and_read_indexes(paths, verbose=False):
 
 
 def _ensure_index(path):
-    """(index path, offsets and sizes) of one shard, made if missing or stale."""
+    """(index path, offsets and sizes) of one shard, made if missing or stale; the
+    path is None for an index kept in memory (see `_store_index`)."""
     info = os.stat(path)
-    beside = path + ".idx"
-    candidates = (beside, index_path_for(path), cached_index_path(path))
-    for candidate in dict.fromkeys(candidates):
+    candidates = [path + ".idx"] + ([] if cache_disabled() else [cached_index_path(path)])
+    for candidate in candidates:
         refs = _fresh_index(candidate, info)
         if refs is not None:
             return candidate, refs
     walked = _walk_records(path)
-    refs = np.array(walked, np.int64).reshape(-1, 2)
-    data = _index_bytes(walked)
-    index = index_path_for(path)
-    try:
-        _write_index(index, data, info.st_mtime_ns)
-    except OSError:  # a folder that says it is writable and is not
-        index = cached_index_path(path)
-        _write_index(index, data, info.st_mtime_ns)
-    return index, refs
+    return _store_index(path, _index_bytes(walked), info), np.array(walked, np.int64).reshape(-1, 2)
+
+
+def _store_index(path, data, info):
+    """Writes a shard's index in the cache folder; returns where, or None when it
+    cannot be written there (the cache's warning says so, once)."""
+    # Never beside the shard: the user's folders are not written to.
+    places = [] if writable_cache_dir() is None else [cached_index_path(path)]
+    for place in places:
+        try:
+            _write_index(place, data, info.st_mtime_ns)
+            return place
+        except OSError as e:  # a folder that says it is writable and is not
+            failed = place, e.strerror or str(e)
+    if places:
+        warn_without_cache(*failed)
+    return None
 
 
 def _fresh_index(index_path, shard_info):

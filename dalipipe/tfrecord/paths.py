@@ -1,11 +1,14 @@
 """Where the files dalipipe writes for TFRecord files go, and how each is written
 whole.
 
-- An index is written next to its shard as `<shard>.idx` when that folder is
-  writable, else to `$DALIPIPE_CACHE_DIR/tfrecord-index/<sha1 of the shard's absolute
-  path>.idx` (default cache folder `~/.cache/dalipipe`).
+- An index that dalipipe makes for a TFRecord file it reads goes to
+  `$DALIPIPE_CACHE_DIR/tfrecord-index/<sha1 of the shard's absolute path>.idx`
+  (default cache folder `~/.cache/dalipipe`), else it is kept in memory: nothing is
+  written into the user's folders. An index found beside its shard as `<shard>.idx`
+  is used; `write_tfrecords` writes one beside each file it writes.
 - The labels and class texts found by `scan` are cached, one JSON file per shard, in
-  `$DALIPIPE_CACHE_DIR/tfrecord-scan/<sha1 of the shard's absolute path>.json`.
+  `$DALIPIPE_CACHE_DIR/tfrecord-scan/<sha1 of the shard's absolute path>.json`, when
+  the cache folder can be written and `DALIPIPE_NO_CACHE` is not set.
 - Every file (indexes, scan results, the TFRecord files `write_tfrecords` writes) is
   written under a temporary name and renamed, so that readers never see half of one.
 """
@@ -18,17 +21,8 @@ from dalipipe.utils import cache_dir
 
 
 def index_path_for(tfrecord_path):
-    """Where the index of `tfrecord_path` belongs.
-
-    Returns:
-        `<tfrecord_path>.idx` when the shard's folder is writable, else
-        `<cache dir>/tfrecord-index/<sha1 of the absolute path>.idx`, the cache dir
-        being `$DALIPIPE_CACHE_DIR`, default `~/.cache/dalipipe`.
-    """
-    folder = os.path.dirname(os.path.abspath(tfrecord_path))
-    if os.access(folder, os.W_OK):
-        return os.fspath(tfrecord_path) + ".idx"
-    return cached_index_path(tfrecord_path)
+    """Where `write_tfrecords` puts the index of a file it writes: `<tfrecord_path>.idx`."""
+    return os.fspath(tfrecord_path) + ".idx"
 
 
 def cached_index_path(tfrecord_path):

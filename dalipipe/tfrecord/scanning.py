@@ -12,7 +12,7 @@ from dalipipe.tfrecord.format import LABEL, TEXT, record_data
 from dalipipe.tfrecord.index import ensure_and_read_indexes
 from dalipipe.tfrecord.paths import scan_cache_path, write_atomically
 from dalipipe.tfrecord.read import feature_values, parse
-from dalipipe.utils import progress
+from dalipipe.utils import cache_disabled, progress, warn_without_cache, writable_cache_dir
 
 _SCAN_VERSION = 1  # bump when what `scan` caches changes
 
@@ -44,7 +44,8 @@ def scan(paths, verbose=False):
 
     Every record is read once (its length and data checksums verified); what is
     found is cached per shard in `$DALIPIPE_CACHE_DIR/tfrecord-scan/` (default
-    `~/.cache/dalipipe/tfrecord-scan/`), keyed on the shard's absolute path, size and
+    `~/.cache/dalipipe/tfrecord-scan/`; not where the cache cannot be written or is
+    turned off by `DALIPIPE_NO_CACHE`), keyed on the shard's absolute path, size and
     modification time, so a second scan reads only the index files.
 
     Args:
@@ -102,13 +103,14 @@ def _scan_shard(path, offsets):
     cache_path = scan_cache_path(path)
     signature = {"version": _SCAN_VERSION, "path": os.fsdecode(path), "size": info.st_size,
                  "mtime_ns": info.st_mtime_ns, "count": len(offsets)}
-    try:
-        with open(cache_path, encoding="utf-8") as f:
-            cached = json.load(f)
-        if {k: cached.get(k) for k in signature} == signature:
-            return cached
-    except (OSError, ValueError):
-        pass
+    if not cache_disabled():
+        try:
+            with open(cache_path, encoding="utf-8") as f:
+                cached = json.load(f)
+            if {k: cached.get(k) for k in signature} == signature:
+                return cached
+        except (OSError, ValueError):
+            pass
     found = {"labels": [], "texts": []}
     with open(path, "rb", buffering=1 << 20) as f:
         for record, (offset, size) in enumerate(offsets.tolist()):
@@ -126,8 +128,9 @@ def _scan_shard(path, offsets):
                 raise ValueError(f"{TEXT!r} must hold one string. Found {text!r} in {where}")
             found["labels"].append(None if label is None else label[0])
             found["texts"].append(None if text is None else text[0].decode("utf-8", "replace"))
-    try:
-        write_atomically(cache_path, json.dumps({**signature, **found}).encode("utf-8"))
-    except OSError:
-        pass  # no cache: the next scan reads the records again
+    if writable_cache_dir() is not None:  # else it warned: the next scan reads again
+        try:
+            write_atomically(cache_path, json.dumps({**signature, **found}).encode("utf-8"))
+        except OSError as e:
+            warn_without_cache(cache_path, e.strerror or str(e))
     return found
