@@ -43,7 +43,7 @@ def main():
     index = sources.index_source(args.directory, labels="inferred")
     pipe = make_dali_pipeline(args.directory, image_size=(args.image_size,) * 2,
                               batch_size=args.batch_size, device=args.device, check=None,
-                              verbose=False, seed=0)
+                              normalization="imagenet", verbose=False, seed=0)
 
     def epoch():
         for _ in pipe.epoch():

@@ -25,13 +25,14 @@ def main():
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
 
-    from dalipipe import make_dali_dataset, make_sample_dataset
+    from dalipipe import make_dali_dataset
     from dalipipe.bench.harness import cpu_model
+    from dalipipe.sample_data import sample_data_unless_in_use
 
-    make_sample_dataset(args.directory, num_images=args.num_images)
+    sample_data_unless_in_use(args.directory, num_images=args.num_images)
     ds = make_dali_dataset(args.directory, image_size=(args.image_size,) * 2,
                            batch_size=args.batch_size, augment=True, seed=0, device=args.device,
-                           verbose=False)
+                           normalization="imagenet", verbose=False)
     first, rest, epochs, unread = [], [], [], []
     for _ in range(args.epochs):
         start = time.perf_counter()

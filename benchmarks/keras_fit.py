@@ -129,7 +129,7 @@ def input_efficiency(data, *, model="resnet50", image_size=(224, 224), batch_siz
 
     dataset = make_dali_dataset(data, image_size=image_size, batch_size=batch_size, seed=0,
                                 augment=True, drop_remainder=True, device=device,
-                                verbose=False)
+                                normalization="imagenet", verbose=False)
     # The epochs, and so the steps, are the same in both runs; the first warms up.
     net = make_model(model, image_size, len(dataset.class_names))
     in_memory = _in_memory(list(dataset))  # a tf.data.Dataset on TensorFlow: its tensors

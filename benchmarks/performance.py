@@ -167,11 +167,12 @@ def main():
     parser.add_argument("--out", default="benchmarks/results/performance.json")
     args = parser.parse_args()
 
-    from dalipipe import make_sample_dataset, sources
+    from dalipipe import sources
     from dalipipe.bench.harness import machine_info
 
-    if not os.path.exists(os.path.join(args.data, "labels.csv")):
-        make_sample_dataset(args.data, num_images=max(args.num_images, 5000), num_classes=10)
+    from dalipipe.sample_data import sample_data_unless_in_use
+
+    sample_data_unless_in_use(args.data, num_images=max(args.num_images, 5000), num_classes=10)
     index = sources.index_source(args.data)
     step = max(1, len(index) // args.num_images)
     files = index.file_paths[::step][: args.num_images]

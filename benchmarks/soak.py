@@ -44,7 +44,7 @@ def soak(directory, *, epochs, cycles, image_size=64, batch_size=32):
     from dalipipe import make_dali_dataset
 
     options = dict(image_size=(image_size, image_size), batch_size=batch_size, seed=0,
-                   augment=True, device="cpu", verbose=False)
+                   augment=True, device="cpu", normalization="imagenet", verbose=False)
     ds = make_dali_dataset(directory, **options)
     model = keras.Sequential([
         keras.Input((image_size, image_size, 3)),

@@ -68,7 +68,7 @@ def measure(pattern, batch_size, drop_remainder=False):
 
     pipe = make_dali_pipeline(pattern, batch_size=batch_size, image_size=(224, 224),
                               shuffle=True, seed=0, device="cpu", check=None, verbose=False,
-                              drop_remainder=drop_remainder)
+                              normalization="imagenet", drop_remainder=drop_remainder)
     samples = tf_inputs.EpochFeed(pipe).dataset("samples")
     per_sample, parts = tf_inputs.feed_parts(len(pipe.positions()[0]), batch_size,
                                              from_tfrecord=True, gpu=False)
@@ -117,7 +117,8 @@ def time_epoch(pattern, batch_size, runs):
     from dalipipe import make_dali_dataset
 
     ds = make_dali_dataset(pattern, batch_size=batch_size, image_size=(224, 224),
-                           shuffle=True, seed=0, device="cpu", check=None, verbose=False)
+                           shuffle=True, seed=0, device="cpu", check=None, verbose=False,
+                           normalization="imagenet")
     seconds = []
     for run in range(runs + 1):  # run 0 warms up
         start = time.perf_counter()

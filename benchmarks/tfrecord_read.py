@@ -47,7 +47,7 @@ def main():
         tfrecord.write_tfrecords(index.file_paths, index.labels, index.class_names,
                                  records_dir, num_shards=args.shards, verbose=True)
     options = dict(image_size=(SIZE, SIZE), batch_size=args.batch_size, device="cpu",
-                   crop_to_aspect_ratio=True, seed=0, verbose=False)
+                   crop_to_aspect_ratio=True, seed=0, normalization="imagenet", verbose=False)
     shards = sorted(glob.glob(pattern))
 
     def tf_epoch(source):

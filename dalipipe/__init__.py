@@ -9,10 +9,15 @@ the same DALI graph without Keras.
 import os
 import sys
 
-from dalipipe.dataset import make_dali_dataset
-from dalipipe.devices import default_memory_growth
-from dalipipe.pipeline import ImagePipeline, make_dali_pipeline
-from dalipipe.sample_data import make_sample_dataset
+from dalipipe.dali_import import load_dali
+
+# DALI before TensorFlow, or DALI's S3 client aborts the process (see dali_import).
+load_dali()
+
+from dalipipe.dataset import make_dali_dataset  # noqa: E402
+from dalipipe.devices import default_memory_growth  # noqa: E402
+from dalipipe.pipeline import ImagePipeline, make_dali_pipeline  # noqa: E402
+from dalipipe.sample_data import make_sample_dataset  # noqa: E402
 
 __all__ = ["ImagePipeline", "make_dali_dataset", "make_dali_pipeline", "make_sample_dataset"]
 __version__ = "0.1.0"

@@ -1,11 +1,23 @@
 """The `dalipipe` command line: `dalipipe sample-data DIR`, `dalipipe demo`,
 `dalipipe check SOURCE`, `dalipipe convert SOURCE OUT_DIR --shards N`, `dalipipe bench`,
-`dalipipe doctor`, `dalipipe install-plugin`."""
+`dalipipe doctor`, `dalipipe install-plugin`.
+
+A user's mistake (a missing folder, a wrong option value, a folder in use) is one line
+on stderr, `dalipipe <command>: error: ...`, and the exit status 2, as argparse gives
+for a wrong option; bad images found by `check` or `convert` give the exit status 1.
+Nothing is written into a folder of the user's, or over a file of theirs, unless
+`--force` is given.
+"""
 
 import argparse
+import collections
+import functools
+import glob
 import os
+import re
 import sys
 import time
+import warnings
 
 from dalipipe.keras_config import keras_backend
 from dalipipe.utils import captured_stderr
@@ -16,7 +28,44 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     if hasattr(args, "verbose") and not args.verbose:
         _hide_start_up_lines()
-    return args.func(args)
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = functools.partial(_show_warning, args.command)
+            return args.func(args)
+    except USER_ERRORS as e:
+        if getattr(args, "verbose", False):
+            raise
+        print(f"dalipipe {args.command}: error: {_user_message(e)}", file=sys.stderr)
+        return 2
+
+
+# What a user's mistake raises: reported in one line, with the exit status 2.
+USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError,
+               IsADirectoryError, PermissionError, ImportError)
+# The library's argument names that the commands' options stand for.
+OPTION_NAMES = {"source": "SOURCE", "num_shards": "--shards", "path_column": "--path-column",
+                "on_bad_file": "--on-bad-file", "num_images": "--num-images",
+                "num_classes": "--num-classes", "force": "--force"}
+
+
+def _show_warning(command, message, category, filename, lineno, file=None, line=None):
+    """Prints a warning as one line, `dalipipe <command>: warning: ...` (a user
+    warning) or with its category, without the source line it was raised at."""
+    kind = "warning" if category is UserWarning else category.__name__
+    print(f"dalipipe {command}: {kind}: {message}", file=file or sys.stderr)
+
+
+def _user_message(error):
+    """`error`'s text, naming the command's options where it names the library's
+    arguments (`num_shards` -> `--shards`)."""
+    from dalipipe.sample_data import FolderInUseError
+
+    if isinstance(error, FolderInUseError):
+        return error.message("--force")
+    text = str(error)
+    for name, option in OPTION_NAMES.items():
+        text = re.sub(rf"(?<![\w-])(`?){name}(`|=)", rf"\g<1>{option}\g<2>", text)
+    return text
 
 
 def build_parser():
@@ -29,19 +78,24 @@ def build_parser():
     # Commands that load TensorFlow hide its start-up lines unless --verbose.
     loud = argparse.ArgumentParser(add_help=False)
     loud.add_argument("--verbose", action="store_true",
-                      help="show TensorFlow's and DALI's own start-up and log lines")
+                      help="show TensorFlow's and DALI's own start-up and log lines, and "
+                           "an error's traceback")
 
     sample = commands.add_parser(
         "sample-data", help="write a labeled JPEG dataset cut from shipped photographs"
     )
     sample.add_argument("directory",
-                        help="folder for the class folders and labels.csv (made if absent)")
+                        help="folder for the class folders and labels.csv: absent, empty, or "
+                             "one that dalipipe made (unless --force)")
     sample.add_argument("--num-images", type=int, default=5000,
                         help="JPEG images to write (default: %(default)s)")
     sample.add_argument("--num-classes", type=int, default=10,
                         help="classes, one photograph each (default: %(default)s)")
     sample.add_argument("--seed", type=int, default=0,
                         help="seed of the crops (default: %(default)s)")
+    sample.add_argument("--force", action="store_true",
+                        help="write into a folder that dalipipe did not make, over its files "
+                             "of the same names (labels.csv included)")
     sample.set_defaults(func=_sample_data)
 
     demo = commands.add_parser(
@@ -49,7 +103,10 @@ def build_parser():
         help="make sample data and train a small Keras model from it through DALI",
     )
     demo.add_argument("--directory", default="data/sample",
-                      help="folder for the sample images (default: %(default)s)")
+                      help="folder for the sample images: absent, empty, or one that dalipipe "
+                           "made, which is reused (default: %(default)s)")
+    demo.add_argument("--force", action="store_true",
+                      help="write the sample images into a folder that dalipipe did not make")
     demo.add_argument("--num-images", type=int, default=600,
                       help="sample images to make (default: %(default)s)")
     demo.add_argument("--num-classes", type=int, default=4,
@@ -70,11 +127,14 @@ def build_parser():
         "bench", parents=[loud],
         help="compare dalipipe with the CPU loaders Keras users run instead",
     )
-    bench.add_argument("--data", default="data/bench",
-                       help="image folder (made if absent; default: %(default)s)")
+    bench.add_argument("--data", default=None,
+                       help="image folder: one of the user's is read as it is (its class "
+                            "folders), and nothing is written into it; one that is absent, "
+                            "empty or made by dalipipe gets sample images "
+                            "(default: data/bench, with --quick data/bench-quick)")
     bench.add_argument("--num-images", type=int, default=5000,
-                       help="sample images to make when --data has no labels.csv "
-                            "(default: %(default)s)")
+                       help="sample images to make in a --data folder that is absent, empty "
+                            "or made by dalipipe (default: %(default)s)")
     bench.add_argument("--out", default="benchmarks/results/latest",
                        help="folder for results.json, results.md and chart.png "
                             "(default: %(default)s)")
@@ -93,13 +153,18 @@ def build_parser():
                             "(default: %(default)s)")
     bench.add_argument("--threads", type=int, default=None,
                        help="threads or workers per loader (default: every usable core)")
-    bench.add_argument("--quick", action="store_true", help="a smoke run on 64 images")
+    bench.add_argument("--quick", action="store_true",
+                       help="a smoke run on 64 images, to see that every loader runs: its "
+                            "figures are too small to compare loaders")
     bench.set_defaults(func=_bench)
 
     check = commands.add_parser(
         "check", help="check every image of a source before training; exit 1 if any is bad"
     )
-    check.add_argument("source", help="a directory of images, a CSV file, or TFRecord files (a glob pattern)")
+    check.add_argument("source",
+                       help="a directory of class folders (the images make_dali_dataset reads: "
+                            "those in its class folders, or, without subfolders, its own), a "
+                            "CSV file, or TFRecord files (a glob pattern)")
     check.add_argument("--path-column", default="path",
                        help="a CSV's column of image paths (default: %(default)s)")
     check.add_argument("--full", action="store_true", help="also decode every image")
@@ -120,6 +185,14 @@ def build_parser():
     convert.add_argument("--labels", default="inferred",
                          help="'inferred' (a directory's class folders), a CSV's label "
                               "column, or 'none' (default: %(default)s)")
+    convert.add_argument("--on-bad-file", default="raise", choices=("raise", "skip"),
+                         help="raise: write nothing when an image is bad (exit 1); skip: "
+                              "leave the bad images out, name them, and write the rest, as "
+                              "make_dali_dataset(on_bad_file='skip') trains on the rest "
+                              "(default: %(default)s)")
+    convert.add_argument("--force", action="store_true",
+                         help="replace the TFRecord files named PREFIX-*-of-*.tfrecord already "
+                              "in OUT_DIR (and their .idx files beside them)")
     convert.set_defaults(func=_convert)
 
     doctor = commands.add_parser(
@@ -141,13 +214,16 @@ def build_parser():
 def _sample_data(args):
     from dalipipe.sample_data import dataset_stats, make_sample_dataset
 
-    labels_csv = make_sample_dataset(
+    labels_csv = os.path.join(args.directory, "labels.csv")
+    before = os.stat(labels_csv).st_mtime_ns if os.path.exists(labels_csv) else None
+    make_sample_dataset(
         args.directory, num_images=args.num_images, num_classes=args.num_classes,
-        seed=args.seed,
+        seed=args.seed, force=args.force,
     )
     stats = dataset_stats(labels_csv)
+    done = "kept" if os.stat(labels_csv).st_mtime_ns == before else "wrote"
     print(
-        f"wrote {args.num_images} images in {args.num_classes} classes; labels: {labels_csv}\n"
+        f"{done} {args.num_images} images in {args.num_classes} classes; labels: {labels_csv}\n"
         f"mean size {stats['mean_width']:.0f}x{stats['mean_height']:.0f} px, "
         f"mean file {stats['mean_bytes'] / 1024:.0f} KB"
     )
@@ -159,7 +235,7 @@ def _demo(args):
 
     return demo.run(args.directory, num_images=args.num_images, num_classes=args.num_classes,
                     epochs=args.epochs, batch_size=args.batch_size,
-                    image_size=args.image_size, device=args.device)
+                    image_size=args.image_size, device=args.device, force=args.force)
 
 
 def _doctor(args):
@@ -171,20 +247,13 @@ def _doctor(args):
 def _install_plugin(args):
     from dalipipe import install
 
-    try:
-        return install.install_plugin(quiet=args.quiet)
-    except ImportError as e:
-        print(f"dalipipe install-plugin: error: {e}", file=sys.stderr)
-        return 2
+    return install.install_plugin(quiet=args.quiet)
 
 
 def _check(args):
-    import collections
+    from dalipipe import checks, tfrecord
 
-    from dalipipe import checks, sources, tfrecord
-
-    index = sources.index_source(args.source, labels=None, path_column=args.path_column,
-                                 allow_missing=True)
+    index = _training_index(args.source, path_column=args.path_column)
     started = time.perf_counter()
     bad, _ = checks.check_index(index, check="full" if args.full else "structure",
                                 read_records=tfrecord.load_encoded, verbose=True)
@@ -192,42 +261,79 @@ def _check(args):
     if not bad:
         print(f"all {len(index)} files are sound")
         return 0
+    _print_bad(bad, len(index), f"{len(bad)} of {len(index)} files are bad:")
+    return 1
+
+
+def _training_index(source, *, path_column):
+    """The samples `make_dali_dataset(source)` reads: a directory's class folders
+    (labels inferred), or, for a directory without subfolders, its own images
+    (as with `labels=None`); a table's or TFRecord files' every sample."""
+    from dalipipe import sources
+
+    labels = None
+    if os.path.isdir(source) and any(
+            entry.is_dir() and not entry.name.startswith(".") for entry in os.scandir(source)):
+        labels = "inferred"
+    return sources.index_source(source, labels=labels, path_column=path_column,
+                                allow_missing=True)
+
+
+def _print_bad(bad, total, heading, *, shown=20):
+    """Prints `heading`, the count of each kind of fault, the first `shown` bad files
+    with their reasons, and the path of the report that lists them all."""
+    from dalipipe import checks
+
+    print(heading)
     kinds = collections.Counter(reason.split(" (")[0] for reason in bad.values())
-    print(f"{len(bad)} of {len(index)} files are bad:")
     for kind, count in kinds.most_common():
         print(f"  {count:6d}  {kind}")
-    print(f"report: {checks.write_report(bad, len(index))}")
-    return 1
+    for path, reason in sorted(bad.items())[:shown]:
+        print(f"  {reason}: {path}")
+    if len(bad) > shown:
+        print(f"  ... and {len(bad) - shown} more")
+    print(f"report: {checks.write_report(bad, total)}")
 
 
 def _convert(args):
     from dalipipe import checks, sources, tfrecord
 
+    if args.shards < 1:  # before any work
+        raise ValueError(f"`--shards` must be a positive integer. Received: --shards={args.shards}")
     labels = None if args.labels.lower() == "none" else args.labels
-    try:
-        index = sources.index_source(args.source, labels=labels, path_column=args.path_column,
-                                     allow_missing=True)
-        if index.refs is not None:
-            raise ValueError(
-                "`source` must be a directory of class folders or a CSV file: these are "
-                f"TFRecord files already. Received: source={args.source!r}"
-            )
-        tfrecord.check_write_args(index.file_paths, index.labels, index.class_names,
-                                  args.shards, args.prefix)
-    except ValueError as e:
-        print(f"dalipipe convert: error: {e}", file=sys.stderr)
-        return 2
+    index = sources.index_source(args.source, labels=labels, path_column=args.path_column,
+                                 allow_missing=True)
+    if index.refs is not None:
+        raise ValueError(
+            "`SOURCE` must be a directory of class folders or a CSV file: these are "
+            f"TFRecord files already. Received: {args.source!r}"
+        )
+    tfrecord.check_write_args(index.file_paths, index.labels, index.class_names,
+                              args.shards, args.prefix)
+    existing = sorted(glob.glob(os.path.join(glob.escape(args.out_dir),
+                                             f"{glob.escape(args.prefix)}-*-of-*.tfrecord")))
+    if existing and not args.force:
+        raise FileExistsError(
+            f"`OUT_DIR` already holds {len(existing)} TFRecord file(s) named {args.prefix}-*: "
+            f"{existing[0]}{', ...' if len(existing) > 1 else ''}. Choose another OUT_DIR or "
+            "--prefix, or pass --force to write over them"
+        )
     started = time.perf_counter()
     bad = checks.check_files(index.file_paths, verbose=True)
     print(f"checked {len(index)} files in {time.perf_counter() - started:.1f} s", file=sys.stderr)
-    if bad:
-        print(f"{len(bad)} of {len(index)} files are bad; nothing written:")
-        for path, reason in sorted(bad.items())[:20]:
-            print(f"  {reason}: {path}")
-        if len(bad) > 20:
-            print(f"  ... and {len(bad) - 20} more")
-        print(f"report: {checks.write_report(bad, len(index))}")
+    if bad and (args.on_bad_file == "raise" or len(bad) == len(index)):
+        _print_bad(bad, len(index), f"{len(bad)} of {len(index)} files are bad; nothing written:")
         return 1
+    if bad:
+        _print_bad(bad, len(index), f"{len(bad)} of {len(index)} files are bad; "
+                                    f"left out (--on-bad-file skip):")
+        index = index.without(bad, keep_classes=True)
+        tfrecord.check_write_args(index.file_paths, index.labels, index.class_names,
+                                  args.shards, args.prefix)
+    for path in existing:  # --force: the old set goes, whatever its number of files
+        for old in (path, path + ".idx"):
+            if os.path.isfile(old):
+                os.remove(old)
     started = time.perf_counter()
     shards = tfrecord.write_tfrecords(
         index.file_paths, index.labels, index.class_names, args.out_dir,
@@ -249,13 +355,16 @@ def _bench(args):
 
     loaders = args.loaders.split(",") if args.loaders else report.DEFAULT_LOADERS
     workloads = loaders_lib.WORKLOADS if args.workload == "all" else (args.workload,)
+    data = args.data or ("data/bench-quick" if args.quick else "data/bench")
     result = report.run_bench(
-        data=args.data, out=args.out, loaders=loaders, workloads=workloads,
+        data=data, out=args.out, loaders=loaders, workloads=workloads,
         batch_size=args.batch_size, num_images=args.num_images, runs=args.runs,
         train_steps=args.train_steps, threads=args.threads, quick=args.quick,
     )
     print(report.markdown(result))
     print(f"wrote {args.out}/results.json, results.md, chart.png")
+    if result.get("note"):
+        print(result["note"])
     return 0
 
 
@@ -263,10 +372,13 @@ def _hide_start_up_lines():
     """Hides what TensorFlow's and DALI's C++ code writes to stderr as they start.
 
     Their log lines below FATAL are turned off (`TF_CPP_MIN_LOG_LEVEL=3`, unless
-    already set), and what the import of TensorFlow (and of DALI's TensorFlow plugin
-    and CUDA's start, on Keras's TensorFlow backend) writes to file descriptor 2
-    before its logging is set up ("All log messages before absl::InitializeLog()
-    ...", the CUDA stub's lines) is dropped, unless the import fails.
+    already set), and what TensorFlow writes to file descriptor 2 before its logging
+    is set up is dropped, unless the import fails: its import (which prints "All log
+    messages before absl::InitializeLog() ...", then oneDNN's and the CUDA stub's
+    lines, all of it twice), the import of DALI's
+    TensorFlow plugin on Keras's TensorFlow backend, and CUDA's start (on a machine
+    with CUDA's driver library and no usable GPU, "failed call to cuInit: ... (303)"),
+    on every backend, since the commands ask TensorFlow for its GPUs on every one.
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     if "tensorflow" in sys.modules:
@@ -279,8 +391,7 @@ def _hide_start_up_lines():
 
                 if keras_backend() == "tensorflow":
                     import dalipipe.tf_dataset  # noqa: F401  (DALI's TensorFlow plugin)
-
-                    tf.config.list_physical_devices("GPU")  # CUDA's start-up lines
+                tf.config.list_physical_devices("GPU")  # CUDA's start-up lines
             except ImportError:
                 pass  # the command says what is missing
     except BaseException:

@@ -6,13 +6,15 @@ TensorFlow plugin) or `dalipipe.py_dataset` (a `keras.utils.PyDataset` for torch
 JAX). Nothing here imports TensorFlow, so that Keras on torch or JAX never loads it.
 """
 
+from dalipipe.calls import first_argument, warnings_at_caller
 from dalipipe.keras_config import keras_backend
 from dalipipe.options import Options
 
 
 def make_dali_dataset(
-    source,
+    directory=None,
     *,
+    source=None,
     labels="inferred",
     label_mode="int",
     class_names=None,
@@ -31,11 +33,12 @@ def make_dali_dataset(
     format=None,
     verbose=True,
     path_column="path",
+    label_columns=None,
     root=None,
     antialias=True,
     central_fraction=1.0,
     augment=False,
-    normalization="imagenet",
+    normalization=None,
     dtype="float32",
     drop_remainder=False,
     class_weight=None,
@@ -68,13 +71,16 @@ def make_dali_dataset(
     ```
 
     Args:
-        source: a folder of class subfolders (above); a `pandas.DataFrame` or CSV file (a
-            column of file paths, label columns); a list of file paths; or TFRecord
-            files of `tf.train.Example` images (a glob pattern, a file or a list).
+        directory: a folder of class subfolders (above); a `pandas.DataFrame` or CSV file
+            (a column of file paths, label columns); image paths (a list, a NumPy array
+            or one path); or TFRecord files (a glob pattern, a file or a list).
+        source: the same argument by its other name, for a source that is not a folder
+            (`source=df`); give one of the two.
         labels: `"inferred"` (the class folders), None (images only), or a list of labels in
             `file_paths` order; for a table, a column's name or None (see Labels).
         label_mode: `"int"` (int32 `(batch,)`), `"categorical"` (float32 one-hot `(batch,
-            classes)`), `"binary"` (float32 `(batch, 1)`, two classes), None (images only).
+            classes)`), `"binary"` (float32 `(batch, 1)`, two classes), None (images only);
+            for a table's `label_columns`, `"raw"` or `"multi_hot"` (see Targets).
         class_names: the classes and their order (for a folder, only with
             `labels="inferred"`: the subfolders to use); None means the sorted labels.
         color_mode: `"rgb"` (3 channels), `"grayscale"` (1), `"rgba"` (4: a PNG's alpha
@@ -103,8 +109,11 @@ def make_dali_dataset(
         format: `"tf"` (a `tf.data.Dataset`), `"pydataset"` (a `keras.utils.PyDataset` of
             the backend's tensors), or None: "tf" on TensorFlow, else "pydataset".
         verbose: print the files and classes found, as Keras does, and show the check's
-            progress.
+            progress once it has taken a second.
         path_column: the column of file paths in a table.
+        label_columns: a table's target columns, for `label_mode="raw"` (float32 `(batch,)`
+            for a name, `(batch, k)` for `k` names) or `"multi_hot"` (float32 `(batch,
+            classes)`) (see Targets).
         root: the folder that relative paths in a table or list start from; None means the
             CSV file's folder, else the current directory.
         antialias: widen the filter when shrinking, as PIL does; False is
@@ -113,8 +122,9 @@ def make_dali_dataset(
             window), resized in one step (see Resizing).
         augment: a random-resized crop (area 8-100 %, aspect ratio 3/4-4/3, decoding only
             the crop) and a horizontal flip, new every epoch.
-        normalization: `"imagenet"` (ImageNet's mean and std), `"unit"` ([0, 1]),
-            `"symmetric"` ([-1, 1]), None (0-255, as Keras gives them).
+        normalization: None: 0-255, Keras's values; `"imagenet"` (ImageNet's mean and std),
+            `"unit"` ([0, 1]), `"symmetric"` ([-1, 1]), computed in the graph (see
+            Normalization).
         dtype: `"float32"`, `"float16"` or `"uint8"` (with `normalization=None`).
         drop_remainder: drop the last partial batch of each epoch.
         class_weight: `{class index: weight}`, as Keras's `fit` takes it: float32 sample
@@ -138,9 +148,9 @@ def make_dali_dataset(
         sample_weights)` with `class_weight` or `strategy`, and the images alone
         without labels (`(images,)` from a `DALIPyDataset`). Images are `dtype`,
         `(batch, height, width, channels)` or `(batch, channels, height, width)`;
-        labels as `label_mode` says; sample weights float32 `(batch,)`. With
-        `batch_size=None`, no batch dimension. It has `class_names` and `file_paths`
-        (see "The result" in `docs/options.md`).
+        labels as `label_mode` says (float32 for "raw" and "multi_hot"); sample
+        weights float32 `(batch,)`. With `batch_size=None`, no batch dimension. It
+        has `class_names` and `file_paths` (see "The result" in `docs/options.md`).
 
     Raises:
         ValueError: for an invalid argument, an empty source, an unknown column,
@@ -153,6 +163,11 @@ def make_dali_dataset(
             and no memory limit).
     """
     options = Options.from_arguments(locals())
+    source = first_argument("make_dali_dataset", directory, source)
+    return warnings_at_caller(_make, source, options, strategy)
+
+
+def _make(source, options, strategy):
     if (options.format or _backend_format()) == "tf":
         from dalipipe import tf_dataset
 

@@ -11,21 +11,27 @@ import warnings
 
 
 def run(directory="data/sample", *, num_images=600, num_classes=4, epochs=6, batch_size=32,
-        image_size=96, device="auto"):
+        image_size=96, device="auto", force=False):
     """Makes the sample data in `directory` and trains on it; returns the exit status 0.
 
     Args:
-        directory: where the sample images are written (made if absent).
+        directory: where the sample images are written: a folder that is absent,
+            empty or made by dalipipe (reused when it holds these images already).
         num_images: how many images to write.
         num_classes: how many classes (photographs) they are cut from.
         epochs: training epochs.
         batch_size: images per batch.
         image_size: the side of the square images the model sees, in pixels.
         device: `make_dali_dataset`'s `device`: "auto", "gpu" or "cpu".
+        force: write into `directory` even when dalipipe did not make it
+            (`make_sample_dataset`'s `force`).
+
+    Raises:
+        sample_data.FolderInUseError: for a `directory` of the user's, without `force`.
     """
     from dalipipe.sample_data import make_sample_dataset
 
-    make_sample_dataset(directory, num_images=num_images, num_classes=num_classes)
+    make_sample_dataset(directory, num_images=num_images, num_classes=num_classes, force=force)
     print(f"sample data: {num_images} JPEGs in {num_classes} classes under {directory}")
 
     import keras
@@ -36,10 +42,12 @@ def run(directory="data/sample", *, num_images=600, num_classes=4, epochs=6, bat
     warnings.filterwarnings("ignore", message="`shuffle=True` was passed")
 
     # Augmentation and shuffling apply to the training half; the validation half is
-    # read in file order.
+    # read in file order. DALI normalizes the pixels (ImageNet's mean and standard
+    # deviation) in the same fused step that crops and flips them.
     train_ds, val_ds = make_dali_dataset(
         directory, image_size=(image_size, image_size), batch_size=batch_size,
         validation_split=0.2, subset="both", seed=42, augment=True, device=device,
+        normalization="imagenet",
     )
     print(
         f"classes: {train_ds.class_names}; {len(train_ds.file_paths)} training and "

@@ -23,7 +23,7 @@ as arguments, so that tests can give them every answer a framework may give.
 import os
 import warnings
 
-from dalipipe.install import DALI_FIX
+from dalipipe.install import DALI_FIX, pip_extra
 from dalipipe.utils import usable_cores
 
 # DALI CPU threads of a GPU pipeline, as in DALI's own examples: the GPU decodes, the
@@ -35,8 +35,8 @@ GPU_NUM_THREADS = 4
 MEMORY_GROWTH_VARIABLE = "TF_FORCE_GPU_ALLOW_GROWTH"
 # Keras backend -> (the framework's name, what makes it see the GPUs that DALI sees).
 FRAMEWORK_GPU_FIXES = {
-    "tensorflow": ("TensorFlow", "install TensorFlow with its CUDA libraries: pip install "
-                                 "'dalipipe[gpu]' (that is, tensorflow[and-cuda])"),
+    "tensorflow": ("TensorFlow", "install TensorFlow with its CUDA libraries: "
+                                 f"{pip_extra('gpu')} (that is, tensorflow[and-cuda])"),
     "torch": ("PyTorch", "install PyTorch with CUDA (https://pytorch.org/get-started/)"),
     "jax": ("JAX", "install JAX with CUDA: pip install 'jax[cuda12]' (or 'jax[cuda13]')"),
 }

@@ -222,7 +222,8 @@ def _other_backends():
              (("PyTorch", install.installed_version("torch")),
               ("JAX", install.installed_version("jax"))) if version]
     if not found:
-        return "none (pip install 'dalipipe[torch]' or 'dalipipe[jax]' for them)"
+        return (f"none (for them: {install.pip_extra('torch')}, or "
+                f"{install.pip_extra('jax')})")
     return ", ".join(found) + " (KERAS_BACKEND=torch or jax: batches as their tensors)"
 
 

@@ -6,7 +6,8 @@ decoders are `"mixed"` (nvJPEG and the hardware decoder) and everything after th
 runs on the GPU.
 
 The graph has named inputs, fed one batch at a time:
-- `"samples"`: uint8, per sample a little-endian int32 label then the file path
+- `"samples"`: uint8, per sample a little-endian int32 label (or the float32
+  targets of `label_mode` "raw" and "multi_hot", 4 bytes each) then the file path
   padded with NUL bytes (`sources.encode_samples`), or for TFRecord records the
   label, the image's length and its bytes (`ImagePipeline.load_records`). One input
   per sample keeps each label with its image whatever the order.
@@ -28,6 +29,7 @@ fancy upsampling on the GPU (nvJPEG 13.2 or newer), else the whole image is deco
 on the GPU and cropped there (`codecs.crop_setup`, `_crop_and_resize`).
 """
 
+import math
 import types
 
 from dalipipe import codecs, sampling
@@ -56,7 +58,7 @@ def class_weight_table(class_weight):
     return [k for k, _ in items], [v for _, v in items]
 
 
-def define(options, *, feed, padded, from_tfrecord, num_classes):
+def define(options, *, feed, padded, from_tfrecord, num_classes, target_shape=None):
     """Defines the graph; returns its outputs (see `ImagePipeline` for their shapes).
 
     Args:
@@ -69,6 +71,9 @@ def define(options, *, feed, padded, from_tfrecord, num_classes):
         padded: whether there is a `"weights"` input (a shard's padding).
         from_tfrecord: whether the samples hold image bytes (else file paths).
         num_classes: the number of classes, for one-hot labels.
+        target_shape: the shape of one sample's float32 targets for `label_mode`
+            "raw" and "multi_hot" (they travel in `"samples"` before the path);
+            None for class indices.
     """
     from nvidia.dali import fn, types as dali_types
 
@@ -78,12 +83,18 @@ def define(options, *, feed, padded, from_tfrecord, num_classes):
         return fn.external_source(source=feed(name), dtype=dali_type, ndim=ndim, batch=True)
 
     samples = external("samples", dali_types.UINT8)
-    label = fn.reinterpret(samples[0:4], dtype=dali_types.INT32, shape=[])
+    if target_shape is None:
+        start = 4
+        label = fn.reinterpret(samples[0:4], dtype=dali_types.INT32, shape=[])
+    else:
+        start = 4 * math.prod(target_shape)
+        label = fn.reinterpret(samples[0:start], dtype=dali_types.FLOAT,
+                               shape=list(target_shape))
     if from_tfrecord:
         length = fn.reinterpret(samples[4:8], dtype=dali_types.INT32, shape=[])
         encoded = samples[8:8 + length]
     else:
-        encoded = fn.io.file.read(samples[4:])
+        encoded = fn.io.file.read(samples[start:])
     images, mirror = _decode_and_resize(options, encoded, external)
     mean, std = normalization_stats(options.normalization, options.channels)
     images = fn.crop_mirror_normalize(
@@ -100,7 +111,7 @@ def define(options, *, feed, padded, from_tfrecord, num_classes):
         outputs.append(fn.one_hot(label, num_classes=num_classes, dtype=dali_types.FLOAT))
     elif options.label_mode == "binary":
         outputs.append(fn.reshape(fn.cast(label, dtype=dali_types.FLOAT), shape=[1]))
-    elif options.label_mode == "int":
+    elif options.label_mode is not None:  # "int", "raw", "multi_hot": as they came
         outputs.append(label)
     weights = external("weights", dali_types.FLOAT, ndim=0) if padded else None
     if options.class_weight is not None:

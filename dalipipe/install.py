@@ -7,19 +7,92 @@ after TensorFlow, at DALI's exact version, without build isolation:
 `pip install --no-build-isolation nvidia-dali-tf-plugin-cuda120==<DALI version>`, which
 `dalipipe install-plugin` runs. Nothing here imports DALI or TensorFlow until
 `import_dali_tf` is called.
+
+The commands that add one of dalipipe's extras (`pip_extra`) fit how dalipipe was
+installed: from a package index, `pip install 'dalipipe[torch]'`; editable from a
+checkout, `pip install -e '.[torch]'` in that checkout.
 """
 
 import importlib.metadata
+import json
+import os
 import subprocess
 import sys
+import urllib.parse
+
+
+
+def installation(direct_url=None, *, installed=True, checkout=None):
+    """How dalipipe was installed, from its `direct_url.json` (PEP 610).
+
+    Args:
+        direct_url: the text of the installed distribution's `direct_url.json`, or
+            None where it has none (installed from a package index).
+        installed: whether a `dalipipe` distribution is installed at all.
+        checkout: the folder of the checkout that the running code lives in (one
+            with a pyproject.toml), or None.
+
+    Returns:
+        `(kind, where)`: `("editable", folder)` (`pip install -e` of a checkout, or
+        code run from a checkout that is not installed), `("local", folder)` (a
+        plain `pip install` of a folder), `("url", url)` (from a VCS or archive
+        URL), or `("index", None)`.
+    """
+    if not installed:
+        return ("editable", checkout) if checkout else ("index", None)
+    if not direct_url:
+        return "index", None
+    info = json.loads(direct_url)
+    url = info.get("url", "")
+    if url.startswith("file://"):
+        folder = urllib.parse.unquote(urllib.parse.urlparse(url).path)
+        editable = info.get("dir_info", {}).get("editable", False)
+        return ("editable" if editable else "local"), folder
+    return "url", url
+
+
+def _this_installation():
+    package = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(package)
+    checkout = root if os.path.isfile(os.path.join(root, "pyproject.toml")) else None
+    if checkout:  # the code that runs is a checkout's (installed with -e, or not at all)
+        return installation(installed=False, checkout=checkout)
+    try:
+        distribution = importlib.metadata.distribution("dalipipe")
+    except importlib.metadata.PackageNotFoundError:
+        return installation(installed=False)
+    return installation(distribution.read_text("direct_url.json"))
+
+
+def pip_extra(*extras, how=None):
+    """The command that installs dalipipe's `extras`, for how dalipipe was installed.
+
+    Args:
+        *extras: extra names, such as "torch".
+        how: `installation()`'s `(kind, where)`. Defaults to this installation's.
+
+    Returns:
+        A string: `pip install 'dalipipe[torch]'` (from an index), `pip install -e
+        '.[torch]' in <folder>` (a checkout), `pip install '<folder>[torch]'` (a
+        folder installed without -e), or `pip install 'dalipipe[torch] @ <url>'`.
+    """
+    kind, where = how or _this_installation()
+    names = ",".join(extras)
+    if kind == "editable":
+        return f"pip install -e '.[{names}]' in {where}"
+    if kind == "local":
+        return f"pip install '{where}[{names}]'"
+    if kind == "url":
+        return f"pip install 'dalipipe[{names}] @ {where}'"
+    return f"pip install 'dalipipe[{names}]'"
+
 
 # DALI's package for each CUDA major version -> the dalipipe extra that installs it.
 DALI_PACKAGES = {"nvidia-dali-cuda120": "cuda12", "nvidia-dali-cuda130": "cuda13"}
 # What installs DALI, or makes it see the GPUs.
 DALI_FIX = (
     "install DALI for the CUDA version of the NVIDIA driver (nvidia-smi shows it; CUDA 12 "
-    "where there is no GPU): "
-    + " or ".join(f"pip install 'dalipipe[{extra}]'" for extra in DALI_PACKAGES.values())
+    "where there is no GPU): " + " or ".join(pip_extra(extra) for extra in DALI_PACKAGES.values())
 )
 
 
@@ -83,7 +156,7 @@ def plugin_message(dali, plugin_version, tensorflow_version, error=None):
     if dali is None:
         return f"NVIDIA DALI is not installed: {DALI_FIX}."
     if tensorflow_version is None:
-        return "TensorFlow is not installed: pip install 'dalipipe[gpu]' (or tensorflow)."
+        return f"TensorFlow is not installed: {pip_extra('gpu')} (or pip install tensorflow)."
     name, version = dali
     command = " ".join(plugin_command(dali))
     if plugin_version is None:

@@ -120,7 +120,7 @@ class Runner:
         if not pipeline.from_tfrecord:
             return checks.check_file(pipeline.file_paths[sample], full=True, device=device)
         index = pipeline.index
-        data = tfrecord.load_encoded(index.shards, index.refs[[sample]])[0]
+        data = tfrecord.load_encoded(index.tfrecord_files, index.refs[[sample]])[0]
         return checks.check_bytes(data, full=True, device=device)
 
     def source(self, name):

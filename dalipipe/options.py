@@ -5,6 +5,9 @@ validation.
 with Keras-style messages, and it is what the graph, the inputs and the adapters
 read. The public functions keep explicit keyword signatures (for `help()` and
 editors) and pass their arguments here: `Options.from_arguments(locals())`.
+
+Above 400 lines: every option's check, with its Keras-style message, lives here, so
+that each rule is written once.
 """
 
 import dataclasses
@@ -30,7 +33,9 @@ NORMALIZATIONS = {
 # closest to each (`dalipipe.graph`): DALI has no area, Lanczos-5 or Mitchell filter.
 INTERPOLATIONS = ("bilinear", "nearest", "bicubic", "area", "lanczos3", "lanczos5",
                   "gaussian", "mitchellcubic")
-LABEL_MODES = ("int", "categorical", "binary", None)
+LABEL_MODES = ("int", "categorical", "binary", "raw", "multi_hot", None)
+# The label modes of a table's `label_columns`: float32 targets, not class indices.
+TARGET_MODES = ("raw", "multi_hot")
 # color_mode -> channels.
 COLOR_MODES = {"rgb": 3, "grayscale": 1, "rgba": 4}
 # None: the form for Keras's backend ("tf" on TensorFlow, "pydataset" on torch and JAX).
@@ -95,11 +100,12 @@ class Options:
     verbose: bool = True
     # What dalipipe adds.
     path_column: str = "path"
+    label_columns: Optional[Any] = None
     root: Optional[Any] = None
     antialias: bool = True
     central_fraction: float = 1.0
     augment: bool = False
-    normalization: Optional[str] = "imagenet"
+    normalization: Optional[str] = None
     dtype: str = "float32"
     drop_remainder: bool = False
     class_weight: Optional[Any] = None
@@ -162,6 +168,8 @@ class Options:
             set_("num_threads", int(self.num_threads))
         if self.class_names is not None:
             set_("class_names", list(self.class_names))
+        if isinstance(self.label_columns, (list, tuple)):
+            set_("label_columns", list(self.label_columns))
         if self.class_weight is not None:
             set_("class_weight", {int(k): float(v) for k, v in self.class_weight.items()})
 
@@ -171,7 +179,8 @@ class Options:
         if self.label_mode not in LABEL_MODES:
             raise ValueError(
                 '`label_mode` argument must be one of "int", "categorical", "binary", '
-                f"or None. Received: label_mode={self.label_mode!r}"
+                '"raw", "multi_hot" (the last two with `label_columns`), or None. '
+                f"Received: label_mode={self.label_mode!r}"
             )
         if self.color_mode not in COLOR_MODES:
             raise ValueError(
@@ -269,9 +278,45 @@ class Options:
                 "`label_mode=None` yields images only, so `labels` must be None or 'inferred'. "
                 f"Received: labels={labels!r}, label_mode=None"
             )
+        self._check_label_columns()
         self._check_class_names()
         self._check_class_weight()
         self._check_split()
+
+    def _check_label_columns(self):
+        columns, mode = self.label_columns, self.label_mode
+        if columns is None:
+            if mode in TARGET_MODES:
+                raise ValueError(
+                    f"`label_mode={mode!r}` reads a table's targets from the columns that "
+                    "`label_columns` names (a column's name or a list of names). "
+                    f"Received: label_columns=None, label_mode={mode!r}"
+                )
+            return
+        names = [columns] if isinstance(columns, str) else columns
+        if (not isinstance(names, (list, tuple)) or not names
+                or not all(isinstance(c, str) for c in names) or len(set(names)) != len(names)):
+            raise ValueError(
+                "`label_columns` must be a column's name or a list of distinct column names "
+                f"of a table. Received: label_columns={columns!r}"
+            )
+        if mode not in TARGET_MODES:
+            raise ValueError(
+                '`label_columns` gives a table\'s targets for `label_mode="raw"` (float32 '
+                'values) or `"multi_hot"` (several classes per image); for one class per '
+                "image, pass the class column as `labels`. Received: "
+                f"label_columns={columns!r}, label_mode={mode!r}"
+            )
+        if not is_inferred(self.labels):
+            raise ValueError(
+                "`labels` and `label_columns` both say where the targets are: pass only "
+                f"`label_columns`. Received: labels={self.labels!r}, label_columns={columns!r}"
+            )
+        if mode == "raw" and self.class_names is not None:
+            raise ValueError(
+                '`label_mode="raw"` gives numbers, not classes, so it takes no '
+                f"`class_names`. Received: class_names={list(self.class_names)!r}"
+            )
 
     def _check_class_names(self):
         names = self.class_names
@@ -311,6 +356,12 @@ class Options:
                     "`class_weight` values must be finite non-negative numbers, the weight of "
                     f"each class. Received: class_weight={dict(weights)!r}"
                 )
+        if self.label_mode in TARGET_MODES:
+            raise ValueError(
+                "`class_weight` weighs each sample by its one class, and "
+                f"`label_mode={self.label_mode!r}` gives no single class per sample. "
+                f"Received: class_weight={dict(weights)!r}, label_mode={self.label_mode!r}"
+            )
         if self.label_mode is None or self.labels is None:
             raise ValueError(
                 "`class_weight` weighs each sample by its class, so it needs labels. "

@@ -7,21 +7,29 @@ output shapes, which samples each epoch loads in which order (`epoch_inputs`), a
 makes the DALI pipeline of the graph (`dali_pipeline`); `epoch` runs it natively with
 NumPy outputs (`dalipipe.native`); `dalipipe.tf_dataset` hands it to TensorFlow and
 `dalipipe.py_dataset` to Keras's other backends.
+
+Above 400 lines: `make_dali_pipeline`'s signature and docstring, the index-check-split
+sequence, and `ImagePipeline`, the one view of a split (samples, output shapes, each
+epoch's inputs, shards) that the native runner and both adapters read.
 """
 
 import os
+import warnings
 
 import numpy as np
 
 from dalipipe import checks, graph, sampling, sources, tfrecord
+from dalipipe.calls import first_argument, warnings_at_caller
 from dalipipe.devices import dali_device
-from dalipipe.options import Options, is_inferred
+from dalipipe.options import TARGET_MODES, Options, is_inferred
 from dalipipe.sharding import Sharding, check_global_batch
+from dalipipe.storage import index as remote
 
 
 def make_dali_pipeline(
-    source,
+    directory=None,
     *,
+    source=None,
     labels="inferred",
     label_mode="int",
     class_names=None,
@@ -40,11 +48,12 @@ def make_dali_pipeline(
     format=None,
     verbose=True,
     path_column="path",
+    label_columns=None,
     root=None,
     antialias=True,
     central_fraction=1.0,
     augment=False,
-    normalization="imagenet",
+    normalization=None,
     dtype="float32",
     drop_remainder=False,
     class_weight=None,
@@ -64,7 +73,9 @@ def make_dali_pipeline(
         `subset="both"`; then `augment` and `drop_remainder` apply to the training
         one only.
     """
-    return image_pipelines(source, Options.from_arguments(locals()))
+    options = Options.from_arguments(locals())
+    source = first_argument("make_dali_pipeline", directory, source)
+    return warnings_at_caller(image_pipelines, source, options)
 
 
 def image_pipelines(source, options):
@@ -75,18 +86,21 @@ def image_pipelines(source, options):
     shows the check's progress.
     """
     options = options.replace(device=dali_device(options.device)).resolved()
-    is_directory = isinstance(source, (str, os.PathLike)) and os.path.isdir(source)
+    is_directory = (isinstance(source, (str, os.PathLike)) and os.path.isdir(source)) \
+        or remote.is_prefix(source)
     labels = options.labels
-    if options.label_mode is None and not is_directory and is_inferred(labels):
+    if options.label_columns is not None or (
+            options.label_mode is None and not is_directory and is_inferred(labels)):
         labels = None  # a table or list has no labels to infer: images only
     index = sources.index_source(
         source, labels=labels, class_names=options.class_names,
         path_column=options.path_column, root=options.root,
         follow_links=options.follow_links, allow_missing=options.check is not None,
-        verbose=options.verbose,
+        verbose=options.verbose, label_columns=options.label_columns,
+        label_mode=options.label_mode,
     )
     if options.label_mode is None:
-        index = sources.Index(index.file_paths, None, None, index.shards, index.refs)
+        index = sources.Index(index.file_paths, None, None, index.tfrecord_files, index.refs)
     if options.verbose:
         _print_found(index)
     if options.check is not None:
@@ -97,6 +111,13 @@ def image_pipelines(source, options):
                                     keep_classes=options.class_names is not None)
     if index.labels is None:
         options = options.replace(labels=None, label_mode=None, class_names=None)
+        if options.shuffle and len(index) > 1:
+            warnings.warn(
+                "Images without labels, and `shuffle=True`: every pass reads them in a new "
+                "random order, so the rows of `model.predict` follow neither `file_paths` "
+                "nor the source's order. To predict, pass `shuffle=False`.",
+                stacklevel=2,
+            )
     elif options.label_mode == "binary" and len(index.class_names) != 2:
         raise ValueError(
             'When passing `label_mode="binary"`, there must be exactly 2 class_names. '
@@ -121,8 +142,8 @@ def image_pipelines(source, options):
 
 def _print_found(index):
     """Keras's "Found N files belonging to K classes." (records for TFRecord files)."""
-    what = "files" if index.refs is None else f"records in {len(index.shards)} TFRecord files"
-    if index.labels is None:
+    what = "files" if index.refs is None else f"records in {len(index.tfrecord_files)} TFRecord files"
+    if index.labels is None or index.class_names is None:
         print(f"Found {len(index)} {what}.")
     else:
         print(f"Found {len(index)} {what} belonging to {len(index.class_names)} classes.")
@@ -137,7 +158,9 @@ class ImagePipeline:
       `(n, channels, height, width)` for `"channels_first"`, of `dtype`; 3, 1 or 4
       channels for `color_mode` "rgb", "grayscale" or "rgba";
     - labels (unless `label_mode` is None): int32 `(n,)` for `"int"`, float32
-      `(n, num_classes)` for `"categorical"`, float32 `(n, 1)` for `"binary"`;
+      `(n, num_classes)` for `"categorical"` and `"multi_hot"`, float32 `(n, 1)` for
+      `"binary"`, float32 `(n,)` for `"raw"` with one column's name in
+      `label_columns` and `(n, k)` for a list of `k` columns;
     - weights, with `class_weight` or for a shard of a distributed dataset
       (`shard`): float32 `(n,)`, Keras's `sample_weight`: the weight of the sample's
       class (1.0 without `class_weight` or for a class it leaves out), times 0 for
@@ -150,7 +173,10 @@ class ImagePipeline:
         options: the resolved `Options` (`device` is "cpu" or "gpu"; `label_mode`
             is None without labels).
         file_paths: the split's files, in `shuffle=False` order.
-        labels: int32 labels aligned with `file_paths`, or None.
+        labels: int32 labels aligned with `file_paths`, float32 targets (`"raw"`,
+            `"multi_hot"`), or None.
+        target_shape: the shape of one sample's float32 targets (`"raw"`,
+            `"multi_hot"`), else None.
         class_names: the class names, or None.
         batch_size: samples per DALI batch (per replica for a shard).
         steps: steps per epoch (global batches for a shard).
@@ -169,6 +195,8 @@ class ImagePipeline:
         self.file_paths = index.file_paths
         self.labels = index.labels
         self.class_names = index.class_names
+        self.target_shape = tuple(index.labels.shape[1:]) \
+            if options.label_mode in TARGET_MODES else None
         self.device = options.device
         self.unbatched = options.batch_size is None
         n, global_batch = len(self.file_paths), options.batch_size or 1
@@ -204,7 +232,7 @@ class ImagePipeline:
         dtypes, shapes = [options.dtype], [image_shape]
         if options.label_mode is not None:
             dtypes.append("int32" if options.label_mode == "int" else "float32")
-            shapes.append({
+            shapes.append((None, *self.target_shape) if self.target_shape is not None else {
                 "int": (None,),
                 "categorical": (None, len(self.class_names)),
                 "binary": (None, 1),
@@ -333,9 +361,9 @@ class ImagePipeline:
         refs = index.refs[sample_ids]
         if index.stamps is not None:
             used = np.unique(refs[:, 0])
-            checks.verify_unchanged([index.shards[i] for i in used], index.stamps[used],
+            checks.verify_unchanged([index.tfrecord_files[i] for i in used], index.stamps[used],
                                     check=None)
-        payloads = tfrecord.load_encoded(index.shards, refs)
+        payloads = tfrecord.load_encoded(index.tfrecord_files, refs)
         sizes = np.array([len(p) for p in payloads], np.int64)
         lengths = sizes + 8
         flat = np.empty(int(lengths.sum()), np.uint8)
@@ -373,6 +401,7 @@ class ImagePipeline:
                 self.options, feed=feed, padded=self.sharding is not None,
                 from_tfrecord=self.from_tfrecord,
                 num_classes=len(self.class_names) if self.class_names else 0,
+                target_shape=self.target_shape,
             )
 
         return image_graph()

@@ -32,7 +32,8 @@ class DALIPyDataset(keras.utils.PyDataset):
     - images: `(n, height, width, channels)` for `"channels_last"`,
       `(n, channels, height, width)` for `"channels_first"`, of the `dtype` option;
     - labels, unless there are none: int32 `(n,)` for `label_mode="int"`, float32
-      `(n, num_classes)` for `"categorical"`, float32 `(n, 1)` for `"binary"`;
+      `(n, num_classes)` for `"categorical"` and `"multi_hot"`, float32 `(n, 1)` for
+      `"binary"`, float32 `(n,)` or `(n, k)` for `"raw"` (one or `k` label columns);
     - sample weights, with `class_weight` or several devices: float32 `(n,)`.
 
     `n` is `batch_size`, smaller only for the last batch of an epoch (unless

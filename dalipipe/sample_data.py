@@ -11,10 +11,16 @@ is a synthetic photograph-like picture instead (`synthesize_picture`): gradients
 blobs, shapes and a multi-scale texture, deterministic for the seed. The class names
 record which source was used: the photographs' names, or `synthetic_0`,
 `synthetic_1`, ...
+
+dalipipe writes only into a folder that is absent, empty, or one it made itself: a
+folder it made holds a marker file (`MARKER`) with the arguments it was made with, and
+is reused as it is when they match, or rewritten (its own files only) when they do
+not. Any other folder is refused (`FolderInUseError`) unless `force=True`.
 """
 
 import csv
 import importlib.util
+import json
 import os
 
 import numpy as np
@@ -126,19 +132,97 @@ def _class_pictures(num_classes, seed):
             for name, path in photos[:num_classes]]
 
 
+# The file that marks a folder as made by `make_sample_dataset`: JSON of its arguments.
+MARKER = ".dalipipe-sample-data.json"
+
+
+class FolderInUseError(FileExistsError):
+    """`make_sample_dataset` was asked to write into a folder of someone else's files.
+
+    Attributes:
+        directory: the folder.
+        entries: some of the names in it.
+    """
+
+    def __init__(self, directory, entries):
+        self.directory, self.entries = os.fspath(directory), list(entries)
+        super().__init__(self.message("force=True"))
+
+    def message(self, force):
+        """The error's text, naming `force` as the way to write anyway."""
+        shown = ", ".join(self.entries[:5]) + (", ..." if len(self.entries) > 5 else "")
+        return (
+            f"{self.directory!r} is not empty and was not made by dalipipe (it holds "
+            f"{shown}; no {MARKER}): sample images are written only into a new or empty "
+            f"folder, or one dalipipe made. Choose another folder, or pass {force} to write "
+            "into it anyway (files of the same names are overwritten)"
+        )
+
+
+def is_sample_folder(directory):
+    """Whether `directory` is a folder that `make_sample_dataset` made (has `MARKER`)."""
+    return os.path.isfile(os.path.join(directory, MARKER))
+
+
+def is_free_folder(directory):
+    """Whether `make_sample_dataset` may write into `directory` without `force`: it is
+    absent, empty, or made by dalipipe."""
+    return (not os.path.exists(directory)
+            or (os.path.isdir(directory) and not os.listdir(directory))
+            or is_sample_folder(directory))
+
+
+def _read_marker(directory):
+    try:
+        with open(os.path.join(directory, MARKER)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _listed_files(directory):
+    """The files that `directory/labels.csv` lists, as paths, or [] without one."""
+    try:
+        with open(os.path.join(directory, "labels.csv"), newline="") as f:
+            return [os.path.join(directory, row["path"]) for row in csv.DictReader(f)
+                    if row.get("path")]
+    except (OSError, KeyError, csv.Error):
+        return []
+
+
+def _remove_own_files(directory):
+    """Removes what an earlier `make_sample_dataset` wrote into `directory` (the files
+    its labels.csv lists, then their folders if left empty), and nothing else."""
+    top = os.path.realpath(directory) + os.sep
+    listed = [p for p in _listed_files(directory) if os.path.realpath(p).startswith(top)]
+    for path in listed:
+        if os.path.isfile(path):
+            os.remove(path)
+    for folder in sorted({os.path.dirname(p) for p in listed}, reverse=True):
+        if os.path.abspath(folder) != os.path.abspath(directory) and os.path.isdir(folder) \
+                and not os.listdir(folder):
+            os.rmdir(folder)
+
+
 def make_sample_dataset(directory, *, num_images=600, num_classes=4, seed=0,
-                        crop_width=(260, 560), aspect_ratio=(0.65, 1.05), quality=95):
+                        crop_width=(260, 560), aspect_ratio=(0.65, 1.05), quality=95,
+                        force=False):
     """Writes `num_images` JPEG crops of `num_classes` pictures into `directory`.
 
     Layout: `directory/<class>/<class>_<i>.jpg` plus `directory/labels.csv` with the
-    columns `path` (relative to `directory`) and `label`. Deterministic for `seed`.
+    columns `path` (relative to `directory`) and `label`, and the marker `MARKER`.
+    Deterministic for `seed`.
+
+    `directory` must be absent, empty, or made by this function (it holds `MARKER`),
+    unless `force`. A folder it made is kept as it is when it was made with the same
+    arguments and still holds every file its labels.csv lists; otherwise the files it
+    wrote there before are removed and new ones written.
     Each class is an installed photograph (`photograph_paths`), or, where none is
     installed, a synthetic picture (`synthesize_picture`), and then the classes are
     named `synthetic_<c>`.
 
     Args:
-        directory: output folder (created; existing files of the same names are
-            overwritten).
+        directory: output folder (created if absent).
         num_images: total number of images, spread evenly over the classes.
         num_classes: number of classes, at most the number of installed photographs
             (any number of synthetic ones).
@@ -148,9 +232,17 @@ def make_sample_dataset(directory, *, num_images=600, num_classes=4, seed=0,
         aspect_ratio: range of crop height / width (uniform), the height clipped to
             the picture.
         quality: JPEG quality.
+        force: write into `directory` even when it holds files dalipipe did not
+            write (files of the same names, labels.csv included, are overwritten).
+            Defaults to False.
 
     Returns:
         The path of `labels.csv`.
+
+    Raises:
+        FolderInUseError: (a `FileExistsError`) when `directory` is not empty, was
+            not made by dalipipe, and `force` is False.
+        ValueError: for a `num_classes` or `num_images` out of range.
     """
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
         raise ValueError(
@@ -161,6 +253,23 @@ def make_sample_dataset(directory, *, num_images=600, num_classes=4, seed=0,
             f"`num_images` must be at least `num_classes`={num_classes}. "
             f"Received: num_images={num_images!r}"
         )
+    directory = os.fspath(directory)
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise FileExistsError(f"`directory` must be a folder. Received the file "
+                              f"directory={directory!r}")
+    labels_csv = os.path.join(directory, "labels.csv")
+    made_here, free = is_sample_folder(directory), is_free_folder(directory)
+    if not force and not free:
+        raise FolderInUseError(directory, sorted(os.listdir(directory)))
+    arguments = dict(num_images=num_images, num_classes=num_classes, seed=seed,
+                     crop_width=list(crop_width), aspect_ratio=list(aspect_ratio),
+                     quality=quality, photographs=[name for name, _ in photograph_paths()])
+    if made_here:
+        listed = _listed_files(directory)
+        if (_read_marker(directory) == arguments and len(listed) == num_images
+                and all(os.path.isfile(p) for p in listed)):
+            return labels_csv
+        _remove_own_files(directory)
     pictures = _class_pictures(num_classes, seed)
     rng = np.random.default_rng(seed)
     rows = []
@@ -178,28 +287,61 @@ def make_sample_dataset(directory, *, num_images=600, num_classes=4, seed=0,
             picture.crop((x, y, x + w, y + h)).save(os.path.join(directory, relative),
                                                     quality=quality)
             rows.append((relative, name))
-    labels_csv = os.path.join(directory, "labels.csv")
     with open(labels_csv, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["path", "label"])
         writer.writerows(rows)
+    if free:  # a folder of the user's, written into with force, stays theirs
+        with open(os.path.join(directory, MARKER), "w") as f:
+            json.dump(arguments, f, indent=1)
     return labels_csv
 
 
-def dataset_stats(labels_csv):
-    """Mean width, height and file size (bytes) of the images listed in `labels_csv`,
-    and the class names (`synthetic_<c>` for synthetic pictures)."""
-    from PIL import Image
+def sample_data_unless_in_use(directory, **kwargs):
+    """`make_sample_dataset(directory, **kwargs)` where `directory` is absent, empty or
+    made by dalipipe (`is_free_folder`); any other folder is left as it is.
 
+    Returns:
+        The path of the labels.csv written or reused, or None for a folder of the
+        user's, which is to be read as it is.
+    """
+    if not is_free_folder(directory):
+        return None
+    return make_sample_dataset(directory, **kwargs)
+
+
+def dataset_stats(labels_csv):
+    """`image_stats` of the images that a sample dataset's `labels_csv` lists, with
+    its labels as the class names (`synthetic_<c>` for synthetic pictures)."""
     root = os.path.dirname(os.path.abspath(labels_csv))
     with open(labels_csv, newline="") as f:
         rows = list(csv.DictReader(f))
-    paths = [os.path.join(root, row["path"]) for row in rows]
-    sizes = np.array([Image.open(p).size for p in paths], np.float64)
+    return image_stats([os.path.join(root, row["path"]) for row in rows],
+                       {row["label"] for row in rows if row.get("label")})
+
+
+def image_stats(paths, class_names=()):
+    """Mean width, height and file size (bytes) of the images at `paths`, which PIL
+    opens; files it cannot open count for the bytes only.
+
+    Returns:
+        A dict: `images`, `mean_width`, `mean_height`, `mean_bytes`, and `classes`,
+        the sorted `class_names`.
+    """
+    from PIL import Image
+
+    sizes = []
+    for path in paths:
+        try:
+            with Image.open(path) as image:
+                sizes.append(image.size)
+        except (OSError, ValueError):
+            pass
+    sizes = np.array(sizes or [(0, 0)], np.float64)
     return {
         "images": len(paths),
         "mean_width": float(sizes[:, 0].mean()),
         "mean_height": float(sizes[:, 1].mean()),
-        "mean_bytes": float(np.mean([os.path.getsize(p) for p in paths])),
-        "classes": sorted({row["label"] for row in rows if row.get("label")}),
+        "mean_bytes": float(np.mean([os.path.getsize(p) for p in paths])) if paths else 0.0,
+        "classes": sorted(class_names),
     }

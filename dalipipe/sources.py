@@ -7,6 +7,10 @@ A source is turned into an `Index`: absolute file paths, integer labels aligned 
 them (or None) and the class names the integers stand for. For TFRecord files
 (`dalipipe.tfrecord`) each sample is a record, named `"<file>#<record number>"`, and
 the index also holds where each record lies.
+
+Above 400 lines: each kind of source (folder, table, list, TFRecord records) is
+indexed here beside the label encoding and the path resolution they share; a
+table's raw and multi-hot targets are `dalipipe.targets`.
 """
 
 import csv
@@ -19,6 +23,8 @@ import numpy as np
 
 from dalipipe import tfrecord
 from dalipipe.options import is_inferred
+from dalipipe.targets import class_order, is_missing, table_targets, warn_numeric_classes
+from dalipipe.storage import index as remote
 from dalipipe.utils import IMAGE_EXTENSIONS, MAX_LISTED, UNDECODABLE_EXTENSIONS, listing
 
 
@@ -27,19 +33,21 @@ class Index(NamedTuple):
 
     Attributes:
         file_paths: list of absolute paths (`"<file>#<record number>"` for records).
-        labels: int32 array aligned with `file_paths`, or None for an unlabeled source.
-        class_names: list of class names (`labels` index into it), or None.
-        shards: for TFRecord records, the TFRecord files; else None.
-        refs: for TFRecord records, int64 `(n, 3)`: file number (into `shards`),
+        labels: int32 class indices aligned with `file_paths`; float32 targets, `(n,)`
+            or `(n, k)` (raw, or multi-hot over `class_names`: `dalipipe.targets`); or
+            None for an unlabeled source.
+        class_names: list of class names (int32 `labels` index into it), or None.
+        tfrecord_files: for TFRecord records, the TFRecord files; else None.
+        refs: for TFRecord records, int64 `(n, 3)`: file number (into `tfrecord_files`),
             offset and size of each record; else None.
-        stamps: int64 `(size, mtime_ns)` of each file (of each of `shards` for
+        stamps: int64 `(size, mtime_ns)` of each file (of each of `tfrecord_files` for
             records) when the files were checked, or None if they were not.
     """
 
     file_paths: list
     labels: Optional[np.ndarray]
     class_names: Optional[list]
-    shards: Optional[list] = None
+    tfrecord_files: Optional[list] = None
     refs: Optional[np.ndarray] = None
     stamps: Optional[np.ndarray] = None
 
@@ -51,27 +59,28 @@ class Index(NamedTuple):
         if stamps is not None and refs is None:
             stamps = stamps[indices]
         return Index([self.file_paths[i] for i in indices], labels, self.class_names,
-                     self.shards, refs, stamps)
+                     self.tfrecord_files, refs, stamps)
 
     def without(self, paths, *, keep_classes=False):
         """This index less `paths`; classes left without samples are dropped (and
         the labels renumbered) unless `keep_classes`."""
         drop = set(paths)
         kept = self.take([i for i, p in enumerate(self.file_paths) if p not in drop])
-        if kept.labels is None or keep_classes:
-            return kept
+        if kept.labels is None or keep_classes or kept.labels.dtype.kind == "f":
+            return kept  # float targets (`dalipipe.targets`) keep their classes
         used = sorted(set(kept.labels.tolist()))
         renumber = np.full(len(self.class_names), -1, np.int32)
         renumber[used] = np.arange(len(used), dtype=np.int32)
         return Index(kept.file_paths, renumber[kept.labels],
-                     [self.class_names[i] for i in used], kept.shards, kept.refs, kept.stamps)
+                     [self.class_names[i] for i in used], kept.tfrecord_files, kept.refs, kept.stamps)
 
     def __len__(self):
         return len(self.file_paths)
 
 
 def index_source(source, *, labels="inferred", class_names=None, path_column="path", root=None,
-                 follow_links=False, allow_missing=False, verbose=None):
+                 follow_links=False, allow_missing=False, verbose=None, label_columns=None,
+                 label_mode="int"):
     """Lists the images of `source` with their labels.
 
     Args:
@@ -96,14 +105,38 @@ def index_source(source, *, labels="inferred", class_names=None, path_column="pa
             pre-flight check to report with the other bad files) instead of raising.
         verbose: show progress bars while TFRecord files are indexed and scanned.
             Defaults to None: when stderr is a terminal.
+        label_columns: for a table, the columns of its targets for `label_mode`
+            "raw" or "multi_hot" (`dalipipe.targets`), instead of `labels`.
+        label_mode: with `label_columns`, `"raw"` or `"multi_hot"`.
 
     Returns:
-        An `Index`.
+        An `Index`; with `label_columns`, its labels are float32 targets (see
+        `dalipipe.targets`).
 
     Raises:
         ValueError: for an empty source, an unknown column, mismatched lengths, missing
             files or labels that do not match `class_names`.
     """
+    if isinstance(source, np.ndarray):
+        if source.ndim > 1:
+            raise ValueError(
+                "`source` given as a NumPy array must hold file paths in one dimension. "
+                f"Received: an array of shape {source.shape}"
+            )
+        source = source.reshape(-1).tolist()
+    is_csv = isinstance(source, (str, os.PathLike)) and os.fsdecode(source).lower().endswith(".csv")
+    if label_columns is not None and not (is_csv or _is_dataframe(source)):
+        raise ValueError(
+            "`label_columns` names columns of a table (a pandas DataFrame or a CSV file); "
+            "a folder's or a list's labels are `labels`. Received: "
+            f"label_columns={label_columns!r} for a source of type {type(source).__name__}"
+        )
+    targets = (label_columns, label_mode)
+    if label_columns is not None:
+        labels = None  # the targets are the columns
+    tree = remote.prefix_tree(source)  # a folder in s3:// or gs://, else None
+    if tree is not None:
+        return _index_directory(os.fspath(source), labels, class_names, False, tree=tree)
     if isinstance(source, (str, os.PathLike)) and os.path.isdir(source):
         return _index_directory(os.fspath(source), labels, class_names, follow_links)
     files = tfrecord.tfrecord_files(source)
@@ -112,29 +145,37 @@ def index_source(source, *, labels="inferred", class_names=None, path_column="pa
         return _index_records(records, labels, class_names)
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
-        if not os.path.exists(path):
+        if not remote.is_remote_source(path) and not os.path.exists(path):
             raise ValueError(
-                f"`source` must be a directory, a CSV file, a pandas DataFrame or a list "
-                f"of file paths. No such file or directory: source='{path}'"
+                f"`source` must be a directory, a CSV file, a pandas DataFrame, image paths "
+                f"or TFRecord files. No such file or directory: source='{path}'"
             )
-        if not path.lower().endswith(".csv"):
+        if os.fsdecode(path).lower().endswith(IMAGE_EXTENSIONS + UNDECODABLE_EXTENSIONS):
+            source = [path]  # one image: a list of one path
+        elif not path.lower().endswith(".csv"):
             raise ValueError(
-                f"`source` given as a file must be a CSV file (ending in .csv). "
-                f"Received: source='{path}'"
+                f"`source` given as a file must be a CSV file (ending in .csv), an image "
+                f"or a TFRecord file. Received: source='{path}'"
             )
+    if isinstance(source, (str, os.PathLike)):
         table = _read_csv(path)
-        if root is None:
-            root = os.path.dirname(os.path.abspath(path))
+        base = Base(root, "`root`") if root is not None else \
+            Base(remote.folder_of(path), "the CSV file's folder")
         return _index_table(list(table), table.__getitem__, labels, class_names, path_column,
-                            root, f"'{path}'", allow_missing)
+                            base, f"'{path}'", allow_missing, targets)
+    base = Base(root, "`root`") if root is not None else Base(os.getcwd(), "the working directory")
     if _is_dataframe(source):
         return _index_table(list(source.columns), lambda name: source[name].tolist(), labels,
-                            class_names, path_column, root, "the DataFrame", allow_missing)
+                            class_names, path_column, base, "the DataFrame", allow_missing,
+                            targets)
     if isinstance(source, (list, tuple)):
-        return _index_list(list(source), labels, class_names, root, allow_missing=allow_missing)
+        if is_inferred(labels):
+            labels = None  # a list of paths has no labels to infer: images only
+        return _index_list(list(source), labels, class_names, base, allow_missing=allow_missing)
     raise TypeError(
-        f"`source` must be a directory, a CSV file, a pandas DataFrame or a list of "
-        f"file paths. Received: source={source!r} of type {type(source).__name__}"
+        f"`source` must be a directory, a CSV file, a pandas DataFrame, image paths (a "
+        f"list, a NumPy array or one path) or TFRecord files. Received: source={source!r} "
+        f"of type {type(source).__name__}"
     )
 
 
@@ -250,7 +291,8 @@ def _read_csv(path):
     is missing (None), and so is a cell past the end of a short row. Blank lines are
     skipped.
     """
-    with open(path, newline="", encoding="utf-8-sig") as f:
+    with (remote.open_text(path) if remote.is_remote_source(path) else
+          open(path, newline="", encoding="utf-8-sig")) as f:
         reader = csv.reader(f)
         header = next(reader, None)
         if not header:
@@ -276,8 +318,12 @@ def _read_csv(path):
     return columns
 
 
-def _index_directory(directory, labels, class_names, follow_links):
-    """The images of a directory, as `image_dataset_from_directory` lists them."""
+def _index_directory(directory, labels, class_names, follow_links, tree=None):
+    """The images of a directory, as `image_dataset_from_directory` lists them.
+
+    `tree` answers what the folder holds (`_LocalTree`'s methods); a prefix in object
+    storage passes its own (`dalipipe.storage.index.RemoteTree`)."""
+    tree = tree or _LocalTree(directory, follow_links)
     inferred = is_inferred(labels)
     if not inferred and labels is not None:
         if not isinstance(labels, (list, tuple, np.ndarray)):
@@ -295,10 +341,7 @@ def _index_directory(directory, labels, class_names, follow_links):
                 f"labels={list(labels)!r}, and class_names={list(class_names)!r}"
             )
     if inferred:
-        subdirs = sorted(
-            d for d in os.listdir(directory)
-            if os.path.isdir(os.path.join(directory, d)) and not d.startswith(".")
-        )
+        subdirs = tree.subdirs()
         if class_names is not None:
             if not set(class_names) <= set(subdirs):
                 raise ValueError(
@@ -310,21 +353,17 @@ def _index_directory(directory, labels, class_names, follow_links):
             subdirs = list(class_names)
         file_paths, targets, ignored = [], [], []
         for i, name in enumerate(subdirs):
-            found, skipped = _list_images(os.path.join(directory, name), follow_links)
+            found, skipped = tree.images(name)
             file_paths += found
             targets += [i] * len(found)
             ignored += skipped
         # Loose files beside the class folders (a labels.csv, a README) are not
         # samples; loose images are, and they have no class: say so.
-        ignored += [
-            os.path.join(directory, f)
-            for f in sorted(os.listdir(directory))
-            if os.path.isfile(os.path.join(directory, f)) and _looks_like_image(f)
-        ]
+        ignored += tree.loose_images()
         _warn_ignored(ignored, directory)
         _check_not_empty(file_paths, directory)
         return Index(file_paths, np.asarray(targets, np.int32), list(subdirs))
-    file_paths, ignored = _list_images(directory, follow_links)
+    file_paths, ignored = tree.images(None)
     _warn_ignored(ignored, directory)
     _check_not_empty(file_paths, directory)
     if labels is None:
@@ -336,6 +375,33 @@ def _index_directory(directory, labels, class_names, follow_links):
             f"files in directory {directory!r}."
         )
     return Index(file_paths, *_encode_labels(labels, None, len(file_paths)))
+
+
+class _LocalTree:
+    """What a local folder holds, for `_index_directory`."""
+
+    def __init__(self, directory, follow_links):
+        self.directory, self.follow_links = directory, follow_links
+
+    def subdirs(self):
+        """The class folders: sorted subfolders, hidden ones left out."""
+        return sorted(
+            d for d in os.listdir(self.directory)
+            if os.path.isdir(os.path.join(self.directory, d)) and not d.startswith(".")
+        )
+
+    def images(self, subdir):
+        """`_list_images` of the subfolder `subdir`, or of the whole folder for None."""
+        folder = self.directory if subdir is None else os.path.join(self.directory, subdir)
+        return _list_images(folder, self.follow_links)
+
+    def loose_images(self):
+        """Image files beside the class folders."""
+        return [
+            os.path.join(self.directory, f)
+            for f in sorted(os.listdir(self.directory))
+            if os.path.isfile(os.path.join(self.directory, f)) and _looks_like_image(f)
+        ]
 
 
 def _list_images(folder, follow_links):
@@ -370,14 +436,22 @@ def _looks_like_image(name):
 
 
 def _warn_ignored(ignored, directory):
-    if ignored:
-        listed = listing(ignored)
-        warnings.warn(
-            f"Ignored {len(ignored)} image file(s) in {directory!r}: only files in a "
-            f"class subfolder with an extension DALI decodes {IMAGE_EXTENSIONS} are "
-            f"samples. Ignored: {listed}",
-            stacklevel=4,
-        )
+    """Warns of image files that are not samples, saying why for each kind."""
+    if not ignored:
+        return
+    undecodable = sorted({os.path.splitext(p)[1].lower() for p in ignored
+                          if p.lower().endswith(UNDECODABLE_EXTENSIONS)})
+    loose = sum(1 for p in ignored if p.lower().endswith(IMAGE_EXTENSIONS))
+    why = []
+    if undecodable:
+        why.append(f"DALI does not decode {', '.join(undecodable)} files")
+    if loose:
+        why.append(f"{loose} lie outside the class subfolders (no class)")
+    warnings.warn(
+        f"Ignored {len(ignored)} image file(s) in {directory!r}: {'; '.join(why)}. "
+        f"Ignored: {listing(ignored)}",
+        stacklevel=2,
+    )
 
 
 def _check_not_empty(file_paths, directory):
@@ -387,10 +461,17 @@ def _check_not_empty(file_paths, directory):
         )
 
 
-def _index_table(columns, column, labels, class_names, path_column, root, what,
-                 allow_missing):
+class Base(NamedTuple):
+    """The folder that relative paths resolve against, and what it is, for messages."""
+
+    folder: str
+    what: str
+
+
+def _index_table(columns, column, labels, class_names, path_column, base, what,
+                 allow_missing, targets):
     """The `Index` of a table: `columns` are its column names, `column(name)` lists
-    the values of one."""
+    the values of one; `targets` is `(label_columns, label_mode)`."""
     if path_column not in columns:
         raise ValueError(
             f"`path_column` must name a column of {what}. Available columns: {columns}. "
@@ -402,20 +483,28 @@ def _index_table(columns, column, labels, class_names, path_column, root, what,
             f"None. Available columns: {columns}. Received: labels={labels!r}"
         )
     paths = column(path_column)
-    empty = [i for i, p in enumerate(paths) if _is_missing(p) or p == ""]
+    empty = [i for i, p in enumerate(paths) if is_missing(p) or p == ""]
     if empty:
         raise ValueError(
             f"Column {path_column!r} of {what} has no path at rows {empty[:MAX_LISTED]}."
         )
+    label_columns, label_mode = targets
+    if label_columns is not None:
+        values, names = table_targets(columns, column, label_columns, label_mode,
+                                      class_names, what)
+        index = _index_list(paths, None, None, base, what=what,
+                            allow_missing=allow_missing)
+        return Index(**{**index._asdict(), "labels": values, "class_names": names})
     label_values = None
     if labels is not None:
+        warn_numeric_classes(column(labels), labels, what)
         # A table's labels are categories: 2019 and 2020 are two classes, not 2021.
-        label_values = [v if _is_missing(v) else str(v) for v in column(labels)]
-    return _index_list(paths, label_values, class_names, root, what=what, column=labels,
+        label_values = [v if is_missing(v) else str(v) for v in column(labels)]
+    return _index_list(paths, label_values, class_names, base, what=what, column=labels,
                        allow_missing=allow_missing)
 
 
-def _index_list(paths, labels, class_names, root, what="the list", column=None,
+def _index_list(paths, labels, class_names, base, what="the list", column=None,
                 allow_missing=False):
     if not paths:
         raise ValueError(f"`source` holds no file paths: {what} is empty.")
@@ -424,19 +513,35 @@ def _index_list(paths, labels, class_names, root, what="the list", column=None,
             "For a list of file paths, `labels` must be a list of the same length, or None. "
             f"Received: labels={labels!r}"
         )
+    if remote.is_remote_list(paths, base.folder):  # URIs, or root="s3://...": found by listing
+        file_paths = remote.resolve(paths, base.folder, what, allow_missing)
+        return Index(file_paths, *(None, None) if labels is None else
+                     _encode_labels(labels, class_names, len(file_paths), column))
     bad = [p for p in paths if not isinstance(p, (str, bytes, os.PathLike))]
     if bad:
         raise ValueError(
             f"File paths must be strings. Received in {what}: {bad[:MAX_LISTED]}"
         )
-    base = os.path.abspath(root if root is not None else os.getcwd())
+    folder = os.path.abspath(base.folder)
     file_paths = [
-        os.path.normpath(os.path.join(base, os.path.expanduser(os.fsdecode(p)))) for p in paths
+        os.path.normpath(os.path.join(folder, os.path.expanduser(os.fsdecode(p)))) for p in paths
     ]
-    missing = [] if allow_missing else [p for p in file_paths if not os.path.isfile(p)]
-    if missing:
+    missing = [p for p in file_paths if not os.path.isfile(p)]
+    # A few missing files are for the check to report with the other bad files; most
+    # of them missing means the paths start from another folder.
+    if missing and (not allow_missing or 2 * len(missing) > len(file_paths)):
+        hint = ""
+        if 2 * len(missing) > len(file_paths):
+            first = os.fsdecode(paths[file_paths.index(missing[0])])
+            hint = (
+                f" Relative paths are resolved against `root=`, else the CSV file's folder, "
+                f"else the working directory: here {base.what}, {folder}. The first missing "
+                f"one, {first!r}, resolved to {missing[0]}. Pass `root=` the folder the "
+                "paths start from."
+            )
         raise ValueError(
-            f"{len(missing)} file(s) named in {what} do not exist: {listing(missing)}"
+            f"{len(missing)} of {len(file_paths)} file(s) named in {what} do not exist: "
+            f"{listing(missing)}.{hint}"
         )
     if labels is None:
         return Index(file_paths, None, None)
@@ -453,7 +558,7 @@ def _encode_labels(labels, class_names, num_files, column=None):
             f"`labels` must have one label per image: found {num_files} images and "
             f"{len(values)} labels."
         )
-    missing = [i for i, v in enumerate(values) if _is_missing(v)]
+    missing = [i for i, v in enumerate(values) if is_missing(v)]
     if missing:
         raise ValueError(f"Missing labels in {where} at rows {missing[:MAX_LISTED]}.")
     if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
@@ -468,7 +573,7 @@ def _encode_labels(labels, class_names, num_files, column=None):
         names = list(class_names) if class_names is not None else [str(i) for i in range(num_classes)]
         return target.astype(np.int32), names
     strings = [str(v) for v in values]
-    names = list(class_names) if class_names is not None else sorted(set(strings), key=_class_order)
+    names = list(class_names) if class_names is not None else sorted(set(strings), key=class_order)
     lookup = {name: i for i, name in enumerate(names)}
     unknown = sorted(set(strings) - set(lookup))
     if unknown:
@@ -479,40 +584,44 @@ def _encode_labels(labels, class_names, num_files, column=None):
     return np.asarray([lookup[s] for s in strings], np.int32), names
 
 
-def _is_missing(value):
-    return value is None or (isinstance(value, float) and np.isnan(value))
-
-
-def _class_order(name):
-    """Sort key for class names: plain integers first, numerically ("2" < "10"), then
-    the other names alphabetically."""
-    is_int = name.isdigit() and (name == "0" or not name.startswith("0"))
-    return (0, int(name), "") if is_int else (1, 0, name)
-
-
 def encode_samples(file_paths: Sequence[str], labels: Optional[np.ndarray]) -> np.ndarray:
-    """Packs each sample into one uint8 row: a little-endian int32 label, then the path.
+    """Packs each sample into one uint8 row: its label, then the path.
+
+    The label is a little-endian int32 class index, or `k` little-endian float32
+    targets for float `labels` of shape `(n,)` or `(n, k)` (`label_bytes`).
 
     Paths are UTF-8 (or the file system's bytes for undecodable names) padded with NUL
     bytes. One row per sample keeps a label and its image in one order under any
     shuffle: DALI iterates each input of a pipeline on its own.
 
     Returns:
-        uint8 array of shape `(len(file_paths), 4 + longest path in bytes)`.
+        uint8 array of shape `(len(file_paths), label bytes + longest path in bytes)`.
     """
     return pack_payloads(labels, [os.fsencode(p) for p in file_paths])
 
 
+def label_bytes(labels):
+    """The bytes of each sample's label in `"samples"`: 4 for int32 class indices (or
+    no labels), 4 per value for float32 targets."""
+    if labels is None or np.asarray(labels).dtype.kind != "f":
+        return 4
+    return 4 * int(np.prod(np.shape(labels)[1:], dtype=np.int64))
+
+
 def pack_payloads(labels: Optional[np.ndarray], payloads: Sequence[bytes]) -> np.ndarray:
-    """Packs a little-endian int32 label (0 when `labels` is None), then the payload,
-    one uint8 row per sample, padded with zeros to the longest.
+    """Packs each sample's label (an int32 0 when `labels` is None; see
+    `encode_samples`), then the payload, one uint8 row per sample, padded with zeros
+    to the longest.
 
     Returns:
-        uint8 array of shape `(len(payloads), 4 + longest payload)`.
+        uint8 array of shape `(len(payloads), label_bytes(labels) + longest payload)`.
     """
-    packed = np.zeros((len(payloads), 4 + max(len(p) for p in payloads)), np.uint8)
-    label_values = np.zeros(len(payloads), np.int32) if labels is None else np.asarray(labels)
-    packed[:, :4] = label_values.astype("<i4").reshape(-1, 1).view(np.uint8)
+    width = label_bytes(labels)
+    packed = np.zeros((len(payloads), width + max(len(p) for p in payloads)), np.uint8)
+    values = np.zeros(len(payloads), np.int32) if labels is None else np.asarray(labels)
+    kind = "<f4" if values.dtype.kind == "f" else "<i4"
+    packed[:, :width] = np.ascontiguousarray(
+        values.astype(kind).reshape(len(payloads), -1)).view(np.uint8)
     for row, payload in zip(packed, payloads):
-        row[4: 4 + len(payload)] = np.frombuffer(payload, np.uint8)
+        row[width: width + len(payload)] = np.frombuffer(payload, np.uint8)
     return packed

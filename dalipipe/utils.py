@@ -18,6 +18,8 @@ IMAGE_EXTENSIONS = (
 )
 # Image files that DALI does not decode: reported, never taken as samples.
 UNDECODABLE_EXTENSIONS = (".gif", ".heic", ".avif")
+# Seconds the check of the files runs before its progress bar draws.
+CHECK_BAR_DELAY = 1.0
 # How many items an error message lists.
 MAX_LISTED = 10
 
@@ -101,12 +103,14 @@ def usable_cores():
     return os.cpu_count() or 1
 
 
-def progress(total, description, *, enabled=None):
+def progress(total, description, *, enabled=None, delay=0.0):
     """A tqdm progress bar on stderr over `total` items, labelled `description`.
 
-    Shown when `enabled`, or by default when stderr is a terminal; otherwise, or
-    where tqdm is not installed (a GPU machine with PyTorch only, say), a bar that
-    draws nothing. Use as a context manager and call `update(n)`.
+    Shown when `enabled`, or by default when stderr is a terminal, once the work has
+    taken `delay` seconds (`CHECK_BAR_DELAY` for the check: a quick check draws
+    nothing); otherwise, or where tqdm is not installed (a GPU machine with PyTorch
+    only, say), a bar that draws nothing. Use as a context manager and call
+    `update(n)`.
     """
     try:
         from tqdm import tqdm
@@ -115,7 +119,7 @@ def progress(total, description, *, enabled=None):
     if enabled is None:
         enabled = sys.stderr.isatty()
     return tqdm(total=total, desc=description, disable=not enabled, file=sys.stderr,
-                dynamic_ncols=True, leave=True)
+                dynamic_ncols=True, leave=True, delay=delay)
 
 
 class _NoBar:

@@ -5,6 +5,7 @@
 MODE `single`: `fit` with a metric that counts every sample it sees, `evaluate`,
 `predict`, and the dataset's passes against the native epochs. MODE `data_parallel`
 (JAX, with several devices): `fit` and `evaluate` under `keras.distribution.DataParallel`.
+MODE `targets`: a table's raw and multi-hot targets.
 MODE `torch_distributed` (with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set): one
 process of a `torch.distributed` group reads two passes of its shard. The images are
 `tagged_dir`'s (see `conftest.py`): each tells its index from its pixels.
@@ -194,9 +195,38 @@ def torch_distributed(tagged_dir):
             "tensorflow_loaded": "tensorflow" in sys.modules}
 
 
+def targets(tagged_dir):
+    """Raw and multi-hot table targets: their types, shapes, and whether each came
+    with its image in a shuffled pass; `fit` runs on the raw ones."""
+    import pandas as pd
+
+    from helpers import tagged_targets
+
+    table = pd.DataFrame(tagged_targets(tagged_dir))
+    result = {}
+    for label_columns, label_mode in ((["half", "square"], "raw"), ("tags", "multi_hot")):
+        dataset = dalipipe.make_dali_dataset(table, label_columns=label_columns,
+                                             label_mode=label_mode, seed=3, **OPTIONS)
+        rows = []
+        for i in range(len(dataset)):
+            images, values = dataset[i]
+            rows += [[tag, *target] for tag, target in
+                     zip(tag_of_batch(images), ops.convert_to_numpy(values).tolist())]
+        result[label_mode] = {"type": type(values).__module__.split(".")[0],
+                              "dtype": str(values.dtype), "shape": list(values.shape),
+                              "rows": rows, "class_names": dataset.class_names}
+        if label_mode == "raw":
+            model = keras.Sequential([keras.Input((12, 12, 3)), keras.layers.Flatten(),
+                                      keras.layers.Dense(2)])
+            model.compile("adam", "mse")
+            result["fit_losses"] = model.fit(dataset, epochs=1, verbose=0).history["loss"]
+    result["tensorflow_loaded"] = "tensorflow" in sys.modules
+    return result
+
+
 if __name__ == "__main__":
     mode, tagged_dir, out = sys.argv[1:4]
-    result = {"single": single, "data_parallel": data_parallel,
+    result = {"single": single, "data_parallel": data_parallel, "targets": targets,
               "torch_distributed": torch_distributed}[mode](tagged_dir)
     with open(out, "w") as f:
         json.dump(result, f)

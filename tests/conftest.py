@@ -124,3 +124,26 @@ def tagged_tfrecords(tagged_dir, tmp_path_factory):
     tfrecord.write_tfrecords(index.file_paths, index.labels, index.class_names, str(out),
                              num_shards=3)
     return str(out / "train-*.tfrecord")
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A local S3 server (`s3_server.S3Server`), shared by the session, with the
+    process's AWS variables pointing at it (`AWS_ENDPOINT_URL` and `ENVIRONMENT`), for
+    boto3 and DALI alike. Each test module makes its own buckets."""
+    from dalipipe import storage
+    from s3_server import ENVIRONMENT, moto_server
+
+    saved = {name: os.environ.get(name) for name in [*ENVIRONMENT, "AWS_ENDPOINT_URL"]}
+    try:
+        with moto_server() as server:
+            os.environ.update(ENVIRONMENT, AWS_ENDPOINT_URL=server.endpoint)
+            storage.reset_clients()
+            yield server
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        storage.reset_clients()

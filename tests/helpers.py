@@ -36,6 +36,20 @@ def tag_of(image):
     return int(round(float(np.mean(image[-2:])) / 2))
 
 
+def tagged_targets(tagged_dir):
+    """A table of `tagged_dir` with targets known from each image's tag `i` (columns
+    as lists): `path`; raw targets `half` (`i / 2`) and `square` (`(i / 10) ** 2`);
+    `tags`, the multi-hot class names (`"even"` if `i` is even, `"big"` if `i >= 60`)."""
+    paths = [os.path.join(tagged_dir, CLASSES[i % 3], f"tag_{i:03d}.png") for i in range(NUM_TAGGED)]
+    return {
+        "path": paths,
+        "half": [i / 2 for i in range(NUM_TAGGED)],
+        "square": [(i / 10) ** 2 for i in range(NUM_TAGGED)],
+        "tags": [[t for t, has in (("big", i >= 60), ("even", i % 2 == 0)) if has]
+                 for i in range(NUM_TAGGED)],
+    }
+
+
 class FileOpens:
     """Counts the files opened in `folders` (not in their subfolders) while in a `with`
     block, by path, with Linux's inotify (`IN_OPEN`): whoever opens them, DALI too.

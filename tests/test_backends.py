@@ -42,6 +42,24 @@ def test_fit_evaluate_and_predict_on_the_backend(backend, tagged_dir, tmp_path):
     assert all("cpu" in device.lower() for device in result["devices"]), result["devices"]
 
 
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_table_targets_on_the_backend(backend, tagged_dir, tmp_path):
+    """Raw and multi-hot targets: float32 tensors of the backend, each with its image."""
+    result = run_job(backend, "targets", tagged_dir, tmp_path / "targets.json")
+    module = {"torch": "torch", "jax": "jaxlib"}[backend]
+    for mode, width in (("raw", 2), ("multi_hot", 2)):
+        found = result[mode]
+        assert found["type"] == module and found["dtype"].split(".")[-1] == "float32"
+        assert found["shape"][1:] == [width]
+        assert sorted(row[0] for row in found["rows"]) == list(range(NUM_TAGGED))
+    for tag, half, square in result["raw"]["rows"]:
+        assert half == tag / 2 and square == pytest.approx((tag / 10) ** 2, rel=1e-6)
+    assert result["multi_hot"]["class_names"] == ["big", "even"]
+    for tag, big, even in result["multi_hot"]["rows"]:
+        assert (big, even) == (float(tag >= 60), float(tag % 2 == 0))
+    assert len(result["fit_losses"]) == 1 and not result["tensorflow_loaded"]
+
+
 def check_single(result, backend):
     """What `backend_job.py single` must find on any device."""
     assert result["backend"] == backend

@@ -66,6 +66,35 @@ def test_report_files_and_machine_info(quick_report):
     table = (out / "results.md").read_text()
     for loader in CPU_LOADERS:
         assert f"| {loader} |" in table
+    # A quick run says, in its files, that its figures are not for comparing.
+    assert result["note"] == report.QUICK_NOTE and "too small to compare" in report.QUICK_NOTE
+    assert table.startswith(f"**{report.QUICK_NOTE}**")
+
+
+def test_bench_reads_a_folder_of_the_users_as_it_is(tmp_path, capsys):
+    """Nothing is written into it, its own labels.csv is no sample-data table, and its
+    class folders are what is measured."""
+    from PIL import Image
+
+    data = tmp_path / "photos"
+    for i in range(70):
+        folder = data / ("cats" if i % 2 else "dogs")
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (40 + i, 30), (3 * i, 90, 200)).save(folder / f"{i:03d}.jpg")
+    (data / "labels.csv").write_text("filename,animal\n000.jpg,dog\n")
+    before = sorted(p.relative_to(data) for p in data.rglob("*"))
+    code = main(["bench", "--quick", "--data", str(data), "--out", str(tmp_path / "out"),
+                 "--loaders", "dalipipe_cpu", "--workload", "eval"])
+    assert code == 0
+    assert sorted(p.relative_to(data) for p in data.rglob("*")) == before
+    with open(tmp_path / "out" / "results.json") as f:
+        result = json.load(f)
+    assert result["dataset"]["images"] == 64 and result["dataset"]["classes"] == ["cats", "dogs"]
+    (r,) = [r for r in result["results"] if r["loader"] == "dalipipe_cpu"]
+    assert r["images"] == 64 and r["images_per_s"] > 0
+    printed = capsys.readouterr()
+    assert f"benchmarking 64 images of {data} as they are" in printed.err
+    assert printed.out.rstrip().endswith(report.QUICK_NOTE)
 
 
 def test_loaders_yield_normalized_batches_in_file_order(tmp_path):

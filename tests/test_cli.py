@@ -36,11 +36,30 @@ def test_sample_data_writes_classes_and_csv(tmp_path, capsys):
     with open(tmp_path / "labels.csv") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 13
-    assert {r["label"] for r in rows} == set(os.listdir(tmp_path)) - {"labels.csv"}
+    assert {r["label"] for r in rows} == set(os.listdir(tmp_path)) - {
+        "labels.csv", ".dalipipe-sample-data.json"}
     for row in rows:
         assert os.path.isfile(tmp_path / row["path"])
         assert row["path"].split("/")[0] == row["label"]
     assert "wrote 13 images in 3 classes" in capsys.readouterr().out
+    # Made by dalipipe: asked again, it is kept as it is.
+    assert main(["sample-data", str(tmp_path), "--num-images", "13", "--num-classes", "3"]) == 0
+    assert "kept 13 images in 3 classes" in capsys.readouterr().out
+
+
+def test_sample_data_and_demo_refuse_a_folder_of_the_users_unless_force(tmp_path, capsys):
+    (tmp_path / "labels.csv").write_text("file\nmine.jpg\n")
+    for command in (["sample-data", str(tmp_path)], ["demo", "--directory", str(tmp_path)]):
+        assert main(command + ["--num-images", "2", "--num-classes", "2"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"dalipipe {command[0]}: error: '{tmp_path}' is not empty and "
+                              "was not made by dalipipe (it holds labels.csv;"), err
+        assert "pass --force to write into it anyway" in err and len(err.splitlines()) == 1
+        assert os.listdir(tmp_path) == ["labels.csv"]
+    assert (tmp_path / "labels.csv").read_text() == "file\nmine.jpg\n"
+    assert main(["sample-data", str(tmp_path), "--num-images", "2", "--num-classes", "2",
+                 "--force"]) == 0
+    assert "wrote 2 images in 2 classes" in capsys.readouterr().out
 
 
 def test_sample_data_is_deterministic(tmp_path):
@@ -62,7 +81,8 @@ def test_demo_trains_and_reports_without_tensorflows_start_up_lines(tmp_path):
     assert "32 training and 8 validation images" in done.stdout
     # stderr holds dalipipe's progress bars alone: no absl, cuInit or CPU-feature lines.
     lines = [line for line in re.split(r"[\r\n]+", done.stderr) if line.strip()]
-    assert lines and all(line.startswith("files checked") for line in lines), done.stderr
+    assert all(line.startswith("files checked") for line in lines), done.stderr
+    assert len(set(lines)) == len(lines), done.stderr  # no line twice
 
 
 def test_convert_writes_shards_whose_records_are_the_files(indexed_dir, tmp_path, capsys,
@@ -136,6 +156,83 @@ def test_convert_stops_on_a_bad_image_or_too_many_shards(tmp_path, capsys, fresh
     assert not out.exists()
     (source / "cats" / "cut.jpg").unlink()
     assert main(["convert", str(source), str(out), "--shards", "2"]) == 2
-    assert ("`num_shards` must be a positive integer no larger than the number of files (1). "
-            "Received: num_shards=2") in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "dalipipe convert: error: `--shards` must be a positive integer no larger than the "
+        "number of files (1). Received: --shards=2\n")
     assert not out.exists()
+
+
+def bad_folder(root):
+    """Class folders `cats` (2 good JPEGs, 1 cut short) and `dogs` (1 good), and a
+    loose broken JPEG at the top, which training does not read."""
+    from PIL import Image
+
+    for name in ("cats", "dogs"):
+        (root / name).mkdir(parents=True)
+    Image.new("RGB", (16, 12), (200, 30, 30)).save(root / "cats" / "a.jpg")
+    data = (root / "cats" / "a.jpg").read_bytes()
+    (root / "cats" / "b.jpg").write_bytes(data)
+    (root / "cats" / "cut.jpg").write_bytes(data[:-30])
+    (root / "dogs" / "d.jpg").write_bytes(data)
+    (root / "loose.jpg").write_bytes(data[:10])
+    return root
+
+
+def test_convert_skips_bad_files_when_asked_and_keeps_existing_shards(tmp_path, capsys,
+                                                                     fresh_cache):
+    from dalipipe import tfrecord
+
+    source, out = bad_folder(tmp_path / "source"), tmp_path / "records"
+    assert main(["convert", str(source), str(out), "--shards", "2",
+                 "--on-bad-file", "skip"]) == 0
+    printed = capsys.readouterr().out
+    assert "1 of 4 files are bad; left out (--on-bad-file skip):" in printed
+    assert f"truncated JPEG (segment 0xC4 runs past the end): {source / 'cats' / 'cut.jpg'}" \
+        in printed
+    assert "wrote 3 records in 2 classes to 2 TFRecord file(s)" in printed
+    records = tfrecord.scan(tfrecord.tfrecord_files(str(out / "train-*")))
+    assert records.labels.tolist() == [0, 0, 1] and records.texts == ["cats", "cats", "dogs"]
+    # The shards now there are not written over, unless --force.
+    before = {p: os.path.getmtime(p) for p in glob.glob(str(out / "*"))}
+    assert main(["convert", str(source / "dogs"), str(out), "--shards", "1",
+                 "--labels", "none"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dalipipe convert: error: `OUT_DIR` already holds 2 TFRecord "
+                          "file(s) named train-*") and "--force" in err
+    assert {p: os.path.getmtime(p) for p in glob.glob(str(out / "*"))} == before
+    assert main(["convert", str(source / "dogs"), str(out), "--shards", "1", "--labels",
+                 "none", "--force"]) == 0
+    capsys.readouterr()
+    assert [os.path.basename(p) for p in tfrecord.tfrecord_files(str(out / "train-*"))] == [
+        "train-00000-of-00001.tfrecord"]
+
+
+def test_check_names_the_bad_files_training_would_read(tmp_path, capsys, fresh_cache):
+    source = bad_folder(tmp_path / "source")
+    assert main(["check", str(source)]) == 1
+    printed = capsys.readouterr().out
+    # The loose top-level file is not a sample: not checked, as training does not read it.
+    assert printed.startswith("1 of 4 files are bad:\n")
+    assert f"JPEG (segment 0xC4 runs past the end): {source / 'cats' / 'cut.jpg'}" in printed
+    assert "loose.jpg" not in printed and "report: " in printed
+    (source / "cats" / "cut.jpg").unlink()
+    assert main(["check", str(source)]) == 0
+    assert "all 3 files are sound" in capsys.readouterr().out
+
+
+def test_user_errors_are_one_line_with_exit_status_2(tmp_path, capsys, fresh_cache):
+    table = tmp_path / "table.csv"
+    table.write_text("file,label\nx.jpg,a\n")
+    for command, message in (
+        (["check", str(tmp_path / "nowhere")], "No such file or directory: "
+                                               f"SOURCE='{tmp_path / 'nowhere'}'"),
+        (["check", str(table)], "`--path-column` must name a column of"),
+        # Every file missing: the paths are wrong, not the files bad.
+        (["check", str(table), "--path-column", "label"], "Relative paths are resolved against"),
+        (["convert", str(table), str(tmp_path / "out"), "--shards", "0",
+          "--path-column", "file", "--labels", "none"], "Received: --shards=0"),
+    ):
+        code = main(command)
+        err = capsys.readouterr().err
+        assert code == 2 and len(err.splitlines()) == 1, err
+        assert err.startswith(f"dalipipe {command[0]}: error: ") and message in err, err

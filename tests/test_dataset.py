@@ -235,7 +235,8 @@ def test_fit_epoch_n_is_the_native_epoch_n(color_dir):
 
 def test_class_weight_in_the_graph_equals_keras_class_weight(color_dir):
     weights = {0: 0.5, 2: 3.0}  # class 1 keeps weight 1, as in Keras
-    options = dict(image_size=(8, 8), batch_size=16, seed=2, device="cpu", verbose=False)
+    options = dict(image_size=(8, 8), batch_size=16, seed=2, device="cpu", verbose=False,
+                   normalization="imagenet")
     graph = make_dali_dataset(color_dir, class_weight=weights, **options)
     images, labels, sample_weights = next(iter(graph))
     assert sample_weights.dtype == tf.float32 and sample_weights.shape == (16,)
@@ -340,3 +341,72 @@ def test_tfrecord_batches_feed_each_record_unpadded(tagged_dir, tmp_path):
     assert batch_sizes == [16, 16, 8]
     np.testing.assert_array_equal(images, want_images)
     np.testing.assert_array_equal(got_labels, want_labels)
+
+
+@pytest.mark.parametrize("label_columns, label_mode", [
+    ("half", "raw"), (["half", "square"], "raw"), ("tags", "multi_hot"),
+])
+def test_table_targets_reach_keras_fit_with_their_images(tagged_dir, label_columns, label_mode):
+    """Raw and multi-hot targets through DALI's TensorFlow plugin: float32, each with
+    its image in a shuffled pass, and `fit` trains on them."""
+    from helpers import tag_of, tagged_targets
+
+    table = pd.DataFrame(tagged_targets(tagged_dir))
+    dataset = make_dali_dataset(table, label_columns=label_columns, label_mode=label_mode,
+                                image_size=(12, 12), batch_size=16, seed=5, device="cpu",
+                                verbose=False)
+    width = None if label_columns == "half" else 2
+    spec = dataset.element_spec[1]
+    assert spec.dtype == tf.float32 and spec.shape.as_list() == [None] + ([width] if width else [])
+    want = {}
+    for i in range(len(table)):
+        row = table.iloc[i]
+        if label_mode == "multi_hot":
+            want[i] = [float("big" in row.tags), float("even" in row.tags)]
+        else:
+            want[i] = row[label_columns].to_numpy(np.float32) if width else np.float32(row.half)
+    assert dataset.class_names == (["big", "even"] if label_mode == "multi_hot" else None)
+    seen = 0
+    for images, targets in dataset:
+        for image, target in zip(images.numpy(), targets.numpy()):
+            np.testing.assert_allclose(target, want[tag_of(image)], rtol=1e-6)
+            seen += 1
+    assert seen == len(table)
+    model = keras.Sequential([keras.Input((12, 12, 3)), keras.layers.Flatten(),
+                              keras.layers.Dense(width or 1)])
+    model.compile("adam", "binary_crossentropy" if label_mode == "multi_hot" else "mse")
+    assert len(model.fit(dataset, epochs=1, verbose=0).history["loss"]) == 1
+
+
+def test_warnings_of_make_dali_dataset_name_the_user_s_line(indexed_dir):
+    import warnings
+
+    paths, _ = indexed_paths(indexed_dir)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        make_dali_dataset(paths, verbose=False, **SMALL)
+    found = [w for w in caught if "To predict, pass `shuffle=False`" in str(w.message)]
+    assert len(found) == 1 and found[0].filename == __file__, [
+        (str(w.message), w.filename) for w in caught]
+
+
+def test_directory_names_the_first_argument_as_in_keras(indexed_dir):
+    ds = make_dali_dataset(directory=indexed_dir, shuffle=False, verbose=False, **SMALL)
+    assert ds.file_paths == make_dali_dataset(source=indexed_dir, shuffle=False, verbose=False,
+                                              **SMALL).file_paths
+    with pytest.raises(TypeError, match=r"make_dali_dataset\(\) takes its source once"):
+        make_dali_dataset(indexed_dir, source=indexed_dir, **SMALL)
+
+
+def test_predict_takes_one_image_path_and_a_numpy_array_of_paths(indexed_dir):
+    paths, _ = indexed_paths(indexed_dir)
+    model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(),
+                              keras.layers.Dense(2)])
+    one = model.predict(make_dali_dataset(paths[0], shuffle=False, verbose=False, **SMALL),
+                        verbose=0)
+    assert one.shape == (1, 2)
+    ordered = make_dali_dataset(np.array(paths), shuffle=False, verbose=False, **SMALL)
+    assert ordered.file_paths == paths
+    rows = model.predict(ordered, verbose=0)
+    assert rows.shape == (len(paths), 2)
+    np.testing.assert_allclose(rows[0], one[0], rtol=1e-5)

@@ -32,10 +32,10 @@ def test_auto_device_warns_when_only_dali_or_only_the_framework_sees_a_gpu():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert choose("auto", 0, 0) == "cpu"
-    fix_tf = r"TensorFlow sees 0, DALI sees 1\..*'dalipipe\[gpu\]'.*tensorflow\[and-cuda\]"
+    fix_tf = r"TensorFlow sees 0, DALI sees 1\..*\[gpu\].*tensorflow\[and-cuda\]"
     with pytest.warns(UserWarning, match=r"`device='auto'` runs DALI on the CPU: " + fix_tf):
         assert choose("auto", 0, 1) == "cpu"
-    with pytest.warns(UserWarning, match=r"TensorFlow sees 1, DALI sees 0\..*'dalipipe\[cuda12\]'"):
+    with pytest.warns(UserWarning, match=r"TensorFlow sees 1, DALI sees 0\..*\[cuda12\]"):
         assert choose("auto", 1, 0) == "cpu"
     with pytest.raises(RuntimeError, match=fix_tf):
         choose("gpu", 0, 1)

@@ -177,3 +177,22 @@ def test_class_weight_multiplies_the_padding_weights(tagged_dir):
     assert sum(real.values()) == NUM_TAGGED  # padding weighs 0 whatever its class
     assert {w for y, w in seen if w != 0 and y == 2} == {3.0}
     assert {w for y, w in seen if w != 0 and y != 2} == {1.0}
+
+
+def test_raw_targets_under_a_strategy(tagged_dir):
+    """Float targets with the padding's weights: every sample once, weights summing to
+    the dataset."""
+    pd = pytest.importorskip("pandas")
+    from dalipipe import make_dali_dataset
+    from helpers import tag_of, tagged_targets
+
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    dataset = make_dali_dataset(pd.DataFrame(tagged_targets(tagged_dir)), label_columns="half",
+                                label_mode="raw", image_size=(12, 12), batch_size=8, seed=2,
+                                strategy=strategy, device="cpu", verbose=False)
+    total = 0.0
+    for images, targets, weights in dataset:
+        for image, target, weight in zip(images.numpy(), targets.numpy(), weights.numpy()):
+            assert target == tag_of(image) / 2
+            total += weight
+    assert total == NUM_TAGGED

@@ -44,7 +44,7 @@ def docstring_args(function):
 def test_the_docstring_takes_each_option_s_line_from_the_docs_table():
     rows = table_rows()
     args = docstring_args(dataset.make_dali_dataset)
-    assert list(args) == ["source", *Options.names(), "strategy"]
+    assert list(args) == ["directory", "source", *Options.names(), "strategy"]
     assert list(rows) == [*Options.names(), "strategy"]
     for name, description in rows.items():
         assert args[name][0] == f"{description}.", name

@@ -4,8 +4,11 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from dalipipe.cli import main
 from dalipipe.install import installed_version
+from dalipipe.utils import child_env
 from helpers import BLOCK_PLUGIN
 
 
@@ -29,6 +32,22 @@ def test_doctor_fails_with_the_reason_when_the_plugin_does_not_load():
     assert "make_dali_dataset cannot run:\n  DALI's TensorFlow plugin" in done.stdout
     assert "--no-build-isolation nvidia-dali-tf-plugin-" in done.stdout
     assert "absl" not in done.stderr
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "torch"])
+def test_doctor_in_a_fresh_interpreter_is_quiet_on_stderr(backend):
+    """TensorFlow's start-up lines (which its import prints twice) and CUDA's
+    (cuInit's error on a machine without a usable GPU) are not shown, on any backend."""
+    if backend != "tensorflow":
+        pytest.importorskip(backend)
+    env = child_env(KERAS_BACKEND=backend)
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    done = subprocess.run([sys.executable, "-m", "dalipipe", "doctor"], capture_output=True,
+                          text=True, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert not [line for line in lines if "cuInit" in line or "absl" in line], done.stderr
+    assert len(set(lines)) == len(lines), done.stderr
 
 
 def test_nvml_names_the_gpus_dali_sees_or_none_without_a_driver():

@@ -36,7 +36,8 @@ def board(tmp_path, side=128):
 
 def test_pixels_match_pil_reference(photo_path):
     """Resize + ImageNet normalization against PIL's antialiased bilinear resize."""
-    (images,) = outputs([photo_path], labels=None, image_size=(48, 64), batch_size=1)
+    (images,) = outputs([photo_path], labels=None, image_size=(48, 64), batch_size=1,
+                        normalization="imagenet")
     assert images.shape == (1, 48, 64, 3) and images.dtype == np.float32
     reference = np.asarray(Image.open(photo_path).resize((64, 48), Image.BILINEAR), np.float32)
     mean = np.array([0.485, 0.456, 0.406]) * 255
@@ -67,7 +68,8 @@ def test_grayscale_is_pil_s_luma_normalized_by_the_mean_statistics(indexed_dir):
     paths, _ = indexed_paths(indexed_dir)
     luma = [np.asarray(Image.open(p).convert("L")).mean() for p in paths]
     np.testing.assert_allclose(raw.reshape(NUM_INDEXED, -1).mean(1), luma, atol=1)
-    images, _ = indexed(indexed_dir, image_size=(4, 4), color_mode="grayscale")
+    images, _ = indexed(indexed_dir, image_size=(4, 4), color_mode="grayscale",
+                        normalization="imagenet")
     mean, std = (0.485 + 0.456 + 0.406) / 3 * 255, (0.229 + 0.224 + 0.225) / 3 * 255
     np.testing.assert_allclose(images, (raw - mean) / std, atol=1e-4)
 

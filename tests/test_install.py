@@ -3,6 +3,7 @@ installs DALI's TensorFlow plugin. `scripts/test_install.sh` installs the wheel 
 fresh virtual environment (slow; CI runs it after the suite)."""
 
 import email.parser
+import os
 import pathlib
 import re
 import shutil
@@ -40,7 +41,8 @@ def test_the_wheel_holds_every_module_and_declares_requirements_extras_and_comma
 
     requires = metadata.get_all("Requires-Dist")
     core = {re.match(r"[\w.-]+", r).group(0) for r in requires if "extra ==" not in r}
-    assert core == {"tensorflow", "keras", "numpy", "pillow", "protobuf", "google-crc32c", "tqdm"}
+    assert core == {"tensorflow", "keras", "numpy", "pillow", "protobuf", "google-crc32c", "tqdm",
+                    "nvidia-ml-py"}
     assert "keras>=3" in requires
     assert set(metadata.get_all("Provides-Extra")) == {
         "cuda12", "cuda13", "gpu", "sample", "bench", "pandas", "torch", "jax", "test"}
@@ -53,7 +55,7 @@ def test_the_wheel_holds_every_module_and_declares_requirements_extras_and_comma
 def test_plugin_message_names_the_command_that_fixes_each_case():
     dali = ("nvidia-dali-cuda130", "2.4.0")
     command = "pip install --no-build-isolation nvidia-dali-tf-plugin-cuda130==2.4.0"
-    assert "pip install 'dalipipe[cuda12]' or pip install 'dalipipe[cuda13]'" in \
+    assert f"{install.pip_extra('cuda12')} or {install.pip_extra('cuda13')}" in \
         install.plugin_message(None, None, "2.21.0")
     missing = install.plugin_message(dali, None, "2.21.0")
     assert "TensorFlow (2.21.0)" in missing and f"\n    {command}\n" in missing
@@ -76,3 +78,24 @@ except ImportError as e:
                          check=True).stdout
     name, version = install.dali_package()
     assert f"--no-build-isolation {install.plugin_package(name)}=={version}" in out
+
+
+def test_the_command_for_an_extra_fits_how_dalipipe_was_installed(tmp_path):
+    editable = '{"dir_info": {"editable": true}, "url": "file:///src/my%20clone"}'
+    assert install.installation(editable) == ("editable", "/src/my clone")
+    assert install.pip_extra("torch", how=install.installation(editable)) == \
+        "pip install -e '.[torch]' in /src/my clone"
+    folder = '{"dir_info": {}, "url": "file:///src/clone"}'
+    assert install.pip_extra("torch", how=install.installation(folder)) == \
+        "pip install '/src/clone[torch]'"
+    vcs = '{"vcs_info": {"vcs": "git"}, "url": "https://example.org/dalipipe.git"}'
+    assert install.pip_extra("jax", how=install.installation(vcs)) == \
+        "pip install 'dalipipe[jax] @ https://example.org/dalipipe.git'"
+    assert install.pip_extra("torch", how=install.installation(None)) == \
+        "pip install 'dalipipe[torch]'"
+    assert install.installation(installed=False, checkout=str(tmp_path)) == \
+        ("editable", str(tmp_path))
+    # This test runs from a checkout: the command names it, never the index's package.
+    here = install.pip_extra("torch")
+    checkout = os.path.dirname(os.path.dirname(os.path.abspath(install.__file__)))
+    assert here == f"pip install -e '.[torch]' in {checkout}"

@@ -7,8 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from dalipipe.options import GPU_NUM_THREADS, Options
-from dalipipe.utils import usable_cores
+from dalipipe.options import Options
 
 
 def message_of(**options):
@@ -25,7 +24,7 @@ def test_defaults_are_keras_s_with_dalipipe_s_additions():
     assert options.shuffle and options.seed is None and options.subset is None
     assert options.validation_split is None and options.data_format is None
     assert not (options.crop_to_aspect_ratio or options.pad_to_aspect_ratio or options.augment)
-    assert (options.normalization, options.dtype, options.device) == ("imagenet", "float32", "auto")
+    assert (options.normalization, options.dtype, options.device) == (None, "float32", "auto")
     assert (options.central_fraction, options.prefetch_queue_depth) == (1.0, 2)
     assert (options.check, options.on_bad_file, options.num_threads) == ("structure", "raise", None)
     assert Options.names()[:3] == ("labels", "label_mode", "class_names")
@@ -35,8 +34,26 @@ def test_defaults_are_keras_s_with_dalipipe_s_additions():
 
 @pytest.mark.parametrize("options, message", [
     (dict(label_mode="onehot"),
-     '`label_mode` argument must be one of "int", "categorical", "binary", or None. '
+     '`label_mode` argument must be one of "int", "categorical", "binary", "raw", '
+     '"multi_hot" (the last two with `label_columns`), or None. '
      "Received: label_mode='onehot'"),
+    (dict(label_mode="raw"),
+     "`label_mode='raw'` reads a table's targets from the columns that `label_columns` "
+     "names (a column's name or a list of names). Received: label_columns=None, "
+     "label_mode='raw'"),
+    (dict(label_columns="age"),
+     "for one class per image, pass the class column as `labels`. Received: "
+     "label_columns='age', label_mode='int'"),
+    (dict(label_columns=["a", "a"], label_mode="raw"),
+     "`label_columns` must be a column's name or a list of distinct column names of a "
+     "table. Received: label_columns=['a', 'a']"),
+    (dict(label_columns="age", label_mode="raw", labels="kind"),
+     "pass only `label_columns`. Received: labels='kind', label_columns='age'"),
+    (dict(label_columns="age", label_mode="raw", class_names=["a"]),
+     "takes no `class_names`. Received: class_names=['a']"),
+    (dict(label_columns="tags", label_mode="multi_hot", class_weight={0: 2.0}),
+     "`label_mode='multi_hot'` gives no single class per sample. "
+     "Received: class_weight={0: 2.0}, label_mode='multi_hot'"),
     (dict(color_mode="cmyk"),
      '`color_mode` must be one of {"rgb", "rgba", "grayscale"}. Received: color_mode=\'cmyk\''),
     (dict(interpolation="cubic"),
@@ -77,7 +94,7 @@ def test_defaults_are_keras_s_with_dalipipe_s_additions():
     (dict(central_fraction=0), "`central_fraction` must be in (0, 1]. Received: central_fraction=0"),
     (dict(central_fraction=1.5), "`central_fraction` must be in (0, 1]. Received: central_fraction=1.5"),
     (dict(central_fraction="half"), "Received: central_fraction='half'"),
-    (dict(dtype="uint8"),
+    (dict(dtype="uint8", normalization="imagenet"),
      "`dtype='uint8'` holds unnormalized pixels: it needs `normalization=None`. "
      "Received: dtype='uint8', normalization='imagenet'"),
     (dict(augment=True, central_fraction=0.875),
@@ -199,13 +216,6 @@ def test_resolved_draws_a_seed_once_and_keeps_a_given_one():
     assert len(drawn) > 1 and all(type(s) is int and 0 <= s < 2 ** 31 for s in drawn)
     resolved = Options(seed=11).resolved()
     assert resolved.seed == 11 and resolved.resolved().seed == 11
-
-
-def test_resolved_threads_are_the_usable_cores_or_dali_s_gpu_default():
-    assert GPU_NUM_THREADS == 4
-    assert Options(device="gpu").resolved().num_threads == min(4, usable_cores())
-    assert Options(device="cpu").resolved().num_threads == usable_cores()
-    assert Options(device="gpu", num_threads=7).resolved().num_threads == 7
 
 
 def test_resolved_data_format_is_keras_s_image_data_format(tmp_path, monkeypatch):

@@ -245,3 +245,134 @@ def test_tfrecord_samples_are_not_padded(tagged_tfrecords):
         assert sample[:4].view("<i4")[0] == label
         assert sample[4:8].view("<i4")[0] == len(sample) - 8
         assert sample[8:12].tobytes() == b"\x89PNG"
+
+
+def test_directory_is_the_first_argument_s_name_and_source_its_other(indexed_dir):
+    """Keras's `directory=`, positional or named; `source=` for any source; not both."""
+    common = dict(image_size=(4, 4), batch_size=8, device="cpu", verbose=False, seed=1)
+    for pipe in (make_dali_pipeline(directory=indexed_dir, **common),
+                 make_dali_pipeline(source=indexed_dir, **common)):
+        assert pipe.file_paths == make_dali_pipeline(indexed_dir, **common).file_paths
+    with pytest.raises(TypeError, match=r"make_dali_pipeline\(\) takes its source once: "
+                                        r"`directory` .* and `source` are two names of it"):
+        make_dali_pipeline(indexed_dir, source=indexed_dir, **common)
+    with pytest.raises(TypeError, match=r"make_dali_pipeline\(\) missing its first argument"):
+        make_dali_pipeline(**common)
+
+
+def test_the_default_output_is_keras_s_float32_0_to_255(indexed_dir):
+    """No `normalization` argument: Keras's pixels; "imagenet" one argument away."""
+    common = dict(image_size=(8, 8), batch_size=8, shuffle=False, device="cpu", verbose=False)
+    images, _ = collect(make_dali_pipeline(indexed_dir, **common).epoch())
+    assert images.dtype == np.float32 and images.min() >= 0 and images.max() > 1
+    for image, path in zip(images, make_dali_pipeline(indexed_dir, **common).file_paths):
+        np.testing.assert_allclose(image.reshape(-1, 3).mean(0), indexed_color(index_of(image)),
+                                   atol=1)
+    imagenet, _ = collect(make_dali_pipeline(indexed_dir, normalization="imagenet",
+                                             **common).epoch())
+    mean = np.array([0.485, 0.456, 0.406]) * 255
+    std = np.array([0.229, 0.224, 0.225]) * 255
+    np.testing.assert_allclose(imagenet, (images - mean) / std, atol=1e-4)
+
+
+def test_predict_sources_one_path_and_a_numpy_array(indexed_dir):
+    paths, _ = indexed_paths(indexed_dir)
+    common = dict(image_size=(8, 8), batch_size=8, shuffle=False, device="cpu", verbose=False,
+                  normalization=None, dtype="uint8")
+    (one,) = collect(make_dali_pipeline(paths[3], **common).epoch())
+    assert one.shape == (1, 8, 8, 3) and index_of(one[0]) == index_of_path(paths[3])
+    many = make_dali_pipeline(np.array(paths), **common)
+    assert many.file_paths == paths and many.labels is None
+    (images,) = collect(many.epoch())
+    assert [index_of(image) for image in images] == [index_of_path(p) for p in paths]
+
+
+def index_of_path(path):
+    return int(path.rsplit("img_", 1)[1][:3])
+
+
+def test_warnings_name_the_user_s_line(indexed_dir, tmp_path):
+    """Every warning given through `make_dali_pipeline` points at the caller's file:
+    the stray file, the bad files skipped, a numeric column as classes, images
+    without labels shuffled (once per call)."""
+    import warnings
+
+    import pandas as pd
+
+    paths, _ = indexed_paths(indexed_dir)
+    folder = tmp_path / "photos"
+    (folder / "a").mkdir(parents=True)
+    (folder / "a" / "x.png").write_bytes(open(paths[0], "rb").read())
+    (folder / "loose.png").write_bytes(open(paths[0], "rb").read())
+    table = pd.DataFrame({"path": paths, "score": np.arange(len(paths)) / 2})
+    common = dict(image_size=(4, 4), batch_size=8, device="cpu", verbose=False)
+    bad = tmp_path / "bad"
+    (bad / "a").mkdir(parents=True)
+    (bad / "a" / "x.png").write_bytes(open(paths[0], "rb").read())
+    (bad / "a" / "empty.png").write_bytes(b"")
+    calls = [
+        (lambda: make_dali_pipeline(str(folder), **common), "outside the class subfolders"),
+        (lambda: make_dali_pipeline(str(bad), on_bad_file="skip", **common), "Left out 1"),
+        (lambda: make_dali_pipeline(table, labels="score", **common), "holds numbers"),
+        (lambda: make_dali_pipeline(paths, **common), "To predict, pass `shuffle=False`"),
+    ]
+    for call, text in calls:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            call()
+        found = [w for w in caught if text in str(w.message)]
+        assert len(found) == 1, [str(w.message) for w in caught]
+        assert found[0].filename == __file__, (found[0].filename, text)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        make_dali_pipeline(paths, shuffle=False, **common)
+        make_dali_pipeline(paths[0], **common)  # one image has one order
+    assert not [w for w in caught if "predict" in str(w.message)]
+
+
+@pytest.mark.parametrize("label_columns, label_mode, shape", [
+    ("score", "raw", ()), (["score", "double"], "raw", (2,)),
+    ("tags", "multi_hot", (2,)), (["cat", "dog"], "multi_hot", (2,)),
+])
+def test_table_targets_travel_through_the_graph(indexed_dir, label_columns, label_mode, shape):
+    """Raw and multi-hot targets come out float32, each with its image, shuffled and
+    sharded with zero-weight padding."""
+    import pandas as pd
+
+    paths, _ = indexed_paths(indexed_dir)
+    tags = [index_of_path(p) for p in paths]
+    table = pd.DataFrame({
+        "path": paths, "score": [t / 4 for t in tags], "double": [t * 2.0 for t in tags],
+        "tags": [["cat", "dog"][: t % 3] for t in tags],
+        "cat": [t % 2 for t in tags], "dog": [1 - t % 2 for t in tags],
+    })
+    pipe = make_dali_pipeline(table, label_columns=label_columns, label_mode=label_mode,
+                              image_size=(4, 4), batch_size=8, seed=3, device="cpu",
+                              verbose=False)
+    assert pipe.output_dtypes == ("float32", "float32")
+    assert pipe.output_shapes[1] == (None, *shape)
+    want = pipe.labels
+    assert want.dtype == np.float32 and want.shape == (len(paths), *shape)
+    for shard in (pipe, pipe.shard([1], 2)):
+        images, targets, *weights = collect(shard.epoch(1))
+        assert targets.dtype == np.float32 and targets.shape[1:] == shape
+        by_tag = {index_of_path(p): want[i] for i, p in enumerate(pipe.file_paths)}
+        for image, target in zip(images, targets):
+            np.testing.assert_array_equal(target, by_tag[index_of(image)])
+        assert len(weights) == (shard is not pipe)
+
+
+def test_skip_is_suggested_only_when_some_file_would_be_left(tmp_path):
+    folder = tmp_path / "bad" / "a"
+    folder.mkdir(parents=True)
+    for i in range(2):
+        (folder / f"empty_{i}.png").write_bytes(b"")
+    common = dict(image_size=(4, 4), device="cpu", verbose=False)
+    with pytest.raises(ValueError) as info:
+        make_dali_pipeline(str(tmp_path / "bad"), **common)
+    assert "2 of 2 files cannot be loaded" in str(info.value)
+    assert "on_bad_file" not in str(info.value)
+    Image = pytest.importorskip("PIL.Image")
+    Image.new("RGB", (4, 4)).save(folder / "good.png")
+    with pytest.raises(ValueError, match=r"2 of 3 files .* or pass on_bad_file='skip'"):
+        make_dali_pipeline(str(tmp_path / "bad"), **common)

@@ -2,6 +2,7 @@
 none is installed."""
 
 import csv
+import os
 
 import numpy as np
 import pytest
@@ -58,3 +59,42 @@ def test_num_classes_is_bounded_by_the_installed_photographs(tmp_path):
         pytest.skip("no sample photograph installed")
     with pytest.raises(ValueError, match="`num_classes` must be between 1 and"):
         sample_data.make_sample_dataset(tmp_path, num_images=50, num_classes=installed + 1)
+
+
+def test_a_folder_of_the_users_is_refused_unless_force(tmp_path):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "labels.csv").write_text("file,kind\nmy.jpg,dog\n")
+    with pytest.raises(sample_data.FolderInUseError, match=r"'.*mine' is not empty and was not "
+                       r"made by dalipipe \(it holds labels.csv; .*pass force=True"):
+        sample_data.make_sample_dataset(folder, num_images=2, num_classes=2)
+    assert os.listdir(folder) == ["labels.csv"]
+    assert (folder / "labels.csv").read_text() == "file,kind\nmy.jpg,dog\n"
+    assert not sample_data.is_free_folder(folder)
+    sample_data.make_sample_dataset(folder, num_images=2, num_classes=2, force=True)
+    assert len(read_rows(folder / "labels.csv")) == 2
+    # Written into with force, the folder is still the user's: not marked.
+    assert not sample_data.is_sample_folder(folder)
+
+
+def test_a_folder_dalipipe_made_is_reused_or_rewritten_its_own_files_only(no_photographs,
+                                                                         tmp_path):
+    folder = tmp_path / "sample"
+    labels_csv = sample_data.make_sample_dataset(folder, num_images=4, num_classes=2,
+                                                 crop_width=(40, 60))
+    assert sample_data.is_sample_folder(folder) and sample_data.is_free_folder(folder)
+    first = {p: (folder / p).stat().st_mtime_ns for p, _ in read_rows(labels_csv)}
+    (folder / "synthetic_0" / "notes.txt").write_text("the user's")
+    sample_data.make_sample_dataset(folder, num_images=4, num_classes=2, crop_width=(40, 60))
+    assert {p: (folder / p).stat().st_mtime_ns for p, _ in read_rows(labels_csv)} == first
+    sample_data.make_sample_dataset(folder, num_images=3, num_classes=3, crop_width=(40, 60))
+    rows = read_rows(labels_csv)
+    assert len(rows) == 3 and sorted(os.listdir(folder)) == [
+        ".dalipipe-sample-data.json", "labels.csv", "synthetic_0", "synthetic_1", "synthetic_2"]
+    assert sorted(os.listdir(folder / "synthetic_0")) == ["notes.txt", "synthetic_0_00000.jpg"]
+
+
+def test_a_file_in_place_of_the_folder_is_refused(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(FileExistsError, match="`directory` must be a folder"):
+        sample_data.make_sample_dataset(tmp_path / "file", num_images=2, num_classes=2)

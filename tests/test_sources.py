@@ -151,8 +151,31 @@ def test_error_missing_file_in_table(indexed_dir, tmp_path):
     paths, _ = indexed_paths(indexed_dir)
     missing = str(tmp_path / "nowhere.jpg")
     table = pd.DataFrame({"path": paths + [missing], "label": ["x"] * (NUM_INDEXED + 1)})
-    with pytest.raises(ValueError, match=r"1 file\(s\) named in the DataFrame do not exist: .*nowhere\.jpg"):
+    with pytest.raises(ValueError, match=r"1 of \d+ file\(s\) named in the DataFrame do not exist: .*nowhere\.jpg\.$"):
         sources.index_source(table, labels="label")
+
+
+@pytest.mark.parametrize("allow_missing", [False, True])
+def test_most_files_missing_says_where_relative_paths_start(indexed_dir, tmp_path, allow_missing):
+    """Paths relative to another folder: the message names the folder they were
+    resolved against and the first resolved path, with or without the check."""
+    paths, _ = indexed_paths(indexed_dir)
+    names = [os.path.relpath(p, indexed_dir) for p in paths]
+    table = pd.DataFrame({"path": names, "label": ["x"] * len(names)})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with pytest.raises(ValueError) as info:
+        sources.index_source(table, labels="label", root=str(elsewhere),
+                             allow_missing=allow_missing)
+    message = str(info.value)
+    assert f"{len(names)} of {len(names)} file(s) named in the DataFrame do not exist" in message
+    assert f"here `root`, {elsewhere}" in message
+    assert f"The first missing one, {names[0]!r}, resolved to {elsewhere / names[0]}" in message
+    assert "on_bad_file" not in message
+    csv = tmp_path / "table.csv"
+    table.to_csv(csv, index=False)
+    with pytest.raises(ValueError, match="here the CSV file's folder, " + str(tmp_path)):
+        sources.index_source(str(csv), labels="label", allow_missing=allow_missing)
 
 
 def test_error_labels_outside_class_names(indexed_dir):
@@ -218,3 +241,126 @@ except ValueError as e:
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          check=True).stdout.splitlines()
     assert out == ["['EU', 'NA']", "Missing labels in column 'code' at rows [2]."]
+
+
+def test_a_numpy_array_and_one_image_path_are_list_sources(indexed_dir):
+    """For `predict`: images only, as `labels="inferred"` has nothing to infer."""
+    paths, _ = indexed_paths(indexed_dir)
+    index = sources.index_source(np.array(paths))
+    assert index.file_paths == paths and index.labels is None
+    one = sources.index_source(paths[0])
+    assert one.file_paths == paths[:1] and one.labels is None
+    with pytest.raises(ValueError, match=r"in one dimension. Received: an array of shape \(2, 1\)"):
+        sources.index_source(np.array(paths[:2]).reshape(2, 1))
+
+
+def test_the_stray_file_warning_says_why_without_listing_every_extension(tmp_path):
+    (tmp_path / "a").mkdir()
+    Image.new("RGB", (4, 4)).save(tmp_path / "a" / "x.png")
+    Image.new("RGB", (4, 4)).save(tmp_path / "a" / "anim.gif")
+    Image.new("RGB", (4, 4)).save(tmp_path / "loose.jpg")
+    with pytest.warns(UserWarning) as record:
+        sources.index_source(str(tmp_path))
+    message = str(record[0].message)
+    assert "DALI does not decode .gif files; 1 lie outside the class subfolders" in message
+    assert ".webp" not in message and ".tiff" not in message
+
+
+def targets_table(indexed_dir):
+    paths, _ = indexed_paths(indexed_dir)
+    n = len(paths)
+    return pd.DataFrame({
+        "path": paths,
+        "age": np.arange(n) / 4,
+        "size": np.arange(n) * 2,
+        "tags": [["cat", "dog"][: i % 3] for i in range(n)],
+        "cat": [i % 2 for i in range(n)],
+        "dog": [1 - i % 2 for i in range(n)],
+    })
+
+
+def test_raw_targets_are_float32_columns(indexed_dir, tmp_path):
+    table = targets_table(indexed_dir)
+    one = sources.index_source(table, label_columns="age", label_mode="raw")
+    assert one.labels.dtype == np.float32 and one.labels.shape == (len(table),)
+    np.testing.assert_array_equal(one.labels, table["age"].to_numpy(np.float32))
+    assert one.class_names is None
+    both = sources.index_source(table, label_columns=["age", "size"], label_mode="raw")
+    assert both.labels.shape == (len(table), 2)
+    np.testing.assert_array_equal(both.labels[:, 1], table["size"].to_numpy(np.float32))
+    csv = tmp_path / "t.csv"
+    table[["path", "age"]].to_csv(csv, index=False)
+    from_csv = sources.index_source(str(csv), label_columns=["age"], label_mode="raw")
+    np.testing.assert_array_equal(from_csv.labels[:, 0], one.labels)
+    # Float targets keep their (absent) classes when files are left out.
+    kept = both.without(both.file_paths[:2])
+    assert len(kept) == len(table) - 2 and kept.labels.shape == (len(table) - 2, 2)
+
+
+def test_multi_hot_targets_from_names_or_from_0_1_columns(indexed_dir, tmp_path):
+    table = targets_table(indexed_dir)
+    named = sources.index_source(table, label_columns="tags", label_mode="multi_hot")
+    assert named.class_names == ["cat", "dog"] and named.labels.dtype == np.float32
+    np.testing.assert_array_equal(named.labels[:3], [[0, 0], [1, 0], [1, 1]])
+    ordered = sources.index_source(table, label_columns="tags", label_mode="multi_hot",
+                                   class_names=["dog", "cat", "bird"])
+    np.testing.assert_array_equal(ordered.labels[:3], [[0, 0, 0], [0, 1, 0], [1, 1, 0]])
+    csv = tmp_path / "t.csv"
+    pd.DataFrame({"path": table["path"], "tags": ["|".join(t) or "cat" for t in table["tags"]]}) \
+        .to_csv(csv, index=False)
+    texts = sources.index_source(str(csv), label_columns="tags", label_mode="multi_hot")
+    np.testing.assert_array_equal(texts.labels[:3], [[1, 0], [1, 0], [1, 1]])
+    columns = sources.index_source(table, label_columns=["cat", "dog"], label_mode="multi_hot")
+    assert columns.class_names == ["cat", "dog"]
+    np.testing.assert_array_equal(columns.labels[:2], [[0, 1], [1, 0]])
+
+
+@pytest.mark.parametrize("change, kwargs, message", [
+    (dict(age=None), dict(label_columns="age", label_mode="raw"),
+     r"Column 'age' of the DataFrame has no value at rows \[1\]: `label_mode='raw'` needs"),
+    (dict(age="n/a"), dict(label_columns="age", label_mode="raw"),
+     r"Column 'age' of the DataFrame must hold finite numbers .* Other values at rows \[1\]: 'n/a'"),
+    (dict(tags=None), dict(label_columns="tags", label_mode="multi_hot"),
+     r"Column 'tags' of the DataFrame has no classes at rows \[1\]"),
+    (dict(tags=3), dict(label_columns="tags", label_mode="multi_hot"),
+     r"must hold class names.* Other values at rows \[1\]: 3"),
+    (dict(cat=2), dict(label_columns=["cat", "dog"], label_mode="multi_hot"),
+     r"the columns \['cat', 'dog'\] of the DataFrame must hold 0 or 1 .* rows \[1\]"),
+    (dict(), dict(label_columns=["cat", "bird"], label_mode="raw"),
+     r"`label_columns` must name columns of the DataFrame. Not found: \['bird'\]"),
+    (dict(), dict(label_columns="tags", label_mode="multi_hot", class_names=["cat"]),
+     r"must be among `class_names`. Not found: \['dog'\]"),
+])
+def test_target_errors_name_the_column_and_rows(indexed_dir, change, kwargs, message):
+    table = targets_table(indexed_dir).astype(object)
+    for column, value in change.items():
+        table.at[1, column] = value
+    with pytest.raises(ValueError, match=message):
+        sources.index_source(table, **kwargs)
+
+
+def test_label_columns_are_for_tables_only(indexed_dir):
+    with pytest.raises(ValueError, match=r"`label_columns` names columns of a table .* "
+                                         r"Received: label_columns='age' for a source of type str"):
+        sources.index_source(indexed_dir, label_columns="age", label_mode="raw")
+
+
+def test_a_numeric_column_as_class_names_warns(indexed_dir):
+    table = targets_table(indexed_dir)
+    with pytest.warns(UserWarning, match=r"Column 'age' of the DataFrame holds numbers, and "
+                                         r"`labels='age'` makes each distinct value a class.*"
+                                         r"label_columns='age', label_mode=\"raw\""):
+        index = sources.index_source(table, labels="age")
+    assert index.class_names[:2] == ["0.0", "0.25"]
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # integers are class indices: no warning
+        sources.index_source(table, labels="size")
+        sources.index_source(table.assign(size=table["size"].astype(str)), labels="size")
+
+
+def test_a_csv_column_of_decimals_as_class_names_warns(indexed_dir, tmp_path):
+    csv = tmp_path / "t.csv"
+    targets_table(indexed_dir)[["path", "age"]].to_csv(csv, index=False)
+    with pytest.warns(UserWarning, match=f"Column 'age' of '{csv}' holds numbers"):
+        sources.index_source(str(csv), labels="age")

@@ -23,7 +23,7 @@ def option_defaults():
 def signature_defaults(function, skip=()):
     parameters = inspect.signature(function).parameters
     return {name: p.default for name, p in parameters.items()
-            if name != "source" and name not in skip}
+            if name not in ("directory", "source", *skip)}
 
 
 def test_make_dali_pipeline_takes_exactly_the_options():

@@ -551,7 +551,7 @@ def test_a_tfrecord_file_changed_after_the_check_is_named(tagged_tfrecords, tmp_
     shutil.copytree(os.path.dirname(tagged_tfrecords), folder)
     pipe = make_dali_pipeline(str(folder / "train-*.tfrecord"), image_size=(4, 4),
                               device="cpu", shuffle=False)
-    victim = pipe.index.shards[2]
+    victim = pipe.index.tfrecord_files[2]
     with open(victim, "ab") as f:
         f.write(b"\0" * 16)
     with pytest.raises(RuntimeError, match=f"{victim} changed after the check before "

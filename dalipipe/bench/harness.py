@@ -58,9 +58,11 @@ def _psutil():
     try:
         import psutil
     except ImportError as e:
+        from dalipipe.install import pip_extra
+
         raise ImportError(
-            "dalipipe's benchmarks measure CPU time with psutil: pip install "
-            "'dalipipe[bench]' (on the GPU machine, scripts/gpu_extras.sh)") from e
+            f"dalipipe's benchmarks measure CPU time with psutil: {pip_extra('bench')} "
+            "(on the GPU machine, scripts/gpu_extras.sh)") from e
     return psutil
 
 

@@ -270,7 +270,7 @@ def make_dalipipe(files, labels, *, workload, batch_size, threads, seed, device=
     dataset = make_dali_dataset(
         list(files), labels=list(labels), image_size=(SIZE, SIZE), batch_size=batch_size,
         shuffle=False, seed=seed, device=device, num_threads=threads, antialias=antialias,
-        verbose=False, **dalipipe_options(workload),
+        normalization="imagenet", verbose=False, **dalipipe_options(workload),
     )
     return Loader(lambda: iter(dataset), dataset)
 
@@ -305,7 +305,8 @@ def make_dalipipe_native(files, labels, *, workload, batch_size, threads, seed, 
         return make_dali_pipeline(
             list(files[:count]), labels=list(labels[:count]), image_size=(SIZE, SIZE),
             batch_size=batch_size, shuffle=False, seed=seed, device=device,
-            num_threads=threads, verbose=False, **dalipipe_options(workload),
+            num_threads=threads, normalization="imagenet", verbose=False,
+            **dalipipe_options(workload),
         )
 
     pipe = build(len(files))

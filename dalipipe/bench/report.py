@@ -6,6 +6,8 @@ import os
 import sys
 import time
 
+import numpy as np
+
 from dalipipe.bench import harness, loaders as loaders_lib
 from dalipipe.utils import usable_cores
 
@@ -14,11 +16,21 @@ DEFAULT_LOADERS = ("python_generator", "pydataset", "image_dataset_from_director
                    "dalipipe_gpu")
 
 
+# What a quick run's report says of its figures.
+QUICK_NOTE = ("A quick smoke run (at most 64 images, 1 timed epoch): its figures are too small "
+              "to compare loaders; run `dalipipe bench` without --quick for those.")
+
+
 def run_bench(*, data, out, loaders=DEFAULT_LOADERS, workloads=loaders_lib.WORKLOADS,
               batch_size=64, num_images=5000, runs=3, train_steps=30, threads=None, seed=0,
               quick=False, reference="tf_data", timeout=1800, time_budget=None,
-              stream=sys.stderr):
-    """Measures `loaders` on `workloads` over the images in `data` (made if absent).
+              stream=None):
+    """Measures `loaders` on `workloads` over the images in `data`.
+
+    `data` that is absent, empty or made by dalipipe gets `num_images` sample images
+    (`sample_data.sample_data_unless_in_use`); any other folder is read as it is,
+    its class folders as `make_dali_dataset` indexes them, and nothing is written
+    into it.
 
     Each (loader, workload) and DALI's decode-only ceilings (CPU, GPU) run in a fresh
     process (`harness.run_task_in_subprocess`). One that cannot run here
@@ -32,13 +44,18 @@ def run_bench(*, data, out, loaders=DEFAULT_LOADERS, workloads=loaders_lib.WORKL
     Args:
         reference: the loader whose images/s the others are divided by in the
             Markdown tables.
-        quick: a smoke run: at most 64 images, batch 16, 1 timed epoch, 2 train steps.
+        stream: where progress is written. Defaults to `sys.stderr`.
+        quick: a smoke run: at most 64 images (of a folder of the user's, 64 spread
+            over it), batch 16, 1 timed epoch, 2 train steps; its report carries
+            `QUICK_NOTE` as "note".
 
     Returns:
         The results dict that is also written to `out/results.json`.
     """
     from dalipipe import sources
-    from dalipipe.sample_data import dataset_stats, make_sample_dataset
+    from dalipipe.sample_data import image_stats, is_free_folder, make_sample_dataset
+
+    stream = stream or sys.stderr
 
     unknown = sorted(set(loaders) - set(loaders_lib.LOADERS))
     if unknown:
@@ -48,11 +65,16 @@ def run_bench(*, data, out, loaders=DEFAULT_LOADERS, workloads=loaders_lib.WORKL
     if quick:
         num_images, runs, train_steps = min(num_images, 64), 1, min(train_steps, 2)
         batch_size = min(batch_size, 16)
-    labels_csv = os.path.join(data, "labels.csv")
-    if not os.path.exists(labels_csv):
-        print(f"making {num_images} sample images in {data} ...", file=stream)
+    if is_free_folder(data):
+        print(f"sample data: {num_images} images in {data} (made unless already there)",
+              file=stream)
         make_sample_dataset(data, num_images=num_images, num_classes=10 if num_images >= 10 else 1)
-    index = sources.index_source(data)
+        index = sources.index_source(data)
+    else:
+        index = sources.index_source(data)
+        if quick and len(index) > num_images:
+            index = index.take(np.linspace(0, len(index) - 1, num_images).round().astype(int))
+        print(f"benchmarking {len(index)} images of {data} as they are", file=stream)
     threads = threads or usable_cores()
     common = dict(files=index.file_paths, labels=index.labels.tolist(), batch_size=batch_size,
                   threads=threads, seed=seed, runs=runs, directory=os.path.abspath(data),
@@ -67,10 +89,13 @@ def run_bench(*, data, out, loaders=DEFAULT_LOADERS, workloads=loaders_lib.WORKL
         "config": dict(batch_size=batch_size, images=len(index), runs=runs,
                        train_steps=train_steps, threads=threads, seed=seed, quick=quick,
                        reference=reference, timeout=timeout, time_budget=time_budget),
-        "dataset": {**dataset_stats(labels_csv), "directory": os.path.abspath(data)},
+        "dataset": {**image_stats(index.file_paths, index.class_names),
+                    "directory": os.path.abspath(data)},
         "loaders": {name: loaders_lib.DESCRIPTIONS[name] for name in loaders},
         "results": [],
     }
+    if quick:
+        report["note"] = QUICK_NOTE
     os.makedirs(out, exist_ok=True)
     reasons = {}
     started = time.perf_counter()
@@ -128,7 +153,8 @@ def markdown(report):
         ("DALI", "dali"), ("TensorFlow", "tensorflow"), ("torch", "torch"))
         if versions.get(key)) or "no DALI"
     reference = config.get("reference", "tf_data")
-    lines = [
+    lines = [f"**{report['note']}**", ""] if report.get("note") else []
+    lines += [
         f"Machine: {machine['cpu']}, {machine['cores']} cores, GPU: {machine['gpu']}; "
         f"{libraries}, Python {machine['python']}.",
         f"Data: {data['images']} JPEGs, mean {data['mean_width']:.0f}x{data['mean_height']:.0f} px, "
@@ -229,7 +255,9 @@ def chart(report, path):
         ax.set_xlabel("images/s (higher is better)")
         ax.invert_yaxis()
     machine = report["machine"]
-    figure.suptitle(f"{machine['cpu']}, {machine['cores']} cores, GPU: {machine['gpu']}", fontsize=9)
+    quick = "; quick smoke run: too small to compare" if report.get("note") else ""
+    figure.suptitle(f"{machine['cpu']}, {machine['cores']} cores, GPU: {machine['gpu']}{quick}",
+                    fontsize=9)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)

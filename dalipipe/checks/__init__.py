@@ -29,7 +29,8 @@ decode in full (with a warning: PIL accepts some files that DALI's decoder rejec
 and `"structure"` is the structure rules.
 
 Results are cached in SQLite, keyed on path, size and modification time, so a second
-check of the same files reads only their metadata. The cache lives in
+check of the same files reads only their metadata. Objects in S3 or GCS are read
+whole, in parallel, and keyed on their URI, size and ETag (`dalipipe.storage.fetch`). The cache lives in
 `dalipipe.utils.cache_dir()` (`$DALIPIPE_CACHE_DIR`, else `$XDG_CACHE_HOME/dalipipe`, else
 `~/.cache/dalipipe`), in `checks.sqlite`; where it cannot be written (or
 `DALIPIPE_NO_CACHE=1`), the check runs uncached. Processes that check the same files

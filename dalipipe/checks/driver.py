@@ -21,7 +21,8 @@ from dalipipe.checks.cache import VERSION, cache_path, mode_of, open_cache, usab
 from dalipipe.checks.decoder import decoder_verdicts
 from dalipipe.checks.structure import check_structure
 from dalipipe.options import CHECKS
-from dalipipe.utils import cache_dir, progress, warn_without_cache
+from dalipipe.storage import fetch
+from dalipipe.utils import CHECK_BAR_DELAY, cache_dir, progress, warn_without_cache
 
 _CHUNK = 256  # files or records read and decoded together, and committed to the cache
 _POLL_S = 0.05  # how often a process waiting on other processes' chunks looks again
@@ -92,7 +93,7 @@ def _read(path):
 
 def _check_paths(paths, **how):
     """`check_file` for a list of paths, the decoder taking the images together."""
-    return _check_read([_read(path) for path in paths], **how)
+    return _check_read(fetch.read_paths(paths, _read), **how)  # objects: in parallel
 
 
 def _check_read(read, **how):
@@ -135,7 +136,7 @@ def _cached_check(keys, signatures, check_chunk, *, mode, what, verbose):
     chunks = [list(range(start, min(start + _CHUNK, len(keys))))
               for start in range(0, len(keys), _CHUNK)]
     cache = open_cache()
-    with progress(len(keys), what, enabled=verbose) as bar:
+    with progress(len(keys), what, enabled=verbose, delay=CHECK_BAR_DELAY) as bar:
         def answer(indices, found, rows=None):
             for i, reason in zip(indices, found):
                 reasons[keys[i]] = reason
@@ -232,7 +233,7 @@ def check_files(paths, *, check="structure", verbose=False, stamps=None, device=
         device_id: the GPU's CUDA ordinal, for `device="gpu"`. Defaults to 0.
     """
     _check_level(check)
-    signatures = [_signature(path) for path in paths]
+    signatures = fetch.signatures(paths, _signature)  # objects: (size, ETag hash)
     if stamps is not None:
         stamps.update((p, s) for p, s in zip(paths, signatures) if s is not None)
     how = dict(full=check == "full", device=device, device_id=device_id)
@@ -329,10 +330,10 @@ def check_index(index, *, check="structure", read_records=None, verbose=False, d
     if index.refs is not None:
         if read_records is None:
             raise TypeError("check_index() needs `read_records` for TFRecord records")
-        bad = check_records(index.file_paths, index.shards, index.refs, check=check,
+        bad = check_records(index.file_paths, index.tfrecord_files, index.refs, check=check,
                             read_records=read_records, verbose=verbose, stamps=stamps,
                             device=device, device_id=device_id)
-        paths = index.shards
+        paths = index.tfrecord_files
     else:
         bad = check_files(index.file_paths, check=check, verbose=verbose, stamps=stamps,
                           device=device, device_id=device_id)

@@ -11,6 +11,7 @@ import warnings
 import numpy as np
 
 from dalipipe.checks.driver import check_file
+from dalipipe.storage import is_remote
 from dalipipe.utils import cache_disabled, writable_cache_dir
 
 
@@ -31,7 +32,8 @@ def apply_policy(index, bad, *, on_bad_file, keep_classes):
     if on_bad_file == "raise":
         raise ValueError(
             f"{len(bad)} of {len(index)} files cannot be loaded (DALI would stop at the "
-            f"first of them). Fix or remove them, or pass on_bad_file='skip'. Report: "
+            f"first of them). Fix or remove them"
+            + (", or pass on_bad_file='skip'" if len(bad) < len(index) else "") + ". Report: "
             f"{report}\n{listed}{more}"
         )
     kept = index.without(bad, keep_classes=keep_classes)
@@ -57,8 +59,15 @@ def verify_unchanged(paths, stamps, *, check):
         check: `"structure"` or `"full"`: a file whose size or modification time
             changed is checked again at this level, and accepted if it passes. None:
             any change is an error (for TFRecord files, whose records may have moved).
+
+    Objects (`s3://`, `gs://`) are not looked at again: the check's verdicts hold
+    for the version it listed, DALI's read of a deleted object fails naming its
+    bucket and key, and a replaced object that no longer decodes is checked again
+    when DALI's decoder fails on it (`dalipipe.native`), naming its URI.
     """
     for path, (size, mtime_ns) in zip(paths, np.asarray(stamps).tolist()):
+        if is_remote(path):
+            continue  # an object: a HEAD per batch is not free (docs/storage.md)
         try:
             info = os.stat(path)
         except OSError as e:

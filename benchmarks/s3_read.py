@@ -1,0 +1,105 @@
+"""Images/s of a native CPU epoch read from a local S3 server against the same files
+on local disk, for several `num_threads`, and the time of the check before training
+(first run and cached) on both. Writes JSON.
+
+The server is moto's (`tests/s3_server.py`), a Python process on 127.0.0.1: it
+serves a request in a few ms of its own CPU, so on a small machine the S3 figures
+measure moto as much as DALI's S3 client, and a real endpoint's latency (tens of ms
+per GET) is not in them. What they do show: the per-object overhead of a GET over a
+local read, and how DALI's reads overlap with `num_threads`.
+
+    python benchmarks/s3_read.py [--images 256] [--rounds 3]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+from PIL import Image
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+
+
+def write_images(folder, count, size):
+    """`count` JPEGs of noise over a gradient (`size` square), in 4 class folders."""
+    rng = np.random.default_rng(0)
+    y, x = np.mgrid[0:size, 0:size]
+    for i in range(count):
+        pixels = np.stack([x, y, (x + y) // 2], -1) * 255 // size + rng.integers(0, 40, (size, size, 3))
+        os.makedirs(os.path.join(folder, f"c{i % 4}"), exist_ok=True)
+        Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(
+            os.path.join(folder, f"c{i % 4}", f"{i:05d}.jpg"), quality=90)
+
+
+def median_epoch(pipe, rounds):
+    """Median seconds of `rounds` epochs, after one warm-up epoch."""
+    times = []
+    for _ in range(rounds + 1):
+        start = time.perf_counter()
+        for _ in pipe.epoch():
+            pass
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[1:])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=256)
+    parser.add_argument("--size", type=int, default=256, help="side of the JPEGs")
+    parser.add_argument("--threads", default="1,2,4,8")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", default="benchmarks/results/s3_read.json")
+    args = parser.parse_args()
+
+    from dalipipe import make_dali_pipeline, storage
+    from dalipipe.bench.harness import machine_info
+    from s3_server import ENVIRONMENT, moto_server
+
+    results = {"machine": machine_info(), "images": args.images, "jpeg_side": args.size,
+               "load_average_start": round(os.getloadavg()[0], 2), "epochs": []}
+    with tempfile.TemporaryDirectory() as scratch, moto_server() as server:
+        os.environ.update(ENVIRONMENT, AWS_ENDPOINT_URL=server.endpoint,
+                          DALIPIPE_CACHE_DIR=os.path.join(scratch, "cache"))
+        storage.reset_clients()
+        local = os.path.join(scratch, "images")
+        write_images(local, args.images, args.size)
+        client = server.client()
+        client.create_bucket(Bucket="bench")
+        for folder, _, names in os.walk(local):
+            for name in names:
+                path = os.path.join(folder, name)
+                client.upload_file(path, "bench", "images/" + os.path.relpath(path, local))
+        results["mean_bytes"] = round(np.mean([os.path.getsize(os.path.join(f, n))
+                                               for f, _, ns in os.walk(local) for n in ns]))
+        sources = {"local": local, "s3": "s3://bench/images/"}
+        for name, source in sources.items():
+            for level, cache in (("structure", "first"), ("structure", "cached")):
+                start = time.perf_counter()
+                make_dali_pipeline(source, image_size=(64, 64), device="cpu", check=level,
+                                   verbose=False)
+                results[f"check_{level}_{cache}_s_{name}"] = round(time.perf_counter() - start, 3)
+        for threads in [int(t) for t in args.threads.split(",")]:
+            row = {"num_threads": threads}
+            for name, source in sources.items():
+                pipe = make_dali_pipeline(source, image_size=(64, 64), batch_size=32,
+                                          num_threads=threads, device="cpu", check=None,
+                                          verbose=False, seed=0)
+                row[f"images_per_s_{name}"] = round(args.images / median_epoch(pipe, args.rounds), 1)
+            row["overhead_ms_per_object"] = round(
+                1000 * (1 / row["images_per_s_s3"] - 1 / row["images_per_s_local"]), 2)
+            results["epochs"].append(row)
+            print(row, file=sys.stderr)
+    results["load_average_end"] = round(os.getloadavg()[0], 2)
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=1)
+    print(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""A local S3 server for the tests: moto's (`moto[server]`), a real HTTP S3 API that
+boto3 and DALI's AWS SDK both talk to, on a free port of 127.0.0.1.
+
+It runs in a process of its own: DALI's readers fetch their first batches inside
+`pipe.build()`, which holds the GIL, so a server on a thread of the test's process
+could not answer them. No request leaves this machine: `ENVIRONMENT` points both
+clients at it and switches the instance metadata service off. The server logs a line
+per request, which `S3Server.object_gets` counts.
+"""
+
+import contextlib
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+STARTUP_SECONDS = 30
+ENVIRONMENT = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_REGION": "us-east-1",
+    # No instance metadata requests, no user's ~/.aws files, no proxies.
+    "AWS_EC2_METADATA_DISABLED": "true",
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    "NO_PROXY": "127.0.0.1",
+}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class S3Server:
+    """A running server: its `endpoint` URL and its request log."""
+
+    def __init__(self, endpoint, log_path):
+        self.endpoint, self.log_path = endpoint, log_path
+
+    def client(self):
+        """A boto3 client of the server (credentials from `ENVIRONMENT`)."""
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
+                            aws_access_key_id="testing", aws_secret_access_key="testing")
+
+    def log_size(self):
+        """Where the request log ends now: pass it to `object_gets`."""
+        return os.path.getsize(self.log_path)
+
+    def object_gets(self, bucket, since=0):
+        """The keys of the GET requests for objects of `bucket` (not listings) logged
+        after byte `since` of the log, one per request."""
+        with open(self.log_path, "rb") as f:
+            f.seek(since)
+            log = f.read().decode(errors="replace")
+        return re.findall(rf'"GET /{re.escape(bucket)}/([^ ?"]+) HTTP', log)
+
+
+@contextlib.contextmanager
+def moto_server(**environment):
+    """An `S3Server` on a free port of 127.0.0.1, in a process of its own with
+    `environment` added, stopped on exit."""
+    pytest.importorskip("moto.server", reason="needs moto's server: pip install 'moto[server]'")
+    pytest.importorskip("flask", reason="needs moto's server: pip install 'moto[server]'")
+    pytest.importorskip("boto3", reason="needs boto3: pip install 'dalipipe[s3]'")
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="moto-") as folder:
+        log_path = os.path.join(folder, "requests.log")
+        # Appended to: the tests read it while the server writes (a pipe would fill).
+        with open(log_path, "ab") as log:
+            server = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **environment})
+        running = S3Server(f"http://127.0.0.1:{port}", log_path)
+        try:
+            _wait_for(server, running)
+            yield running
+        finally:
+            server.terminate()
+            try:
+                server.wait(10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait(10)
+
+
+def _wait_for(server, running):
+    """Waits until the server answers, at most `STARTUP_SECONDS`."""
+    import boto3
+    import botocore.exceptions
+
+    client = boto3.client("s3", endpoint_url=running.endpoint, region_name="us-east-1",
+                          aws_access_key_id="x", aws_secret_access_key="x")
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while True:
+        if server.poll() is not None:
+            with open(running.log_path, "rb") as f:
+                pytest.fail(f"moto's S3 server exited ({server.returncode}): "
+                            f"{f.read().decode(errors='replace')[-2000:]}")
+        try:
+            client.list_buckets()
+            return
+        except botocore.exceptions.ClientError:  # an answer, if a refusal
+            return
+        except botocore.exceptions.BotoCoreError:  # not listening yet
+            if time.monotonic() > deadline:
+                pytest.fail(f"moto's S3 server did not answer within {STARTUP_SECONDS} s")
+            time.sleep(0.1)
