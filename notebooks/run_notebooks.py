@@ -6,7 +6,8 @@ From the repository root:
     .venv/bin/python notebooks/run_notebooks.py 05_bad_files.ipynb  # some of them
 
 Each notebook runs top to bottom in a fresh kernel on this interpreter (whatever
-kernels are installed on the machine), in notebooks/, as Jupyter runs it, at full size.
+kernels are installed on the machine), in notebooks/, as Jupyter runs it, at full size,
+with this checkout's dalipipe first on `PYTHONPATH`.
 The stored notebook's `metadata["dalipipe"]` records the SHA-256 of its cells' types and
 sources (`sources_digest`), the seconds it took and the machine: tests/test_notebooks.py
 checks that the digest still matches the cells, so that the stored outputs are those of
@@ -84,9 +85,10 @@ def execute(path, *, small, tmp_dir, timeout=CELL_TIMEOUT_S):
     Args:
         path: the .ipynb file; it is read, not written.
         small: run at the notebooks' small size (`DALIPIPE_NOTEBOOK_SMALL=1`).
-        tmp_dir: folder for the kernel spec and the notebook's temporary files
-            (`TMPDIR`), so that they are found even if a cell fails before the
-            notebook deletes them.
+        tmp_dir: folder for the kernel spec, the notebook's temporary files
+            (`TMPDIR`), found there even if a cell fails before the notebook deletes
+            them, and dalipipe's cache (`DALIPIPE_CACHE_DIR`, empty at the start, as on
+            a new machine).
         timeout: seconds a cell may run.
 
     Returns:
@@ -107,7 +109,12 @@ def execute(path, *, small, tmp_dir, timeout=CELL_TIMEOUT_S):
         record_timing=False,  # no timestamps in the stored cells
         resources={"metadata": {"path": str(NOTEBOOK_DIR)}},  # run where Jupyter would
     )
-    with _environment(DALIPIPE_NOTEBOOK_SMALL="1" if small else None,
+    # The kernel, and the interpreters the notebooks start, import this checkout's
+    # dalipipe, whichever one is installed.
+    python_path = os.pathsep.join(
+        p for p in (str(NOTEBOOK_DIR.parent), os.environ.get("PYTHONPATH")) if p)
+    with _environment(DALIPIPE_NOTEBOOK_SMALL="1" if small else None, PYTHONPATH=python_path,
+                      DALIPIPE_CACHE_DIR=str(pathlib.Path(tmp_dir) / "cache"),
                       TF_CPP_MIN_LOG_LEVEL="2", TMPDIR=str(tmp_dir)):
         start = time.perf_counter()
         client.execute()
@@ -123,7 +130,7 @@ def store(path):
     """
     import nbformat
 
-    sys.path.insert(0, str(NOTEBOOK_DIR.parent))  # dalipipe from this checkout
+    sys.path.insert(0, str(NOTEBOOK_DIR.parent))  # this checkout's dalipipe
     from dalipipe.bench.harness import machine_info
 
     with tempfile.TemporaryDirectory(prefix="dalipipe-notebook-") as tmp_dir:
