@@ -53,7 +53,8 @@ class DALIPyDataset(keras.utils.PyDataset):
     several epochs with `steps_per_epoch` smaller than `len()`, as Keras's own
     iterators do. Pass `n` loads what `make_dali_pipeline(...).epoch(n)` loads,
     the same order and crops for a seed (the first `fit` also reads one batch to
-    build the model, so its first epoch is pass 1).
+    build the model, so its first epoch is pass 1), unless `set_position` numbers
+    the next pass (`dalipipe.BackupAndRestore` does, at every epoch's start).
     The items are copies: they stay valid after the next one is read.
 
     Attributes:

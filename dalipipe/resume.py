@@ -60,7 +60,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             (also every `N` steps) or False (never).
         delete_checkpoint: delete `backup_dir` when `fit` ends. Defaults to True.
         double_checkpoint: keep the previous backup too, and restore it when the
-            newest cannot be read. Defaults to False.
+            newest cannot be read (its state or weights). Defaults to False.
 
     Attributes:
         position: `(epoch, batch)`, where training goes on (`(0, 0)` without a
@@ -101,14 +101,20 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         self._epoch, self._start = self.position
         self.dataset.set_position(*self.position)
         self._since_saved = 0
+        self._last_seen = -1
         self._fit_epoch_iterator = None
 
     def _newest_backup(self):
         """`(folder, state)` of the newest backup that can be read, else `(None, None)`."""
+        import h5py
+
         for folder in _backups(self.backup_dir)[::-1]:
             try:
                 with open(os.path.join(folder, _STATE)) as f:
-                    return folder, json.load(f)
+                    state = json.load(f)
+                with h5py.File(os.path.join(folder, _WEIGHTS), "r"):
+                    pass
+                return folder, state
             except (OSError, ValueError):
                 if not self.double_checkpoint:
                     raise
@@ -158,12 +164,15 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         # The resumed epoch goes on from its next step; the others start at their first.
         self._start = self.position[1] if epoch == self.position[0] else 0
         self._epoch = epoch
+        self._last_seen = -1
         self.dataset.set_position(epoch, self._start)
 
     def on_train_batch_end(self, batch, logs=None):
         if self.save_freq in ("epoch", False):
             return
-        self._since_saved += 1
+        # `batch` is the last step of the call (several with `steps_per_execution`).
+        self._since_saved += batch - self._last_seen
+        self._last_seen = batch
         if self._since_saved >= self.save_freq:
             self._since_saved = 0
             self._save(self._epoch, self._start + batch + 1)

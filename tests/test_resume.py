@@ -179,3 +179,30 @@ def test_the_uninterrupted_run_sees_the_native_epochs(tagged_dir, tmp_path):
 def test_a_killed_run_resumes_exactly_on_the_backend(backend, tagged_dir, tmp_path):
     batch = random.Random().randrange(3, STEPS)
     check_resumed(backend, tagged_dir, tmp_path, f"at:2,{batch}")
+
+
+def test_double_checkpoint_restores_the_older_backup_when_the_newer_is_broken(
+        tagged_dir, tmp_path):
+    import keras
+
+    from resume_job import tag_model
+
+    dataset = dalipipe.make_dali_dataset(tagged_dir, format="pydataset", **OPTIONS)
+    backup_dir = str(tmp_path / "backup")
+    model = tag_model()
+    backup = dalipipe.BackupAndRestore(backup_dir, dataset, save_freq=5,
+                                       delete_checkpoint=False, double_checkpoint=True)
+    model.fit(dataset, epochs=1, verbose=0, callbacks=[backup])
+    names = sorted(os.listdir(backup_dir))
+    assert names == ["backup-2", "backup-3"]  # of those after steps 5, 10 and 15
+    states = [json.loads((tmp_path / "backup" / n / "state.json").read_text()) for n in names]
+    assert [(s["epoch"], s["batch"]) for s in states] == [(0, 10), (0, 15)]
+    (tmp_path / "backup" / "backup-3" / "model.weights.h5").write_bytes(b"broken")
+    assert dalipipe.BackupAndRestore(backup_dir, dataset, double_checkpoint=True).position \
+        == (0, 10)
+    with pytest.raises(OSError):
+        dalipipe.BackupAndRestore(backup_dir, dataset)
+    with pytest.raises(ValueError, match="`steps_per_epoch` must be None or its 16 steps"):
+        model.fit(dataset, epochs=1, steps_per_epoch=5, verbose=0,
+                  callbacks=[dalipipe.BackupAndRestore(str(tmp_path / "b2"), dataset)])
+    assert isinstance(backup, keras.callbacks.BackupAndRestore)
