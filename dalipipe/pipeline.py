@@ -333,6 +333,13 @@ class ImagePipeline:
         return (order[positions][first:], random[first:],
                 None if weights is None else weights[first:])
 
+    def check_position(self, epoch, start_batch):
+        """`(epoch, start_batch)` as ints, or ValueError unless `epoch` is a
+        non-negative integer and `start_batch` a step of an epoch."""
+        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 0:
+            raise ValueError(f"`epoch` must be a non-negative integer. Received: epoch={epoch!r}")
+        return int(epoch), self.check_start_batch(start_batch)
+
     def check_start_batch(self, start_batch):
         """`start_batch` as an int, or ValueError unless it is a step of an epoch."""
         if isinstance(start_batch, bool) or not isinstance(start_batch, (int, np.integer)) \

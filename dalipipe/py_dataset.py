@@ -95,9 +95,7 @@ class DALIPyDataset(keras.utils.PyDataset):
         Raises:
             ValueError: for an `epoch` below 0 or a `batch` outside `[0, steps)`.
         """
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise ValueError(f"`epoch` must be a non-negative integer. Received: epoch={epoch!r}")
-        self._next = (epoch, self.image_pipeline.check_start_batch(batch))
+        self._next = self.image_pipeline.check_position(epoch, batch)
         self._new_reader = True
 
     @property

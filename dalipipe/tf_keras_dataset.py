@@ -66,9 +66,7 @@ class KerasDataset(tf.data.Dataset):
         Raises:
             ValueError: for an `epoch` below 0 or a `batch` outside `[0, steps)`.
         """
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise ValueError(f"`epoch` must be a non-negative integer. Received: epoch={epoch!r}")
-        batch = self.image_pipeline.check_start_batch(batch)
+        epoch, batch = self.image_pipeline.check_position(epoch, batch)
         self._feed.set_position(epoch)
         if batch == 0:
             self._resumed = None

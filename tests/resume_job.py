@@ -21,7 +21,7 @@ import keras
 from keras import ops
 
 import dalipipe
-from backend_job import class_loss
+import backend_job
 
 BATCH = 8
 EPOCHS = 4
@@ -47,14 +47,10 @@ class LastTags(keras.metrics.Metric):
 
 
 def tag_model():
-    """Class logits from the image, and the image's tag (`helpers.tag_of`) last."""
-    images = keras.Input((12, 12, 3))
-    pooled = keras.layers.GlobalAveragePooling2D()(keras.layers.Rescaling(1 / 255)(images))
-    logits = keras.layers.Dense(3)(pooled)
-    tags = keras.layers.Lambda(
-        lambda x: ops.mean(x[:, -2:], axis=(1, 2, 3), keepdims=False)[:, None] / 2)(images)
-    model = keras.Model(images, keras.layers.Concatenate()([logits, tags]))
-    model.compile(keras.optimizers.Adam(0.05), loss=class_loss, metrics=[LastTags()])
+    """`backend_job`'s model (class logits, then the image's tag), reporting `LastTags`."""
+    model = backend_job.tag_model()
+    model.compile(keras.optimizers.Adam(0.05), loss=backend_job.class_loss,
+                  metrics=[LastTags()])
     return model
 
 

@@ -73,10 +73,12 @@ def test_pydataset_set_position_gives_the_rest_then_whole_epochs(tagged_dir):
 
 def test_a_backup_of_another_dataset_raises_naming_what_differs(tagged_dir, tmp_path):
     from dalipipe.resume import fingerprint
+    from resume_job import tag_model
 
     made = dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS)
     folder = tmp_path / "backup" / "backup-1"
     folder.mkdir(parents=True)
+    tag_model().save_weights(str(folder / "model.weights.h5"))
     (folder / "state.json").write_text(json.dumps(
         {"epoch": 1, "batch": 3, "fingerprint": fingerprint(made)}))
     same = dalipipe.make_dali_dataset(tagged_dir, format="pydataset", **OPTIONS)
