@@ -148,6 +148,15 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                 "the dataset: `steps_per_epoch` must be None or its "
                 f"{self.steps} steps. Received: steps_per_epoch={iterator.steps_per_epoch}"
             )
+        adapter = getattr(iterator, "data_adapter", None)
+        trained = getattr(adapter, "_dataset", getattr(adapter, "py_dataset", self.dataset))
+        if trained is not self.dataset:
+            raise ValueError(
+                "`fit` must train on the `dataset` given to `dalipipe.BackupAndRestore`, "
+                "untransformed (Keras's `fit(class_weight=...)` maps it: use "
+                "`make_dali_dataset(class_weight=...)` instead). Received: fit's data "
+                f"{trained!r}, the callback's {self.dataset!r}"
+            )
         if self._start and iterator is None:
             raise RuntimeError(
                 "dalipipe.BackupAndRestore cannot find `fit`'s epoch iterator in this "

@@ -208,3 +208,13 @@ def test_double_checkpoint_restores_the_older_backup_when_the_newer_is_broken(
         model.fit(dataset, epochs=1, steps_per_epoch=5, verbose=0,
                   callbacks=[dalipipe.BackupAndRestore(str(tmp_path / "b2"), dataset)])
     assert isinstance(backup, keras.callbacks.BackupAndRestore)
+
+
+def test_fit_on_another_dataset_than_the_callbacks_raises(tagged_dir, tmp_path):
+    from resume_job import tag_model
+
+    dataset = dalipipe.make_dali_dataset(tagged_dir, format="pydataset", **OPTIONS)
+    other = dalipipe.make_dali_dataset(tagged_dir, format="pydataset", **OPTIONS)
+    with pytest.raises(ValueError, match="`fit` must train on the `dataset` given to"):
+        tag_model().fit(other, epochs=1, verbose=0,
+                        callbacks=[dalipipe.BackupAndRestore(str(tmp_path / "b"), dataset)])
