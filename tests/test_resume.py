@@ -136,6 +136,7 @@ def check_resumed(backend, tagged_dir, tmp_path, kill):
     """Kills a run as `kill` says, starts it again, and checks its steps."""
     records = tmp_path / "killed.jsonl"
     assert run_job(backend, tagged_dir, tmp_path / "backup", records, kill) == -9
+    left = sorted(os.listdir(tmp_path / "backup"))
     assert run_job(backend, tagged_dir, tmp_path / "backup", records) == 0
     killed, resumed = read_runs(records)
     start = resumed[0]["start"]
@@ -152,6 +153,7 @@ def check_resumed(backend, tagged_dir, tmp_path, kill):
         (e, STEPS) for e in range(start[0] + 1, EPOCHS)]
     assert resumed[-1] == {"warnings": []}  # no "ran out of data"
     assert not os.path.exists(tmp_path / "backup")  # delete_checkpoint=True
+    return start, left
 
 
 def test_a_run_killed_at_a_random_step_of_epoch_2_resumes_exactly(tagged_dir, tmp_path):
@@ -161,8 +163,11 @@ def test_a_run_killed_at_a_random_step_of_epoch_2_resumes_exactly(tagged_dir, tm
 
 def test_a_run_killed_during_a_backup_write_resumes_from_the_previous_one(tagged_dir,
                                                                           tmp_path):
-    # Backups every 3 steps: the 12th is written after step 4 of epoch 2 (global 36).
-    check_resumed("tensorflow", tagged_dir, tmp_path, "write:12")
+    # Backups every 3 steps: the 12th is written after step 4 of epoch 2 (global 36),
+    # so the 11th, after its first step, is restored.
+    start, left = check_resumed("tensorflow", tagged_dir, tmp_path, "write:12")
+    assert start == [2, 1]
+    assert left[1] == "backup-11" and left[0].startswith(".writing-"), left
 
 
 @pytest.mark.slow
