@@ -223,3 +223,31 @@ def test_fit_on_another_dataset_than_the_callbacks_raises(tagged_dir, tmp_path):
     with pytest.raises(ValueError, match="`fit` must train on the `dataset` given to"):
         tag_model().fit(other, epochs=1, verbose=0,
                         callbacks=[dalipipe.BackupAndRestore(str(tmp_path / "b"), dataset)])
+
+
+@pytest.mark.parametrize("start", [3, STEPS - 1])
+def test_tf_set_position_over_tfrecords_gives_the_rest_then_whole_epochs(
+        tagged_tfrecords, start):
+    """TFRecord records go one per sample, a partial last batch as a second DALI
+    dataset: the rest of an epoch may hold both parts, or the last alone."""
+    pytest.importorskip("tensorflow")
+    options = dict(OPTIONS, augment=True)
+    dataset = dalipipe.make_dali_dataset(tagged_tfrecords, format="tf", **options)
+    pipeline = dalipipe.make_dali_pipeline(tagged_tfrecords, **options)
+    dataset.set_position(1, start)
+    assert int(dataset.cardinality()) == STEPS - start
+    for epoch, first in ((1, start), (2, 0)):
+        got = [images.numpy() for images, _ in dataset]
+        want = [images for images, _ in pipeline.epoch(epoch, start_batch=first)]
+        assert len(got) == len(want) == STEPS - first
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+    assert int(dataset.cardinality()) == STEPS
+
+
+def test_a_distributed_dataset_is_refused(tagged_dir, tmp_path):
+    tf = pytest.importorskip("tensorflow")
+    dataset = dalipipe.make_dali_dataset(
+        tagged_dir, strategy=tf.distribute.OneDeviceStrategy("/cpu:0"), **OPTIONS)
+    with pytest.raises(ValueError, match="without `strategy`"):
+        dalipipe.BackupAndRestore(str(tmp_path / "b"), dataset)
