@@ -251,3 +251,23 @@ def test_a_distributed_dataset_is_refused(tagged_dir, tmp_path):
         tagged_dir, strategy=tf.distribute.OneDeviceStrategy("/cpu:0"), **OPTIONS)
     with pytest.raises(ValueError, match="without `strategy`"):
         dalipipe.BackupAndRestore(str(tmp_path / "b"), dataset)
+
+
+@pytest.mark.gpu
+def test_the_rest_of_an_epoch_on_the_gpu(tagged_dir):
+    """Natively and through TensorFlow's GPU-placed dataset: the rest of an epoch is
+    the whole epoch's batches from its step on."""
+    options = dict(OPTIONS, device="gpu", augment=True)
+    pipeline = dalipipe.make_dali_pipeline(tagged_dir, **options)
+    whole = [images for images, _ in pipeline.epoch(2)]
+    rest = [images for images, _ in pipeline.epoch(2, start_batch=9)]
+    for a, b in zip(rest, whole[9:], strict=True):
+        np.testing.assert_array_equal(a, b)
+    tf = pytest.importorskip("tensorflow")
+    if not tf.config.list_physical_devices("GPU"):
+        pytest.skip("TensorFlow sees no GPU")
+    dataset = dalipipe.make_dali_dataset(tagged_dir, format="tf", **options)
+    dataset.set_position(2, 9)
+    got = [images.numpy() for images, _ in dataset]
+    for a, b in zip(got, whole[9:], strict=True):
+        np.testing.assert_allclose(a, b, atol=1)  # one decoder, the same crops
