@@ -103,6 +103,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         self._since_saved = 0
         self._last_seen = -1
         self._fit_epoch_iterator = None
+        self._lengthen = False  # whether the next epoch follows a shortened one
 
     def _newest_backup(self):
         """`(folder, state)` of the newest backup that can be read, else `(None, None)`."""
@@ -170,6 +171,16 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             self.model._initial_epoch = self.position[0]
 
     def on_epoch_begin(self, epoch, logs=None):
+        if self._lengthen:
+            # The epochs after the resumed one are whole again (set here, before the
+            # progress bar of the epoch is made: it finalizes at `on_epoch_end`).
+            self._lengthen = False
+            iterator, callbacks = self._fit_epoch_iterator
+            iterator._num_batches = self.steps
+            self.params["steps"] = self.steps
+            for callback in getattr(callbacks, "callbacks", ()):
+                if isinstance(callback, keras.callbacks.ProgbarLogger):
+                    callback.target = self.steps
         # The resumed epoch goes on from its next step; the others start at their first.
         self._start = self.position[1] if epoch == self.position[0] else 0
         self._epoch = epoch
@@ -187,14 +198,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             self._save(self._epoch, self._start + batch + 1)
 
     def on_epoch_end(self, epoch, logs=None):
-        if self._start and self._fit_epoch_iterator:
-            # The epochs after the resumed one are whole again.
-            iterator, callbacks = self._fit_epoch_iterator
-            iterator._num_batches = self.steps
-            self.params["steps"] = self.steps
-            for callback in getattr(callbacks, "callbacks", ()):
-                if isinstance(callback, keras.callbacks.ProgbarLogger):
-                    callback.target = self.steps
+        self._lengthen = bool(self._start)
         self._start = 0
         self.position = (epoch + 1, 0)
         if self.save_freq == "epoch":

@@ -3,10 +3,11 @@
     KERAS_BACKEND=tensorflow python resume_job.py TAGGED_DIR BACKUP_DIR RECORDS [KILL]
 
 Trains `EPOCHS` epochs on `tagged_dir` (see `conftest.py`) with a backup every
-`SAVE_FREQ` steps, and appends to RECORDS one JSON line per step trained: the epoch,
-the step's batch number in the whole epoch and the tags of its samples (read from
-the pixels the model saw); one per epoch begun, with the steps that `fit` announces
-for it; and a last line with Keras's "ran out of data" warnings. KILL `at:E,B` sends the process
+`SAVE_FREQ` steps, prints Keras's progress bar at each epoch's end (`verbose=2`),
+and appends to RECORDS one JSON line per step trained (the epoch, the step's batch
+number in the whole epoch, and the tags of its samples, read from the pixels the
+model saw), one per epoch begun (with the steps that `fit` announces for it), and a
+last line with Keras's "ran out of data" warnings. KILL `at:E,B` sends the process
 SIGKILL after step B of epoch E; `write:N` during the N-th backup's write, after its
 files and before the rename.
 """
@@ -113,7 +114,7 @@ def main(tagged_dir, backup_dir, records, kill=""):
     recorder.write({"start": list(backup.position)})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model.fit(train, epochs=EPOCHS, verbose=0, callbacks=[backup, recorder])
+        model.fit(train, epochs=EPOCHS, verbose=2, callbacks=[backup, recorder])
     recorder.write({"warnings": [str(w.message) for w in caught
                                  if "ran out of data" in str(w.message)]})
 

@@ -5,6 +5,7 @@ started again (`resume_job.py`), whose steps must be the uninterrupted run's."""
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -104,14 +105,14 @@ def test_bad_arguments_raise(tagged_dir, tmp_path):
 
 
 def run_job(backend, tagged_dir, backup_dir, records, kill=""):
-    """Runs `resume_job.py`; returns its return code (-9 when killed)."""
+    """Runs `resume_job.py`; returns its return code (-9 when killed) and stdout."""
     pytest.importorskip(backend)
     environ = child_env(KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
     process = subprocess.run([sys.executable, JOB, tagged_dir, str(backup_dir), str(records),
                               kill], env=environ, capture_output=True, text=True, timeout=300,
                              cwd=TESTS)
     assert process.returncode in (0, -9), process.stderr[-4000:]
-    return process.returncode
+    return process.returncode, process.stdout
 
 
 def read_runs(records):
@@ -135,9 +136,10 @@ def steps_of(run, before=None):
 def check_resumed(backend, tagged_dir, tmp_path, kill):
     """Kills a run as `kill` says, starts it again, and checks its steps."""
     records = tmp_path / "killed.jsonl"
-    assert run_job(backend, tagged_dir, tmp_path / "backup", records, kill) == -9
+    assert run_job(backend, tagged_dir, tmp_path / "backup", records, kill)[0] == -9
     left = sorted(os.listdir(tmp_path / "backup"))
-    assert run_job(backend, tagged_dir, tmp_path / "backup", records) == 0
+    code, printed = run_job(backend, tagged_dir, tmp_path / "backup", records)
+    assert code == 0
     killed, resumed = read_runs(records)
     start = resumed[0]["start"]
     assert start > [2, 0], start  # the backup of epoch 2 was restored
@@ -151,6 +153,8 @@ def check_resumed(backend, tagged_dir, tmp_path, kill):
     announced = [(r["epoch_begin"], r["steps"]) for r in resumed if "epoch_begin" in r]
     assert announced == [(start[0], STEPS - start[1])] + [
         (e, STEPS) for e in range(start[0] + 1, EPOCHS)]
+    bars = [tuple(map(int, bar)) for bar in re.findall(r"^(\d+)/(\d+) - ", printed, re.M)]
+    assert bars == [(STEPS - start[1],) * 2] + [(STEPS, STEPS)] * (EPOCHS - 1 - start[0])
     assert resumed[-1] == {"warnings": []}  # no "ran out of data"
     assert not os.path.exists(tmp_path / "backup")  # delete_checkpoint=True
     return start, left
@@ -173,7 +177,7 @@ def test_a_run_killed_during_a_backup_write_resumes_from_the_previous_one(tagged
 @pytest.mark.slow
 def test_the_uninterrupted_run_sees_the_native_epochs(tagged_dir, tmp_path):
     records = tmp_path / "whole.jsonl"
-    assert run_job("tensorflow", tagged_dir, tmp_path / "backup", records) == 0
+    assert run_job("tensorflow", tagged_dir, tmp_path / "backup", records)[0] == 0
     (run,) = read_runs(records)
     pipeline = dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS)
     assert steps_of(run) == [
