@@ -19,8 +19,20 @@ from dalipipe.devices import default_memory_growth  # noqa: E402
 from dalipipe.pipeline import ImagePipeline, make_dali_pipeline  # noqa: E402
 from dalipipe.sample_data import make_sample_dataset  # noqa: E402
 
-__all__ = ["ImagePipeline", "make_dali_dataset", "make_dali_pipeline", "make_sample_dataset"]
+__all__ = ["BackupAndRestore", "ImagePipeline", "make_dali_dataset", "make_dali_pipeline",
+           "make_sample_dataset"]
 __version__ = "0.1.0"
+
+
+
+def __getattr__(name):
+    # `BackupAndRestore` is a Keras callback: Keras is imported on its first use only.
+    if name == "BackupAndRestore":
+        from dalipipe.resume import BackupAndRestore
+
+        return BackupAndRestore
+    raise AttributeError(f"module 'dalipipe' has no attribute {name!r}")
+
 
 # TensorFlow takes all GPU memory but a small reserve unless told otherwise, and
 # DALI's GPU pipelines need their own: TF_FORCE_GPU_ALLOW_GROWTH=true unless set.

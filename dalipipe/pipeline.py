@@ -324,7 +324,7 @@ class ImagePipeline:
             return np.arange(min(n, self.num_batches * b), dtype=np.int64), None
         return self.sharding.positions(n, self.steps, b)
 
-    def epoch_inputs(self, epoch=0):
+    def epoch_inputs(self, epoch=0, *, start_batch=0):
         """The inputs of epoch `epoch`: `(sample_ids, random, weights)`, NumPy arrays.
 
         `sample_ids`: int64 indices into `file_paths`, in loading order (see
@@ -333,12 +333,41 @@ class ImagePipeline:
         `weights`: float32 `(len(sample_ids),)`, or None unless the pipeline is a
         shard. They depend on `seed` and `epoch` only: the native runner and the
         TensorFlow inputs use them alike.
+
+        Args:
+            epoch: the epoch's number.
+            start_batch: the first step to load, in steps of the global batch
+                (`0 <= start_batch < steps`): the rows of the whole epoch's inputs
+                from that step on, so the rest of an epoch has the samples, crops
+                and flips that the whole epoch gives them.
         """
+        start_batch = self.check_start_batch(start_batch)
         seed = self.options.seed
         order = sampling.epoch_order(seed, epoch, len(self.file_paths),
                                      shuffle=self.options.shuffle)
         positions, weights = self.positions()
-        return order[positions], sampling.epoch_random(seed, epoch, len(positions)), weights
+        random = sampling.epoch_random(seed, epoch, len(positions))
+        # Rows per step: the pipeline's DALI batches of that step (one per replica fed).
+        first = start_batch * self.batch_size * (self.num_batches // self.steps)
+        return (order[positions][first:], random[first:],
+                None if weights is None else weights[first:])
+
+    def check_position(self, epoch, start_batch):
+        """`(epoch, start_batch)` as ints, or ValueError unless `epoch` is a
+        non-negative integer and `start_batch` a step of an epoch."""
+        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 0:
+            raise ValueError(f"`epoch` must be a non-negative integer. Received: epoch={epoch!r}")
+        return int(epoch), self.check_start_batch(start_batch)
+
+    def check_start_batch(self, start_batch):
+        """`start_batch` as an int, or ValueError unless it is a step of an epoch."""
+        if isinstance(start_batch, bool) or not isinstance(start_batch, (int, np.integer)) \
+                or not 0 <= start_batch < self.steps:
+            raise ValueError(
+                f"`start_batch` must be an integer in [0, {self.steps}), the steps of an "
+                f"epoch. Received: start_batch={start_batch!r}"
+            )
+        return int(start_batch)
 
     def load_samples(self, sample_ids):
         """The `"samples"` input batch for `sample_ids` (see `dalipipe.graph`).
@@ -425,12 +454,14 @@ class ImagePipeline:
 
         return image_graph()
 
-    def epoch(self, epoch=0):
+    def epoch(self, epoch=0, *, start_batch=0):
         """Runs epoch `epoch` natively and yields each batch as a tuple of NumPy arrays.
 
-        The inputs are `epoch_inputs(epoch)`; GPU outputs are copied to the host.
+        The inputs are `epoch_inputs(epoch, start_batch=start_batch)`: from step
+        `start_batch` on, the batches that the whole epoch gives from there, and
+        the earlier ones are not loaded. GPU outputs are copied to the host.
         """
-        return self.run(*self.epoch_inputs(epoch))
+        return self.run(*self.epoch_inputs(epoch, start_batch=start_batch))
 
     def run(self, sample_ids, random=None, weights=None, *, copy_to_host=True):
         """Runs the graph natively over the given inputs, a batch at a time.

@@ -53,7 +53,8 @@ class DALIPyDataset(keras.utils.PyDataset):
     several epochs with `steps_per_epoch` smaller than `len()`, as Keras's own
     iterators do. Pass `n` loads what `make_dali_pipeline(...).epoch(n)` loads,
     the same order and crops for a seed (the first `fit` also reads one batch to
-    build the model, so its first epoch is pass 1).
+    build the model, so its first epoch is pass 1), unless `set_position` numbers
+    the next pass (`dalipipe.BackupAndRestore` does, at every epoch's start).
     The items are copies: they stay valid after the next one is read.
 
     Attributes:
@@ -74,12 +75,28 @@ class DALIPyDataset(keras.utils.PyDataset):
         self._convert = _converter(self.backend, image_pipeline.device == "gpu")
         self._runner = native.Runner(image_pipeline)
         self._epoch = -1
+        self._start = 0  # the first step of the pass under way
+        self._next = None  # (epoch, start step) of the next pass, from `set_position`
         self._served = set()
         self._stream = None
         self._new_reader = True
 
     def __len__(self):
-        return self.image_pipeline.steps
+        start = self._start if self._next is None else self._next[1]
+        return self.image_pipeline.steps - start
+
+    def set_position(self, epoch, batch=0):
+        """Makes the next pass epoch `epoch` from step `batch` on (what
+        `ImagePipeline.epoch(epoch, start_batch=batch)` loads), the passes after it
+        epochs `epoch + 1`, ... from their first step. Until that pass ends,
+        `len()` and `num_batches` are its steps, `steps - batch`.
+        `dalipipe.BackupAndRestore` calls it at the start of every epoch.
+
+        Raises:
+            ValueError: for an `epoch` below 0 or a `batch` outside `[0, steps)`.
+        """
+        self._next = self.image_pipeline.check_position(epoch, batch)
+        self._new_reader = True
 
     @property
     def num_batches(self):
@@ -95,10 +112,11 @@ class DALIPyDataset(keras.utils.PyDataset):
             )
         if self._new_reader or index in self._served or len(self._served) == len(self):
             self._new_reader = False
-            self._epoch += 1
+            self._epoch, self._start = (self._epoch + 1, 0) if self._next is None else self._next
+            self._next = None
             self._served = set()
-            self._stream = self._runner.run(*self.image_pipeline.epoch_inputs(self._epoch),
-                                            copy_to_host=False)
+            inputs = self.image_pipeline.epoch_inputs(self._epoch, start_batch=self._start)
+            self._stream = self._runner.run(*inputs, copy_to_host=False)
         self._served.add(index)
         batch = tuple(self._convert(self._sample(out)) for out in next(self._stream))
         if len(self._served) == len(self):

@@ -131,23 +131,35 @@ def to_dataset(image_pipeline, device=None):
     if gpu:
         image_pipeline = image_pipeline.on_device(tf_gpu_cuda_ordinal(device))
     feed = EpochFeed(image_pipeline)
+    return KerasDataset(_pass_dataset(feed, device), image_pipeline,
+                        device=device if gpu else None, feed=feed,
+                        rest_of_epoch=lambda start: _pass_dataset(feed, device, start))
+
+
+def _pass_dataset(feed, device, start_batch=0):
+    """The dataset whose every iteration is one epoch of `feed`, from step
+    `start_batch` on (see `to_dataset`)."""
+    image_pipeline = feed.image_pipeline
+    gpu = image_pipeline.device == "gpu"
+    per_step = image_pipeline.num_batches // image_pipeline.steps
+    first = start_batch * per_step  # the first DALI batch of the pass
+    parts = [([n for n in numbers if n >= first], size) for numbers, size in feed.parts]
+    parts = [(numbers, size) for numbers, size in parts if len(numbers)]
     parts = [_dali_dataset(feed, numbers, size, join=i > 0, device=device)
-             for i, (numbers, size) in enumerate(feed.parts)]
+             for i, (numbers, size) in enumerate(parts)]
     if gpu:
         # Not lazy: a `flat_map`'s iterator runs on the CPU (`FlatMapDataset` has a CPU
         # kernel only), and DALI copies its GPU outputs into memory from its iterator's
         # allocator (`ProduceOutputs` in `dali_dataset_op.cc`), which would be host memory.
-        dataset = parts[0]
-    else:
-        whole = parts[0] if len(parts) == 1 else parts[0].concatenate(parts[1])
-        with tf.device(device):
-            dataset = tf.data.Dataset.range(1).flat_map(lambda _: whole)
-            if image_pipeline.num_batches == image_pipeline.steps:
-                # A real cardinality for tf.data too (`.map`, `.prefetch` keep it).
-                dataset = dataset.apply(
-                    tf.data.experimental.assert_cardinality(image_pipeline.num_batches))
-            dataset = dataset.with_options(_plain_options())
-    return KerasDataset(dataset, image_pipeline, device=device if gpu else None)
+        return parts[0]
+    whole = parts[0] if len(parts) == 1 else parts[0].concatenate(parts[1])
+    with tf.device(device):
+        dataset = tf.data.Dataset.range(1).flat_map(lambda _: whole)
+        if image_pipeline.num_batches == image_pipeline.steps:
+            # A real cardinality for tf.data too (`.map`, `.prefetch` keep it).
+            dataset = dataset.apply(tf.data.experimental.assert_cardinality(
+                image_pipeline.num_batches - start_batch))
+        return dataset.with_options(_plain_options())
 
 
 def _dali_dataset(feed, numbers, batch_size, *, join, device):

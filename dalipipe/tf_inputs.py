@@ -3,8 +3,9 @@
 An `EpochFeed` turns an `ImagePipeline`'s `epoch_inputs` into the `tf.data` inputs
 of DALI's `DALIDatasetWithInputs`, one per input of the graph (`"samples"`,
 `"random"`, `"weights"`). Each iteration of an input is one epoch, numbered from 0
-by the iterations that input has started, and holds that epoch's batches: so the
-n-th pass over the dataset loads what the native `ImagePipeline.epoch(n)` loads,
+by the iterations that input has started (from the number `set_position` gives),
+and holds that epoch's batches: so the n-th pass over the dataset loads what the
+native `ImagePipeline.epoch(n)` loads,
 the inputs end with the epoch (DALI's dataset with them), and the shards of a
 distributed dataset split one common order. `feed_parts` says how an epoch is cut
 into DALI datasets.
@@ -63,6 +64,12 @@ class EpochFeed:
         self.started = collections.Counter()
         self.epochs = collections.OrderedDict()
         self.lock = threading.Lock()
+
+    def set_position(self, epoch):
+        """Numbers the next iteration of every input `epoch`, the ones after it on."""
+        with self.lock:
+            self.started = collections.Counter(
+                dict.fromkeys(self.image_pipeline.input_names, int(epoch)))
 
     def start(self, name):
         """The number of the epoch that input `name` starts now."""

@@ -30,10 +30,13 @@ class KerasDataset(tf.data.Dataset):
     raise ValueError instead of failing inside TensorFlow.
     """
 
-    def __init__(self, dataset, image_pipeline, *, device=None):
+    def __init__(self, dataset, image_pipeline, *, device=None, feed=None, rest_of_epoch=None):
         spec = dataset.element_spec
         self._spec = spec[0] if isinstance(spec, tuple) and len(spec) == 1 else spec
         self._steps = image_pipeline.steps
+        self._feed = feed
+        self._rest_of_epoch = rest_of_epoch
+        self._resumed = None  # (start step, dataset) of the next iteration, if set
         self._gpu_device = device
         self.image_pipeline = image_pipeline
         self.class_names = image_pipeline.class_names
@@ -49,7 +52,35 @@ class KerasDataset(tf.data.Dataset):
         return self._spec
 
     def cardinality(self):
-        return tf.constant(self._steps, tf.int64)
+        """The steps of the next pass: `steps`, less the steps that `set_position`
+        skips."""
+        start = 0 if self._resumed is None else self._resumed[0]
+        return tf.constant(self._steps - start, tf.int64)
+
+    def set_position(self, epoch, batch=0):
+        """Makes the next iteration epoch `epoch` from step `batch` on, the ones after
+        it epochs `epoch + 1`, ... from their first step (`ImagePipeline.epoch(epoch,
+        start_batch=batch)` loads the same). `cardinality()` is the next pass's
+        steps. `dalipipe.BackupAndRestore` calls it at the start of every epoch.
+
+        Raises:
+            ValueError: for an `epoch` below 0 or a `batch` outside `[0, steps)`.
+        """
+        epoch, batch = self.image_pipeline.check_position(epoch, batch)
+        self._feed.set_position(epoch)
+        if batch == 0:
+            self._resumed = None
+        elif self._resumed is None or self._resumed[0] != batch:
+            rest = self._rest_of_epoch(batch)
+            self._resumed = (batch, KerasDataset(rest, self.image_pipeline,
+                                                 device=self._gpu_device))
+
+    def __iter__(self):
+        if self._resumed is None:
+            return super().__iter__()
+        _, dataset = self._resumed
+        self._resumed = None
+        return iter(dataset)
 
 
 def _cpu_transformation(name):

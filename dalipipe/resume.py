@@ -1,0 +1,303 @@
+"""`BackupAndRestore`: Keras's backup callback, resuming a dalipipe dataset exactly.
+
+The callback saves the model's weights (the optimizer's with them, as Keras's
+does) and the data position, the epoch and the next step of a `make_dali_dataset`
+dataset, with a fingerprint of the dataset, in one folder written whole and then
+renamed into place. On a restart it reads the newest complete backup when it is
+made, tells the dataset where to go on (`set_position`), so that the dataset's
+length is the resumed epoch's remaining steps when `fit` reads it, and loads the
+weights at the start of training. Each epoch `e` loads what
+`make_dali_pipeline(...).epoch(e)` loads (the order, crops and flips from `seed`
+and `e`), the resumed one from its next step (`start_batch`).
+
+Keras's `fit` reads the dataset's length once and makes every epoch that long, so
+after the shortened resumed epoch the callback sets the length of the epochs after
+it back to the whole epoch's, on `fit`'s epoch iterator and progress bar (found in
+`fit`'s frame: Keras 3 passes them to no callback). Keras and TensorFlow are not
+imported by `import dalipipe`: this module is loaded on first use of the name.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+import keras
+
+from dalipipe.options import Options
+
+_STATE = "state.json"
+_WEIGHTS = "model.weights.h5"
+_PREFIX = "backup-"
+# Options that change neither which samples an epoch loads nor their crops.
+_NOT_IN_FINGERPRINT = ("verbose", "num_threads", "prefetch_queue_depth", "check",
+                       "on_bad_file", "device", "format")
+
+
+class BackupAndRestore(keras.callbacks.BackupAndRestore):
+    """Backs up the training state, and the position in a dalipipe dataset, so that a
+    run killed at any step goes on at the next one with the same batches.
+
+    A subclass of `keras.callbacks.BackupAndRestore`, whose arguments it shares with
+    their meaning. Each backup is a folder `backup-N` in `backup_dir` holding
+    `model.weights.h5` (Keras's `save_weights`: the model's and the optimizer's
+    variables) and `state.json` (`{"epoch", "batch", "fingerprint"}`: the next step
+    to train and the dataset's identity), written in a temporary folder then renamed,
+    so that a kill during a write leaves the previous backup whole.
+
+    The position is restored when the callback is made (so the dataset already has
+    the resumed epoch's length, `steps - batch`, when `fit` reads it, and the
+    progress bar shows the remaining steps); the weights at the start of `fit`.
+
+    Args:
+        backup_dir: the folder of the backups, created if needed; it must be
+            writable (checked now) and used by this callback only.
+        dataset: the training dataset, as `make_dali_dataset` returned it (a
+            `tf.data.Dataset` of the "tf" format or a `DALIPyDataset`).
+        save_freq: `"epoch"` (a backup at the end of every epoch), an integer `N`
+            (also every `N` steps) or False (never).
+        delete_checkpoint: delete `backup_dir` when `fit` ends. Defaults to True.
+        double_checkpoint: keep the previous backup too, and restore it when the
+            newest cannot be read (its state or weights). Defaults to False.
+
+    Attributes:
+        position: `(epoch, batch)`, where training goes on (`(0, 0)` without a
+            backup).
+
+    Raises:
+        ValueError: for a `dataset` that `make_dali_dataset` did not make (or one
+            made with `strategy`), for a backup made with another dataset (naming
+            what differs), or for an invalid `save_freq`.
+        OSError: when `backup_dir` cannot be written.
+    """
+
+    def __init__(self, backup_dir, dataset, save_freq="epoch", delete_checkpoint=True,
+                 double_checkpoint=False):
+        super().__init__(backup_dir, save_freq=save_freq, double_checkpoint=double_checkpoint,
+                         delete_checkpoint=delete_checkpoint)
+        if save_freq is not False and save_freq != "epoch" and save_freq < 1:
+            raise ValueError(
+                "`save_freq` must be 'epoch', a positive integer or False. Received: "
+                f"save_freq={save_freq!r}"
+            )
+        if not (hasattr(dataset, "set_position") and hasattr(dataset, "image_pipeline")):
+            raise ValueError(
+                "`dataset` must be the training dataset that `dalipipe.make_dali_dataset` "
+                "returned, without `strategy` (a distributed dataset cannot be resumed "
+                f"mid-epoch yet). Received: dataset={dataset!r}"
+            )
+        self.dataset = dataset
+        self.steps = dataset.image_pipeline.steps
+        self.fingerprint = fingerprint(dataset.image_pipeline)
+        _check_writable(backup_dir)
+        self._backup, state = self._newest_backup()
+        self.position = (0, 0)
+        if state is not None:
+            self._check_fingerprint(state["fingerprint"])
+            epoch, batch = int(state["epoch"]), int(state["batch"])
+            self.position = (epoch + 1, 0) if batch >= self.steps else (epoch, batch)
+        self._epoch, self._start = self.position
+        self.dataset.set_position(*self.position)
+        self._since_saved = 0
+        self._last_seen = -1
+        self._fit_epoch_iterator = None
+        self._lengthen = False  # whether the next epoch follows a shortened one
+
+    def _newest_backup(self):
+        """`(folder, state)` of the newest backup that can be read, else `(None, None)`."""
+        import h5py
+
+        for folder in _backups(self.backup_dir)[::-1]:
+            try:
+                with open(os.path.join(folder, _STATE)) as f:
+                    state = json.load(f)
+                with h5py.File(os.path.join(folder, _WEIGHTS), "r"):
+                    pass
+                return folder, state
+            except (OSError, ValueError):
+                if not self.double_checkpoint:
+                    raise
+        return None, None
+
+    def _check_fingerprint(self, saved):
+        differs = sorted(k for k in set(saved) | set(self.fingerprint)
+                         if saved.get(k) != self.fingerprint.get(k))
+        if differs:
+            details = "; ".join(f"{k}: backup {saved.get(k)!r}, dataset "
+                                f"{self.fingerprint.get(k)!r}" for k in differs)
+            raise ValueError(
+                f"The backup in {self.backup_dir} was made with another dataset: "
+                f"what differs: {', '.join(differs)} ({details}). Resume with the dataset it was "
+                "made with (the same files, `seed`, `batch_size` and options; a "
+                "`seed=None` draws a new seed every run), or use another `backup_dir`."
+            )
+
+    def on_train_begin(self, logs=None):
+        if not self.model.built:
+            raise ValueError(
+                "To use the BackupAndRestore callback, you model must be built before "
+                f"you call `fit()`. Model {self.model} is unbuilt. You can build it "
+                "beforehand by calling it on a batch of data."
+            )
+        self._fit_epoch_iterator = _fit_locals()
+        iterator = self._fit_epoch_iterator[0] if self._fit_epoch_iterator else None
+        if iterator is not None and iterator.steps_per_epoch not in (None, self.steps):
+            raise ValueError(
+                "`dalipipe.BackupAndRestore` resumes epochs that are whole passes over "
+                "the dataset: `steps_per_epoch` must be None or its "
+                f"{self.steps} steps. Received: steps_per_epoch={iterator.steps_per_epoch}"
+            )
+        adapter = getattr(iterator, "data_adapter", None)
+        trained = getattr(adapter, "_dataset", getattr(adapter, "py_dataset", self.dataset))
+        if trained is not self.dataset:
+            raise ValueError(
+                "`fit` must train on the `dataset` given to `dalipipe.BackupAndRestore`, "
+                "untransformed (Keras's `fit(class_weight=...)` maps it: use "
+                "`make_dali_dataset(class_weight=...)` instead). Received: fit's data "
+                f"{trained!r}, the callback's {self.dataset!r}"
+            )
+        if self._start and iterator is None:
+            raise RuntimeError(
+                "dalipipe.BackupAndRestore cannot find `fit`'s epoch iterator in this "
+                f"Keras {keras.__version__}, to make the epochs after the resumed one "
+                "whole again."
+            )
+        if self._backup is not None:
+            if self.model.optimizer is not None and not self.model.optimizer.built:
+                self.model.optimizer.build(self.model.trainable_variables)
+            self.model.load_weights(os.path.join(self._backup, _WEIGHTS))
+            self.model._initial_epoch = self.position[0]
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self._lengthen:
+            # The epochs after the resumed one are whole again (set here, before the
+            # progress bar of the epoch is made: it finalizes at `on_epoch_end`).
+            self._lengthen = False
+            iterator, callbacks = self._fit_epoch_iterator
+            iterator._num_batches = self.steps
+            self.params["steps"] = self.steps
+            for callback in getattr(callbacks, "callbacks", ()):
+                if isinstance(callback, keras.callbacks.ProgbarLogger):
+                    callback.target = self.steps
+        # The resumed epoch goes on from its next step; the others start at their first.
+        self._start = self.position[1] if epoch == self.position[0] else 0
+        self._epoch = epoch
+        self._last_seen = -1
+        self.dataset.set_position(epoch, self._start)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.save_freq in ("epoch", False):
+            return
+        # `batch` is the last step of the call (several with `steps_per_execution`).
+        self._since_saved += batch - self._last_seen
+        self._last_seen = batch
+        if self._since_saved >= self.save_freq:
+            self._since_saved = 0
+            self._save(self._epoch, self._start + batch + 1)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._lengthen = bool(self._start)
+        self._start = 0
+        self.position = (epoch + 1, 0)
+        if self.save_freq == "epoch":
+            self._save(epoch + 1, 0)
+
+    def on_train_end(self, logs=None):
+        if self.delete_checkpoint and os.path.exists(self.backup_dir):
+            shutil.rmtree(self.backup_dir)
+
+    def _save(self, epoch, batch):
+        """Writes backup `(epoch, batch)` whole in a temporary folder, renames it into
+        place, then removes the older ones (all but one with `double_checkpoint`)."""
+        os.makedirs(self.backup_dir, exist_ok=True)
+        existing = _backups(self.backup_dir)
+        number = 1 + max((int(os.path.basename(f)[len(_PREFIX):]) for f in existing),
+                         default=0)
+        temporary = tempfile.mkdtemp(prefix=".writing-", dir=self.backup_dir)
+        state = {"epoch": epoch, "batch": batch, "fingerprint": self.fingerprint}
+        self._write_backup(temporary, state)
+        for name in os.listdir(temporary):
+            _fsync(os.path.join(temporary, name))
+        folder = os.path.join(self.backup_dir, f"{_PREFIX}{number}")
+        os.rename(temporary, folder)
+        _fsync(self.backup_dir)
+        keep = 2 if self.double_checkpoint else 1
+        for old in [*existing, folder][:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+        for name in os.listdir(self.backup_dir):
+            if name.startswith(".writing-") and os.path.join(self.backup_dir, name) != temporary:
+                shutil.rmtree(os.path.join(self.backup_dir, name), ignore_errors=True)
+        self._backup = folder
+
+    def _write_backup(self, folder, state):
+        """Writes the weights and `state` into `folder`."""
+        self.model.save_weights(os.path.join(folder, _WEIGHTS), overwrite=True)
+        with open(os.path.join(folder, _STATE), "w") as f:
+            json.dump(state, f)
+
+
+def fingerprint(image_pipeline):
+    """What makes a dataset's epochs what they are, as JSON values: the files (their
+    number and a hash of their sorted paths), `seed`, `shuffle`, `batch_size`,
+    the steps and the shard, and the other options that change what is loaded."""
+    options = image_pipeline.options
+    paths = "\n".join(sorted(str(p) for p in image_pipeline.file_paths)).encode()
+    sharding = image_pipeline.sharding
+    found = {
+        "files": f"{len(image_pipeline.file_paths)} files, sha256 "
+                 f"{hashlib.sha256(paths).hexdigest()[:16]}",
+        "seed": options.seed,
+        "shuffle": options.shuffle,
+        "batch_size": options.batch_size,
+        "steps": image_pipeline.steps,
+        "shard": None if sharding is None else [sharding.num_replicas,
+                                                list(sharding.replica_ids)],
+    }
+    for name in Options.names():
+        if name not in found and name not in _NOT_IN_FINGERPRINT:
+            found[name] = repr(getattr(options, name))
+    return found
+
+
+def _backups(backup_dir):
+    """The complete backups in `backup_dir`, oldest first."""
+    if not os.path.isdir(backup_dir):
+        return []
+    numbered = [(int(name[len(_PREFIX):]), name) for name in os.listdir(backup_dir)
+                if name.startswith(_PREFIX) and name[len(_PREFIX):].isdigit()]
+    return [os.path.join(backup_dir, name) for _, name in sorted(numbered)]
+
+
+def _check_writable(backup_dir):
+    try:
+        os.makedirs(backup_dir, exist_ok=True)
+        with tempfile.TemporaryFile(dir=backup_dir):
+            pass
+    except OSError as e:
+        raise OSError(
+            f"`backup_dir` must be a folder that can be written. Received: "
+            f"backup_dir={backup_dir!r} ({e})"
+        ) from e
+
+
+def _fsync(path):
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _fit_locals():
+    """`(epoch_iterator, callbacks)` of the `fit` that is running, or None."""
+    from keras.src.trainers.epoch_iterator import EpochIterator
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        iterator = frame.f_locals.get("epoch_iterator")
+        if frame.f_code.co_name == "fit" and isinstance(iterator, EpochIterator):
+            return iterator, frame.f_locals.get("callbacks")
+        frame = frame.f_back
+    return None

@@ -1,0 +1,123 @@
+"""`fit` with `dalipipe.BackupAndRestore` in its own process, to be killed (`test_resume.py`).
+
+    KERAS_BACKEND=tensorflow python resume_job.py TAGGED_DIR BACKUP_DIR RECORDS [KILL]
+
+Trains `EPOCHS` epochs on `tagged_dir` (see `conftest.py`) with a backup every
+`SAVE_FREQ` steps, prints Keras's progress bar at each epoch's end (`verbose=2`),
+and appends to RECORDS one JSON line per step trained (the epoch, the step's batch
+number in the whole epoch, and the tags of its samples, read from the pixels the
+model saw), one per epoch begun (with the steps that `fit` announces for it), and a
+last line with Keras's "ran out of data" warnings. KILL `at:E,B` sends the process
+SIGKILL after step B of epoch E; `write:N` during the N-th backup's write, after its
+files and before the rename.
+"""
+
+import json
+import os
+import signal
+import sys
+import warnings
+
+import keras
+from keras import ops
+
+import dalipipe
+import backend_job
+
+BATCH = 8
+EPOCHS = 4
+SAVE_FREQ = 3
+OPTIONS = dict(image_size=(12, 12), batch_size=BATCH, normalization=None, verbose=False,
+               device="cpu", seed=5)
+
+
+class LastTags(keras.metrics.Metric):
+    """The tags of the last batch's samples (-1 past a partial batch's end)."""
+
+    def __init__(self, name="last_tags"):
+        super().__init__(name=name)
+        self.tags = self.add_variable(shape=(BATCH,), initializer="zeros", name="tags")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        tags = ops.round(y_pred[:, -1])
+        padded = ops.concatenate([tags, -ops.ones((BATCH,), tags.dtype)])[:BATCH]
+        self.tags.assign(padded)
+
+    def result(self):
+        return ops.sum(self.tags)
+
+
+def tag_model():
+    """`backend_job`'s model (class logits, then the image's tag), reporting `LastTags`."""
+    model = backend_job.tag_model()
+    model.compile(keras.optimizers.Adam(0.05), loss=backend_job.class_loss,
+                  metrics=[LastTags()])
+    return model
+
+
+class Recorder(keras.callbacks.Callback):
+    """Appends each step's samples to `path`, and kills the process at `kill_at`."""
+
+    def __init__(self, path, steps, kill_at=None):
+        super().__init__()
+        self.file = open(path, "a")
+        self.steps = steps
+        self.kill_at = kill_at
+
+    def write(self, record):
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()
+        os.fsync(self.file.fileno())
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+        self.offset = self.steps - self.params["steps"]  # the steps a resumed epoch skips
+        self.write({"epoch_begin": epoch, "steps": self.params["steps"]})
+
+    def on_train_batch_end(self, batch, logs=None):
+        metric = next(m for m in _metrics(self.model) if isinstance(m, LastTags))
+        tags = [int(t) for t in ops.convert_to_numpy(metric.tags) if t >= 0]
+        self.write({"epoch": self.epoch, "batch": self.offset + batch, "tags": tags})
+        if self.kill_at == (self.epoch, self.offset + batch):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _metrics(model):
+    for metric in model.metrics:
+        yield metric
+        yield from getattr(metric, "metrics", [])
+
+
+class KilledInWrite(dalipipe.BackupAndRestore):
+    """Killed during its `write`-th backup, its files written, not yet renamed."""
+
+    write = None
+    written = 0
+
+    def _write_backup(self, folder, state):
+        super()._write_backup(folder, state)
+        type(self).written += 1
+        if type(self).written == self.write:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main(tagged_dir, backup_dir, records, kill=""):
+    train = dalipipe.make_dali_dataset(tagged_dir, **OPTIONS)
+    kill_at = None
+    if kill.startswith("at:"):
+        kill_at = tuple(int(v) for v in kill[3:].split(","))
+    if kill.startswith("write:"):
+        KilledInWrite.write = int(kill[6:])
+    backup = KilledInWrite(backup_dir, train, save_freq=SAVE_FREQ)
+    model = tag_model()
+    recorder = Recorder(records, train.image_pipeline.steps, kill_at)
+    recorder.write({"start": list(backup.position)})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(train, epochs=EPOCHS, verbose=2, callbacks=[backup, recorder])
+    recorder.write({"warnings": [str(w.message) for w in caught
+                                 if "ran out of data" in str(w.message)]})
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

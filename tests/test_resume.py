@@ -1,0 +1,277 @@
+"""Resuming mid-epoch: `ImagePipeline.epoch(n, start_batch=k)`, the datasets'
+`set_position`, and `dalipipe.BackupAndRestore` in `fit` jobs killed with SIGKILL and
+started again (`resume_job.py`), whose steps must be the uninterrupted run's."""
+
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import dalipipe
+from dalipipe.utils import child_env
+
+from helpers import tag_of
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+JOB = os.path.join(TESTS, "resume_job.py")
+OPTIONS = dict(image_size=(12, 12), batch_size=8, normalization=None, verbose=False,
+               device="cpu", seed=5)
+STEPS = 16  # 121 tagged images in batches of 8
+EPOCHS = 4
+
+
+@pytest.mark.parametrize("augment", [False, True])
+def test_start_batch_gives_the_rest_of_the_epoch(tagged_dir, augment):
+    pipeline = dalipipe.make_dali_pipeline(tagged_dir, augment=augment, **OPTIONS)
+    whole = list(pipeline.epoch(2))
+    for start in (1, 9, STEPS - 1):
+        rest = list(pipeline.epoch(2, start_batch=start))
+        assert len(rest) == STEPS - start
+        for got, want in zip(rest, whole[start:]):
+            for a, b in zip(got, want):
+                np.testing.assert_array_equal(a, b)
+    ids, randoms, _ = pipeline.epoch_inputs(2)
+    rest_ids, rest_randoms, _ = pipeline.epoch_inputs(2, start_batch=9)
+    np.testing.assert_array_equal(rest_ids, ids[72:])
+    np.testing.assert_array_equal(rest_randoms, randoms[72:])
+
+
+def test_start_batch_of_a_shard_counts_global_steps(tagged_dir):
+    pipeline = dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS).shard([1], 2)
+    ids, _, weights = pipeline.epoch_inputs(1)
+    rest_ids, _, rest_weights = pipeline.epoch_inputs(1, start_batch=5)
+    np.testing.assert_array_equal(rest_ids, ids[5 * 4:])
+    np.testing.assert_array_equal(rest_weights, weights[5 * 4:])
+
+
+@pytest.mark.parametrize("start_batch", [-1, STEPS, 1.5, True])
+def test_start_batch_outside_the_epoch_raises(tagged_dir, start_batch):
+    pipeline = dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS)
+    with pytest.raises(ValueError, match=r"`start_batch` must be an integer in \[0, 16\)"):
+        pipeline.epoch_inputs(0, start_batch=start_batch)
+
+
+def test_pydataset_set_position_gives_the_rest_then_whole_epochs(tagged_dir):
+    dataset = dalipipe.make_dali_dataset(tagged_dir, format="pydataset", **OPTIONS)
+    pipeline = dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS)
+    dataset.set_position(3, 10)
+    assert dataset.num_batches == len(dataset) == STEPS - 10
+    got = [tag_of(image) for i in range(len(dataset)) for image in dataset[i][0]]
+    assert got == [tag_of(image) for images, _ in pipeline.epoch(3, start_batch=10)
+                   for image in images]
+    assert dataset.num_batches == STEPS - 10  # until the next pass starts
+    got = [tag_of(image) for i in range(STEPS) for image in dataset[i][0]]
+    assert len(dataset) == STEPS
+    assert got == [tag_of(image) for images, _ in pipeline.epoch(4) for image in images]
+    with pytest.raises(ValueError, match="`epoch` must be a non-negative integer"):
+        dataset.set_position(-1, 0)
+
+
+def test_a_backup_of_another_dataset_raises_naming_what_differs(tagged_dir, tmp_path):
+    from dalipipe.resume import fingerprint
+    from resume_job import tag_model
+
+    made = dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS)
+    folder = tmp_path / "backup" / "backup-1"
+    folder.mkdir(parents=True)
+    tag_model().save_weights(str(folder / "model.weights.h5"))
+    (folder / "state.json").write_text(json.dumps(
+        {"epoch": 1, "batch": 3, "fingerprint": fingerprint(made)}))
+    same = dalipipe.make_dali_dataset(tagged_dir, format="pydataset", **OPTIONS)
+    assert dalipipe.BackupAndRestore(str(tmp_path / "backup"), same).position == (1, 3)
+    assert len(same) == STEPS - 3
+    other = dalipipe.make_dali_dataset(tagged_dir, format="pydataset",
+                                       **dict(OPTIONS, seed=6, batch_size=4, augment=True))
+    with pytest.raises(ValueError, match="another dataset: what differs: augment, "
+                                         "batch_size, seed, steps"):
+        dalipipe.BackupAndRestore(str(tmp_path / "backup"), other)
+
+
+def test_bad_arguments_raise(tagged_dir, tmp_path):
+    dataset = dalipipe.make_dali_dataset(tagged_dir, format="pydataset", **OPTIONS)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    with pytest.raises(OSError, match="`backup_dir` must be a folder that can be written"):
+        dalipipe.BackupAndRestore(str(blocker / "backup"), dataset)
+    with pytest.raises(ValueError, match="`dataset` must be the training dataset"):
+        dalipipe.BackupAndRestore(str(tmp_path / "b"), [1, 2])
+    with pytest.raises(ValueError, match="`save_freq` must be"):
+        dalipipe.BackupAndRestore(str(tmp_path / "b"), dataset, save_freq=0)
+
+
+def run_job(backend, tagged_dir, backup_dir, records, kill=""):
+    """Runs `resume_job.py`; returns its return code (-9 when killed) and stdout."""
+    pytest.importorskip(backend)
+    environ = child_env(KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
+    process = subprocess.run([sys.executable, JOB, tagged_dir, str(backup_dir), str(records),
+                              kill], env=environ, capture_output=True, text=True, timeout=300,
+                             cwd=TESTS)
+    assert process.returncode in (0, -9), process.stderr[-4000:]
+    return process.returncode, process.stdout
+
+
+def read_runs(records):
+    """The runs in `records`: a list per run of its lines."""
+    runs = []
+    with open(records) as f:
+        for line in f:
+            record = json.loads(line)
+            if "start" in record:
+                runs.append([])
+            runs[-1].append(record)
+    return runs
+
+
+def steps_of(run, before=None):
+    """`(epoch, batch, tags)` of a run's steps (those before position `before`)."""
+    return [(r["epoch"], r["batch"], r["tags"]) for r in run if "tags" in r
+            and (before is None or (r["epoch"], r["batch"]) < tuple(before))]
+
+
+def check_resumed(backend, tagged_dir, tmp_path, kill):
+    """Kills a run as `kill` says, starts it again, and checks its steps."""
+    records = tmp_path / "killed.jsonl"
+    assert run_job(backend, tagged_dir, tmp_path / "backup", records, kill)[0] == -9
+    left = sorted(os.listdir(tmp_path / "backup"))
+    code, printed = run_job(backend, tagged_dir, tmp_path / "backup", records)
+    assert code == 0
+    killed, resumed = read_runs(records)
+    start = resumed[0]["start"]
+    assert start > [2, 0], start  # the backup of epoch 2 was restored
+    seen = steps_of(killed, before=start) + steps_of(resumed)
+    # What the uninterrupted run sees (checked against a real run in the slow test).
+    pipeline = dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS)
+    want = [(epoch, batch, [tag_of(image) for image in images])
+            for epoch in range(EPOCHS) for batch, (images, _) in enumerate(pipeline.epoch(epoch))]
+    assert seen == want
+    # The resumed epoch's progress bar counts its remaining steps, the next ones all.
+    announced = [(r["epoch_begin"], r["steps"]) for r in resumed if "epoch_begin" in r]
+    assert announced == [(start[0], STEPS - start[1])] + [
+        (e, STEPS) for e in range(start[0] + 1, EPOCHS)]
+    bars = [tuple(map(int, bar)) for bar in re.findall(r"^(\d+)/(\d+) - ", printed, re.M)]
+    assert bars == [(STEPS - start[1],) * 2] + [(STEPS, STEPS)] * (EPOCHS - 1 - start[0])
+    assert resumed[-1] == {"warnings": []}  # no "ran out of data"
+    assert not os.path.exists(tmp_path / "backup")  # delete_checkpoint=True
+    return start, left
+
+
+def test_a_run_killed_at_a_random_step_of_epoch_2_resumes_exactly(tagged_dir, tmp_path):
+    batch = random.Random().randrange(3, STEPS)  # after the epoch's first backup
+    check_resumed("tensorflow", tagged_dir, tmp_path, f"at:2,{batch}")
+
+
+def test_a_run_killed_during_a_backup_write_resumes_from_the_previous_one(tagged_dir,
+                                                                          tmp_path):
+    # Backups every 3 steps: the 12th is written after step 4 of epoch 2 (global 36),
+    # so the 11th, after its first step, is restored.
+    start, left = check_resumed("tensorflow", tagged_dir, tmp_path, "write:12")
+    assert start == [2, 1]
+    assert left[1] == "backup-11" and left[0].startswith(".writing-"), left
+
+
+@pytest.mark.slow
+def test_the_uninterrupted_run_sees_the_native_epochs(tagged_dir, tmp_path):
+    records = tmp_path / "whole.jsonl"
+    assert run_job("tensorflow", tagged_dir, tmp_path / "backup", records)[0] == 0
+    (run,) = read_runs(records)
+    pipeline = dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS)
+    assert steps_of(run) == [
+        (epoch, batch, [tag_of(image) for image in images])
+        for epoch in range(EPOCHS) for batch, (images, _) in enumerate(pipeline.epoch(epoch))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_a_killed_run_resumes_exactly_on_the_backend(backend, tagged_dir, tmp_path):
+    batch = random.Random().randrange(3, STEPS)
+    check_resumed(backend, tagged_dir, tmp_path, f"at:2,{batch}")
+
+
+def test_double_checkpoint_restores_the_older_backup_when_the_newer_is_broken(
+        tagged_dir, tmp_path):
+    import keras
+
+    from resume_job import tag_model
+
+    dataset = dalipipe.make_dali_dataset(tagged_dir, format="pydataset", **OPTIONS)
+    backup_dir = str(tmp_path / "backup")
+    model = tag_model()
+    backup = dalipipe.BackupAndRestore(backup_dir, dataset, save_freq=5,
+                                       delete_checkpoint=False, double_checkpoint=True)
+    model.fit(dataset, epochs=1, verbose=0, callbacks=[backup])
+    names = sorted(os.listdir(backup_dir))
+    assert names == ["backup-2", "backup-3"]  # of those after steps 5, 10 and 15
+    states = [json.loads((tmp_path / "backup" / n / "state.json").read_text()) for n in names]
+    assert [(s["epoch"], s["batch"]) for s in states] == [(0, 10), (0, 15)]
+    (tmp_path / "backup" / "backup-3" / "model.weights.h5").write_bytes(b"broken")
+    assert dalipipe.BackupAndRestore(backup_dir, dataset, double_checkpoint=True).position \
+        == (0, 10)
+    with pytest.raises(OSError):
+        dalipipe.BackupAndRestore(backup_dir, dataset)
+    with pytest.raises(ValueError, match="`steps_per_epoch` must be None or its 16 steps"):
+        model.fit(dataset, epochs=1, steps_per_epoch=5, verbose=0,
+                  callbacks=[dalipipe.BackupAndRestore(str(tmp_path / "b2"), dataset)])
+    assert isinstance(backup, keras.callbacks.BackupAndRestore)
+
+
+def test_fit_on_another_dataset_than_the_callbacks_raises(tagged_dir, tmp_path):
+    from resume_job import tag_model
+
+    dataset = dalipipe.make_dali_dataset(tagged_dir, format="pydataset", **OPTIONS)
+    other = dalipipe.make_dali_dataset(tagged_dir, format="pydataset", **OPTIONS)
+    with pytest.raises(ValueError, match="`fit` must train on the `dataset` given to"):
+        tag_model().fit(other, epochs=1, verbose=0,
+                        callbacks=[dalipipe.BackupAndRestore(str(tmp_path / "b"), dataset)])
+
+
+@pytest.mark.parametrize("start", [3, STEPS - 1])
+def test_tf_set_position_over_tfrecords_gives_the_rest_then_whole_epochs(
+        tagged_tfrecords, start):
+    """TFRecord records go one per sample, a partial last batch as a second DALI
+    dataset: the rest of an epoch may hold both parts, or the last alone."""
+    pytest.importorskip("tensorflow")
+    options = dict(OPTIONS, augment=True)
+    dataset = dalipipe.make_dali_dataset(tagged_tfrecords, format="tf", **options)
+    pipeline = dalipipe.make_dali_pipeline(tagged_tfrecords, **options)
+    dataset.set_position(1, start)
+    assert int(dataset.cardinality()) == STEPS - start
+    for epoch, first in ((1, start), (2, 0)):
+        got = [images.numpy() for images, _ in dataset]
+        want = [images for images, _ in pipeline.epoch(epoch, start_batch=first)]
+        assert len(got) == len(want) == STEPS - first
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+    assert int(dataset.cardinality()) == STEPS
+
+
+def test_a_distributed_dataset_is_refused(tagged_dir, tmp_path):
+    tf = pytest.importorskip("tensorflow")
+    dataset = dalipipe.make_dali_dataset(
+        tagged_dir, strategy=tf.distribute.OneDeviceStrategy("/cpu:0"), **OPTIONS)
+    with pytest.raises(ValueError, match="without `strategy`"):
+        dalipipe.BackupAndRestore(str(tmp_path / "b"), dataset)
+
+
+@pytest.mark.gpu
+def test_the_rest_of_an_epoch_on_the_gpu(tagged_dir):
+    """Natively and through TensorFlow's GPU-placed dataset: the rest of an epoch is
+    the whole epoch's batches from its step on."""
+    options = dict(OPTIONS, device="gpu", augment=True)
+    pipeline = dalipipe.make_dali_pipeline(tagged_dir, **options)
+    whole = [images for images, _ in pipeline.epoch(2)]
+    rest = [images for images, _ in pipeline.epoch(2, start_batch=9)]
+    for a, b in zip(rest, whole[9:], strict=True):
+        np.testing.assert_array_equal(a, b)
+    tf = pytest.importorskip("tensorflow")
+    if not tf.config.list_physical_devices("GPU"):
+        pytest.skip("TensorFlow sees no GPU")
+    dataset = dalipipe.make_dali_dataset(tagged_dir, format="tf", **options)
+    dataset.set_position(2, 9)
+    got = [images.numpy() for images, _ in dataset]
+    for a, b in zip(got, whole[9:], strict=True):
+        np.testing.assert_allclose(a, b, atol=1)  # one decoder, the same crops
