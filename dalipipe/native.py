@@ -116,12 +116,12 @@ class Runner:
     def recheck(self, sample):
         """The reason the check's decoder, decoding in full, rejects sample `sample`."""
         pipeline = self.image_pipeline
-        device = pipeline.device
+        device = dict(device=pipeline.device, device_id=pipeline.device_id or 0)
         if not pipeline.from_tfrecord:
-            return checks.check_file(pipeline.file_paths[sample], full=True, device=device)
+            return checks.check_file(pipeline.file_paths[sample], full=True, **device)
         index = pipeline.index
         data = tfrecord.load_encoded(index.tfrecord_files, index.refs[[sample]])[0]
-        return checks.check_bytes(data, full=True, device=device)
+        return checks.check_bytes(data, full=True, **device)
 
     def source(self, name):
         """The callable that gives the next batch of input `name`.

@@ -83,10 +83,12 @@ def make_dali_pipeline(
     return warnings_at_caller(image_pipelines, source, options)
 
 
-def image_pipelines(source, options):
+def image_pipelines(source, options, device_id=0):
     """`make_dali_pipeline` for validated `Options`: index, check, split.
 
-    `options.device` may be "auto" (the GPU when DALI sees one), "gpu" or "cpu".
+    `options.device` may be "auto" (the GPU when DALI sees one), "gpu" or "cpu";
+    `device_id` is the CUDA device that a GPU check decodes on (the adapter's GPU:
+    each process of a distributed job checks on its own).
     With `verbose`, prints what Keras's `image_dataset_from_directory` prints and
     shows the check's progress.
     """
@@ -113,6 +115,7 @@ def image_pipelines(source, options):
         bad, index = checks.check_index(index, check=options.check,
                                         read_records=tfrecord.load_encoded,
                                         verbose=options.verbose, device=options.device,
+                                        device_id=device_id,
                                         sizes=sizes)
         index = checks.apply_policy(index, bad, on_bad_file=options.on_bad_file,
                                     keep_classes=options.class_names is not None)

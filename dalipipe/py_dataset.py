@@ -141,7 +141,7 @@ def make_py_dataset(source, options):
     backend = keras_backend()
     device, device_id = resolve_device(options.device, backend)
     sharding = data_parallel_shard(options, backend)
-    result = image_pipelines(source, options.replace(device=device))
+    result = image_pipelines(source, options.replace(device=device), device_id=device_id or 0)
 
     def wrap(image_pipeline):
         if image_pipeline.device == "gpu":

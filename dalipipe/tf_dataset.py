@@ -29,7 +29,10 @@ def make_tf_dataset(source, options, strategy=None):
         options = options.replace(device=strategy_device(strategy, device))
     elif device in ("auto", "gpu"):
         options = options.replace(device=resolve_tensorflow_device(device))
-    result = image_pipelines(source, options)
+    # A GPU check decodes on the CUDA device of TensorFlow's first GPU (with a
+    # strategy: its first replica's), where the pipeline runs too.
+    device_id = tf_gpu_cuda_ordinal("/gpu:0") if options.device == "gpu" else 0
+    result = image_pipelines(source, options, device_id=device_id)
     wrap = to_dataset if strategy is None else (lambda p: distribute(p, strategy))
     if isinstance(result, tuple):
         return tuple(wrap(p) for p in result)
