@@ -7,6 +7,9 @@ on stderr, `dalipipe <command>: error: ...`, and the exit status 2, as argparse 
 for a wrong option; bad images found by `check` or `convert` give the exit status 1.
 Nothing is written into a folder of the user's, or over a file of theirs, unless
 `--force` is given.
+
+Above 400 lines: the parser, whose every option has its help text, and a short handler
+per subcommand; the work itself is in the modules they call.
 """
 
 import argparse

@@ -16,6 +16,9 @@ levels, between the loader's first batch and a PIL reference (antialiased biline
 shorter side 256, center crop 224). Training input efficiency is images/s of a fixed
 Keras model fed by the loader for `steps` steps, divided by images/s of the same
 model fed the same batches from memory.
+
+Above 400 lines: the one measuring procedure (processes, timers, CPU time, memory,
+quality, ceilings, the GPU sweep) that `dalipipe bench` and `gpu_bench.py` share.
 """
 
 import importlib.util

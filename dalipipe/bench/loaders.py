@@ -13,6 +13,9 @@ batches (in file order for `"eval"`); `dataset` is what to hand to `model.fit`.
 `LOADERS` maps the names to them, with the PyTorch loaders of
 `dalipipe.bench.torch_loaders` imported only when asked for; `unavailable(name)`
 says what a loader lacks on this machine.
+
+Above 400 lines: every loader compared is written here beside the others, so that
+they can be read side by side doing the same work.
 """
 
 import importlib
