@@ -122,14 +122,11 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         return None, None
 
     def _check_fingerprint(self, saved):
-        differs = sorted(k for k in set(saved) | set(self.fingerprint)
-                         if saved.get(k) != self.fingerprint.get(k))
+        differs = differences(saved, self.fingerprint)
         if differs:
-            details = "; ".join(f"{k}: backup {saved.get(k)!r}, dataset "
-                                f"{self.fingerprint.get(k)!r}" for k in differs)
             raise ValueError(
                 f"The backup in {self.backup_dir} was made with another dataset: "
-                f"what differs: {', '.join(differs)} ({details}). Resume with the dataset it was "
+                f"what differs: {differs}. Resume with the dataset it was "
                 "made with (the same files, `seed`, `batch_size` and options; a "
                 "`seed=None` draws a new seed every run), or use another `backup_dir`."
             )
@@ -259,6 +256,17 @@ def fingerprint(image_pipeline):
         if name not in found and name not in _NOT_IN_FINGERPRINT:
             found[name] = repr(getattr(options, name))
     return found
+
+
+def differences(saved, current):
+    """What differs between fingerprints `saved` and `current`, in words ("" if
+    nothing): the names, then each one's two values."""
+    differs = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
+    if not differs:
+        return ""
+    details = "; ".join(f"{k}: saved {saved.get(k)!r}, dataset {current.get(k)!r}"
+                        for k in differs)
+    return f"{', '.join(differs)} ({details})"
 
 
 def _backups(backup_dir):
