@@ -82,6 +82,13 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                 "`save_freq` must be 'epoch', a positive integer or False. Received: "
                 f"save_freq={save_freq!r}"
             )
+        if hasattr(dataset, "image_pipeline") and not hasattr(dataset, "set_position"):
+            raise ValueError(
+                "`dalipipe.BackupAndRestore` takes the \"tf\" and \"pydataset\" formats: a "
+                'format="grain" dataset resumes through its iterators\' state '
+                "(`get_state()` / `set_state()`, Grain's checkpointing; see "
+                f"docs/resume.md). Received: dataset={dataset!r}"
+            )
         if not (hasattr(dataset, "set_position") and hasattr(dataset, "image_pipeline")):
             raise ValueError(
                 "`dataset` must be the training dataset that `dalipipe.make_dali_dataset` "

@@ -64,6 +64,13 @@ def test_a_state_of_another_dataset_raises_naming_what_differs(tagged_dir):
         iter(dataset).set_state(dict(state, batch=17))
 
 
+def test_backup_and_restore_points_to_the_iterators_state(tagged_dir, tmp_path):
+    dataset = dalipipe.make_dali_dataset(tagged_dir, format="grain", **OPTIONS)
+    with pytest.raises(ValueError, match="a format=\"grain\" dataset resumes through its "
+                                         "iterators' state"):
+        dalipipe.BackupAndRestore(str(tmp_path / "backup"), dataset)
+
+
 @pytest.mark.parametrize("batch_size", [8, 64])
 def test_the_batches_keras_reads_up_front_start_no_pass(tagged_dir, batch_size):
     """Keras's Grain adapter reads 2 batches to learn the structure (with 64, the
