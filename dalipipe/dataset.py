@@ -112,7 +112,8 @@ def make_dali_dataset(
         data_format: `"channels_last"` (`(batch, height, width, channels)`) or
             `"channels_first"`; None means `keras.config.image_data_format()`.
         format: `"tf"` (a `tf.data.Dataset`), `"pydataset"` (a `keras.utils.PyDataset` of
-            the backend's tensors), or None: "tf" on TensorFlow, else "pydataset".
+            the backend's tensors), `"grain"` (a `grain.IterDataset` of them; host copies
+            on TensorFlow, see Grain), or None: "tf" on TensorFlow, else "pydataset".
         verbose: print the files and classes found, as Keras does, and show the check's
             progress once it has taken a second.
         path_column: the column of file paths in a table.
@@ -154,24 +155,23 @@ def make_dali_dataset(
 
     Returns:
         A `tf.data.Dataset` (format "tf"; a `tf.distribute.DistributedDataset` with
-        `strategy`) or a `DALIPyDataset` (format "pydataset"); a pair of them for
-        `subset="both"`. Batches are `(images, labels)`, `(images, labels,
-        sample_weights)` with `class_weight` or `strategy`, and the images alone
-        without labels (`(images,)` from a `DALIPyDataset`). Images are `dtype`,
-        `(batch, height, width, channels)` or `(batch, channels, height, width)`;
-        labels as `label_mode` says (float32 for "raw" and "multi_hot"); sample
-        weights float32 `(batch,)`. With `batch_size=None`, no batch dimension. It
-        has `class_names` and `file_paths` (see "The result" in `docs/options.md`).
+        `strategy`), a `DALIPyDataset` ("pydataset") or a `DALIGrainDataset` ("grain");
+        a pair of them for `subset="both"`. Batches are `(images, labels)`, `(images,
+        labels, sample_weights)` with `class_weight` or `strategy`, the images alone
+        without labels (`(images,)` from the last two). Images are `dtype`, `(batch,
+        height, width, channels)` or `(batch, channels, height, width)`; labels as
+        `label_mode` says (float32 for "raw" and "multi_hot"); weights float32 `(batch,)`.
+        No batch dimension with `batch_size=None`. It has `class_names` and `file_paths`.
 
     Raises:
         ValueError: for an invalid argument, an empty source, an unknown column,
             mismatched lengths, missing or bad files (with `on_bad_file="raise"`), a
-            `batch_size` that the strategy's or distribution's devices do not
-            divide, a `strategy` with the `"pydataset"` format, or a TensorFlow GPU
-            whose CUDA device cannot be told.
-        RuntimeError: for `device="gpu"` on a machine without a usable GPU, or for
-            a GPU pipeline where TensorFlow holds all GPU memory (memory growth off
-            and no memory limit).
+            `batch_size` that the strategy's or distribution's devices do not divide,
+            a `strategy` with another format than "tf", or a TensorFlow GPU whose CUDA
+            device cannot be told.
+        ImportError: for `format="grain"` without Grain (naming the pip command).
+        RuntimeError: for `device="gpu"` without a usable GPU, or a GPU pipeline
+            where TensorFlow holds all GPU memory (no memory growth, no memory limit).
     """
     options = Options.from_arguments(locals())
     source = first_argument("make_dali_dataset", directory, source)
@@ -191,6 +191,10 @@ def _make(source, options, strategy):
             f"strategy={strategy!r}, format={options.format!r}, "
             f"Keras backend={keras_backend()!r}"
         )
+    if options.format == "grain":
+        from dalipipe import grain_dataset
+
+        return grain_dataset.make_grain_dataset(source, options)
     from dalipipe import py_dataset
 
     return py_dataset.make_py_dataset(source, options)

@@ -39,7 +39,7 @@ TARGET_MODES = ("raw", "multi_hot")
 # color_mode -> channels.
 COLOR_MODES = {"rgb": 3, "grayscale": 1, "rgba": 4}
 # None: the form for Keras's backend ("tf" on TensorFlow, "pydataset" on torch and JAX).
-FORMATS = (None, "tf", "pydataset")
+FORMATS = (None, "tf", "pydataset", "grain")
 BACKENDS = ("tensorflow", "torch", "jax")
 DTYPES = ("float32", "float16", "uint8")
 DATA_FORMATS = (*IMAGE_DATA_FORMATS, None)
@@ -208,9 +208,10 @@ class Options:
             )
         if self.format not in FORMATS:
             raise ValueError(
-                '`format` must be one of (None, "tf", "pydataset"): None for the form '
-                "that Keras's backend takes best, \"tf\" for a `tf.data.Dataset`, "
-                '"pydataset" for a `keras.utils.PyDataset` of the backend\'s tensors. '
+                '`format` must be one of (None, "tf", "pydataset", "grain"): None for the '
+                "form that Keras's backend takes best, \"tf\" for a `tf.data.Dataset`, "
+                '"pydataset" for a `keras.utils.PyDataset` of the backend\'s tensors, '
+                '"grain" for a `grain.IterDataset` of them. '
                 f"Received: format={self.format!r}"
             )
         for name, allowed in (

@@ -82,6 +82,13 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                 "`save_freq` must be 'epoch', a positive integer or False. Received: "
                 f"save_freq={save_freq!r}"
             )
+        if hasattr(dataset, "image_pipeline") and not hasattr(dataset, "set_position"):
+            raise ValueError(
+                "`dalipipe.BackupAndRestore` takes the \"tf\" and \"pydataset\" formats: a "
+                'format="grain" dataset resumes through its iterators\' state '
+                "(`get_state()` / `set_state()`, Grain's checkpointing; see "
+                f"docs/resume.md). Received: dataset={dataset!r}"
+            )
         if not (hasattr(dataset, "set_position") and hasattr(dataset, "image_pipeline")):
             raise ValueError(
                 "`dataset` must be the training dataset that `dalipipe.make_dali_dataset` "
@@ -122,14 +129,11 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         return None, None
 
     def _check_fingerprint(self, saved):
-        differs = sorted(k for k in set(saved) | set(self.fingerprint)
-                         if saved.get(k) != self.fingerprint.get(k))
+        differs = differences(saved, self.fingerprint)
         if differs:
-            details = "; ".join(f"{k}: backup {saved.get(k)!r}, dataset "
-                                f"{self.fingerprint.get(k)!r}" for k in differs)
             raise ValueError(
                 f"The backup in {self.backup_dir} was made with another dataset: "
-                f"what differs: {', '.join(differs)} ({details}). Resume with the dataset it was "
+                f"what differs: {differs}. Resume with the dataset it was "
                 "made with (the same files, `seed`, `batch_size` and options; a "
                 "`seed=None` draws a new seed every run), or use another `backup_dir`."
             )
@@ -259,6 +263,17 @@ def fingerprint(image_pipeline):
         if name not in found and name not in _NOT_IN_FINGERPRINT:
             found[name] = repr(getattr(options, name))
     return found
+
+
+def differences(saved, current):
+    """What differs between fingerprints `saved` and `current`, in words ("" if
+    nothing): the names, then each one's two values."""
+    differs = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
+    if not differs:
+        return ""
+    details = "; ".join(f"{k}: saved {saved.get(k)!r}, dataset {current.get(k)!r}"
+                        for k in differs)
+    return f"{', '.join(differs)} ({details})"
 
 
 def _backups(backup_dir):

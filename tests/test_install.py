@@ -45,7 +45,8 @@ def test_the_wheel_holds_every_module_and_declares_requirements_extras_and_comma
                     "nvidia-ml-py"}
     assert "keras>=3" in requires
     assert set(metadata.get_all("Provides-Extra")) == {
-        "cuda12", "cuda13", "gpu", "sample", "bench", "pandas", "torch", "jax", "s3", "gcs", "test"}
+        "cuda12", "cuda13", "gpu", "sample", "bench", "pandas", "torch", "jax", "s3", "gcs",
+        "grain", "test"}
     for dali, extra in install.DALI_PACKAGES.items():
         assert f'{dali}<3,>=2.4; extra == "{extra}"' in requires
     assert 'pandas; extra == "pandas"' in requires

@@ -60,10 +60,11 @@ def test_defaults_are_keras_s_with_dalipipe_s_additions():
      "Argument `interpolation` should be one of ('bilinear', 'nearest', 'bicubic', 'area', "
      "'lanczos3', 'lanczos5', 'gaussian', 'mitchellcubic'). Received: interpolation='cubic'"),
     (dict(interpolation=3), "Received: interpolation=3"),
-    (dict(format="grain"),
-     '`format` must be one of (None, "tf", "pydataset"): None for the form that Keras\'s '
-     'backend takes best, "tf" for a `tf.data.Dataset`, "pydataset" for a '
-     "`keras.utils.PyDataset` of the backend's tensors. Received: format='grain'"),
+    (dict(format="numpy"),
+     '`format` must be one of (None, "tf", "pydataset", "grain"): None for the form that '
+     'Keras\'s backend takes best, "tf" for a `tf.data.Dataset`, "pydataset" for a '
+     "`keras.utils.PyDataset` of the backend's tensors, \"grain\" for a `grain.IterDataset` "
+     "of them. Received: format='numpy'"),
     (dict(check="quick"), "`check` must be one of ('structure', 'full', None). Received: check='quick'"),
     (dict(on_bad_file="warn"),
      "`on_bad_file` must be one of ('raise', 'skip'). Received: on_bad_file='warn'"),
