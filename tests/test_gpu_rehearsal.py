@@ -36,7 +36,8 @@ def test_plain_pytest_collects_the_gpu_tests_without_installing_dalipipe(tmp_pat
     done = plain_pytest(tmp_path, "--collect-only")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     collected = re.findall(r"^tests/(test_\w+)\.py::", done.stdout, re.MULTILINE)
-    assert len(collected) >= 25 and set(collected) == {"test_gpu"}, done.stdout[-2000:]
+    # test_gpu.py, and the gpu-marked tests of other modules (test_resume.py's).
+    assert collected.count("test_gpu") >= 25 and "test_resume" in collected, done.stdout[-2000:]
     # pytest's `pythonpath = ["."]` is what finds this checkout's dalipipe: without it
     # conftest.py cannot import it (no installed dalipipe is visible there).
     without = plain_pytest(tmp_path, "--collect-only", "-o", "pythonpath=")
