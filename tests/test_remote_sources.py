@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from dalipipe import checks, make_dali_pipeline, sources
-from helpers import CLASSES, NUM_INDEXED
+from helpers import CLASSES, NUM_INDEXED, tag_of
 
 BUCKET = "remote"
 PREFIX = f"s3://{BUCKET}/indexed/"
@@ -32,13 +32,18 @@ def bucket(s3_server, indexed_dir):
     of relative paths beside it."""
     client = s3_server.client()
     client.create_bucket(Bucket=BUCKET)
-    for folder, _, names in os.walk(indexed_dir):
-        for name in names:
-            path = os.path.join(folder, name)
-            client.upload_file(path, BUCKET, "indexed/" + os.path.relpath(path, indexed_dir))
+    _upload(client, indexed_dir, "indexed")
     rows = "".join(f"{CLASSES[i % 3]}/img_{i:03d}.png,{CLASSES[i % 3]}\n" for i in range(NUM_INDEXED))
     client.put_object(Bucket=BUCKET, Key="indexed/labels.csv", Body=("path,label\n" + rows).encode())
     return s3_server
+
+
+def _upload(client, folder, prefix):
+    """Copies the files under `folder` to `s3://remote/PREFIX/...`."""
+    for parent, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(parent, name)
+            client.upload_file(path, BUCKET, f"{prefix}/{os.path.relpath(path, folder)}")
 
 
 def _uri(indexed_dir, path):
@@ -254,6 +259,23 @@ def test_dataset_and_fit_from_a_prefix(bucket, indexed_dir):
     model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     history = model.fit(remote, epochs=2, steps_per_epoch=3, verbose=0)
     assert len(history.history["loss"]) == 2 and np.isfinite(history.history["loss"]).all()
+
+
+def test_fit_from_a_prefix_on_torch(bucket, tagged_dir, tmp_path):
+    """`backend_job.py single` on Keras's torch backend, from a copy of `tagged_dir` in
+    the bucket: what `test_backends.py` asks of the local folder, and each pass's images
+    and labels, in order, are the local copy's native epochs."""
+    from test_backends import check_single, run_job
+
+    _upload(bucket.client(), tagged_dir, "tagged")
+    result = run_job("torch", "single", f"s3://{BUCKET}/tagged/", tmp_path / "single.json")
+    check_single(result, "torch")
+    local = make_dali_pipeline(str(tagged_dir), seed=7, image_size=(12, 12), batch_size=8,
+                               normalization=None, verbose=False, device="cpu")
+    for epoch in (1, 2):
+        rows = [[tag_of(image), int(label)] for images, labels in local.epoch(epoch)
+                for image, label in zip(images, labels)]
+        assert result[f"pass_{epoch}_rows"] == rows
 
 
 def test_an_object_deleted_during_training_stops_it_naming_its_key(bucket, s3_server):
