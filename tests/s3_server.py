@@ -59,10 +59,11 @@ class S3Server:
 
     def object_gets(self, bucket, since=0):
         """The keys of the GET requests for objects of `bucket` (not listings) logged
-        after byte `since` of the log, one per request."""
+        after byte `since` of the log, one per request: boto3's and DALI's (ranged
+        GETs, which the server logs in colour)."""
         with open(self.log_path, "rb") as f:
             f.seek(since)
-            log = f.read().decode(errors="replace")
+            log = re.sub(r"\x1b\[[0-9;]*m", "", f.read().decode(errors="replace"))
         return re.findall(rf'"GET /{re.escape(bucket)}/([^ ?"]+) HTTP', log)
 
 
