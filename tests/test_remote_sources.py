@@ -5,6 +5,7 @@ from `s3://remote/indexed/` is compared with the same call on the local folder, 
 URIs in place of paths.
 """
 
+import collections
 import io
 import os
 import re
@@ -14,7 +15,7 @@ import pytest
 from PIL import Image
 
 from dalipipe import checks, make_dali_pipeline, sources
-from helpers import CLASSES, NUM_INDEXED, tag_of
+from helpers import CLASSES, NUM_INDEXED, NUM_TAGGED, tag_of
 
 BUCKET = "remote"
 PREFIX = f"s3://{BUCKET}/indexed/"
@@ -276,6 +277,20 @@ def test_fit_from_a_prefix_on_torch(bucket, tagged_dir, tmp_path):
         rows = [[tag_of(image), int(label)] for images, labels in local.epoch(epoch)
                 for image, label in zip(images, labels)]
         assert result[f"pass_{epoch}_rows"] == rows
+
+
+@pytest.mark.slow
+def test_torch_distributed_processes_read_their_shards_from_a_prefix(bucket, tagged_dir, tmp_path):
+    """`test_backends.py`'s two `torch.distributed` processes, from a copy of
+    `tagged_dir` in the bucket: each reads its shard, every sample once per epoch. The
+    server's log shows the shards' reads: two passes of 64 per process, none twice over."""
+    from test_backends import test_torch_distributed_processes_read_their_shards as run
+
+    _upload(bucket.client(), tagged_dir, "sharded")
+    start = bucket.log_size()
+    run(f"s3://{BUCKET}/sharded/", tmp_path)
+    reads = collections.Counter(bucket.object_gets(BUCKET, since=start))
+    assert len(reads) == NUM_TAGGED and sum(reads.values()) <= 2 * 2 * 64 + 2 * NUM_TAGGED
 
 
 def test_an_object_deleted_during_training_stops_it_naming_its_key(bucket, s3_server):
