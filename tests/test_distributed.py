@@ -151,8 +151,8 @@ def test_multi_worker_mirrored_strategy_with_two_workers(tagged_dir, tmp_path, r
         assert report["history"]["accuracy"][-1] > 0.9
     if kind == "s3":
         # 4 passes (2 recorded, 2 trained) of a shard of 64 per worker (padding included),
-        # and at most one check of every object per worker (633 here: the second worker
-        # found the verdicts cached). Had each worker read every object on every pass,
+        # and at most one check of every object per worker (633 here: the workers share
+        # one cache of verdicts). Had each worker read every object on every pass,
         # there would be at least 8 * 121 reads.
         reads = server.object_gets("distributed", since=log_start)
         assert set(reads) == {f"tagged/{os.path.relpath(p, tagged_dir)}"
