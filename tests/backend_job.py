@@ -2,6 +2,8 @@
 
     KERAS_BACKEND=torch python backend_job.py MODE TAGGED_DIR OUT_JSON
 
+TAGGED_DIR may be a copy of it in object storage (`s3://bucket/tagged/`).
+
 MODE `single`: `fit` with a metric that counts every sample it sees, `evaluate`,
 `predict`, and the dataset's passes against the native epochs. MODE `data_parallel`
 (JAX, with several devices): `fit` and `evaluate` under `keras.distribution.DataParallel`.
@@ -112,8 +114,11 @@ def single(tagged_dir):
     native = dalipipe.make_dali_pipeline(tagged_dir, seed=7, **OPTIONS)
     passes = []
     for epoch in (1, 2):  # pass 0 was started by train[0] above
-        tags = [tag_of_batch(train[i][0]) for i in range(len(train))]
+        batches = [train[i] for i in range(len(train))]
+        tags = [tag_of_batch(images) for images, _ in batches]
         passes.append(tags)
+        result[f"pass_{epoch}_rows"] = [[tag, int(label)] for (images, labels), batch_tags in zip(
+            batches, tags) for tag, label in zip(batch_tags, ops.convert_to_numpy(labels))]
         want = [tag_of(image) for batch, _ in native.epoch(epoch) for image in batch]
         result[f"pass_{epoch}_equals_native"] = sum(tags, []) == want
     result["pass_sizes"] = [len(batch) for batch in passes[0]]

@@ -11,6 +11,7 @@ per request, which `S3Server.object_gets` counts.
 import contextlib
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -39,10 +40,11 @@ def free_port():
 
 
 class S3Server:
-    """A running server: its `endpoint` URL and its request log."""
+    """A running server: its `endpoint` URL, its request log, and its `process` (a
+    `subprocess.Popen`: a test may stop it)."""
 
-    def __init__(self, endpoint, log_path):
-        self.endpoint, self.log_path = endpoint, log_path
+    def __init__(self, endpoint, log_path, process=None):
+        self.endpoint, self.log_path, self.process = endpoint, log_path, process
 
     def client(self):
         """A boto3 client of the server (credentials from `ENVIRONMENT`)."""
@@ -57,10 +59,11 @@ class S3Server:
 
     def object_gets(self, bucket, since=0):
         """The keys of the GET requests for objects of `bucket` (not listings) logged
-        after byte `since` of the log, one per request."""
+        after byte `since` of the log, one per request: boto3's and DALI's (ranged
+        GETs, which the server logs in colour)."""
         with open(self.log_path, "rb") as f:
             f.seek(since)
-            log = f.read().decode(errors="replace")
+            log = re.sub(r"\x1b\[[0-9;]*m", "", f.read().decode(errors="replace"))
         return re.findall(rf'"GET /{re.escape(bucket)}/([^ ?"]+) HTTP', log)
 
 
@@ -79,11 +82,13 @@ def moto_server(**environment):
             server = subprocess.Popen(
                 [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                 stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **environment})
-        running = S3Server(f"http://127.0.0.1:{port}", log_path)
+        running = S3Server(f"http://127.0.0.1:{port}", log_path, server)
         try:
             _wait_for(server, running)
             yield running
         finally:
+            if server.poll() is None:
+                server.send_signal(signal.SIGCONT)  # a test may have suspended it
             server.terminate()
             try:
                 server.wait(10)

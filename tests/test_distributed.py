@@ -6,6 +6,7 @@ TensorFlow starts."""
 import collections
 import json
 import os
+import pathlib
 import signal
 import socket
 import subprocess
@@ -101,14 +102,33 @@ def _free_ports(count):
     return ports
 
 
-def test_multi_worker_mirrored_strategy_with_two_workers(tagged_dir, tmp_path):
+def _tagged_bucket(server, tagged_dir):
+    """`tagged_dir` copied to `s3://distributed/tagged/` on `server`; its URI."""
+    client = server.client()
+    client.create_bucket(Bucket="distributed")
+    for parent, _, names in os.walk(tagged_dir):
+        for name in names:
+            path = os.path.join(parent, name)
+            client.upload_file(path, "distributed", f"tagged/{os.path.relpath(path, tagged_dir)}")
+    return "s3://distributed/tagged/"
+
+
+@pytest.mark.parametrize("kind", ["directory", "s3"])
+def test_multi_worker_mirrored_strategy_with_two_workers(tagged_dir, tmp_path, request, kind):
+    """With `kind="s3"`, both workers read from the session's local S3 server, each its
+    shard, straight from the bucket."""
+    source = tagged_dir
+    if kind == "s3":
+        server = request.getfixturevalue("s3_server")
+        source = _tagged_bucket(server, tagged_dir)
+        log_start = server.log_size()
     workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
     processes, outs = [], []
     for index in range(2):
         config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
         outs.append(tmp_path / f"worker{index}.json")
         processes.append(subprocess.Popen(
-            [sys.executable, JOB, "multiworker", tagged_dir, str(outs[-1])],
+            [sys.executable, JOB, "multiworker", source, str(outs[-1])],
             env=_env(TF_CONFIG=json.dumps(config)),
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         ))
@@ -129,6 +149,15 @@ def test_multi_worker_mirrored_strategy_with_two_workers(tagged_dir, tmp_path):
         # distributed_job.py): the weights, summed over the cluster, count each sample once.
         assert report["history"]["samples"] == [NUM_TAGGED] * 2
         assert report["history"]["accuracy"][-1] > 0.9
+    if kind == "s3":
+        # 4 passes (2 recorded, 2 trained) of a shard of 64 per worker (padding included),
+        # and at most one check of every object per worker (633 here: the workers share
+        # one cache of verdicts). Had each worker read every object on every pass,
+        # there would be at least 8 * 121 reads.
+        reads = server.object_gets("distributed", since=log_start)
+        assert set(reads) == {f"tagged/{os.path.relpath(p, tagged_dir)}"
+                              for p in map(str, pathlib.Path(tagged_dir).rglob("*.png"))}
+        assert len(reads) <= 2 * 4 * 64 + 2 * NUM_TAGGED, len(reads)
 
 
 def test_one_device_strategy_in_process(tagged_dir):

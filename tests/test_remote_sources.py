@@ -5,6 +5,7 @@ from `s3://remote/indexed/` is compared with the same call on the local folder, 
 URIs in place of paths.
 """
 
+import collections
 import io
 import os
 import re
@@ -14,7 +15,7 @@ import pytest
 from PIL import Image
 
 from dalipipe import checks, make_dali_pipeline, sources
-from helpers import CLASSES, NUM_INDEXED
+from helpers import CLASSES, NUM_INDEXED, NUM_TAGGED, tag_of
 
 BUCKET = "remote"
 PREFIX = f"s3://{BUCKET}/indexed/"
@@ -32,13 +33,18 @@ def bucket(s3_server, indexed_dir):
     of relative paths beside it."""
     client = s3_server.client()
     client.create_bucket(Bucket=BUCKET)
-    for folder, _, names in os.walk(indexed_dir):
-        for name in names:
-            path = os.path.join(folder, name)
-            client.upload_file(path, BUCKET, "indexed/" + os.path.relpath(path, indexed_dir))
+    _upload(client, indexed_dir, "indexed")
     rows = "".join(f"{CLASSES[i % 3]}/img_{i:03d}.png,{CLASSES[i % 3]}\n" for i in range(NUM_INDEXED))
     client.put_object(Bucket=BUCKET, Key="indexed/labels.csv", Body=("path,label\n" + rows).encode())
     return s3_server
+
+
+def _upload(client, folder, prefix):
+    """Copies the files under `folder` to `s3://remote/PREFIX/...`."""
+    for parent, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(parent, name)
+            client.upload_file(path, BUCKET, f"{prefix}/{os.path.relpath(path, folder)}")
 
 
 def _uri(indexed_dir, path):
@@ -256,6 +262,37 @@ def test_dataset_and_fit_from_a_prefix(bucket, indexed_dir):
     assert len(history.history["loss"]) == 2 and np.isfinite(history.history["loss"]).all()
 
 
+def test_fit_from_a_prefix_on_torch(bucket, tagged_dir, tmp_path):
+    """`backend_job.py single` on Keras's torch backend, from a copy of `tagged_dir` in
+    the bucket: what `test_backends.py` asks of the local folder, and each pass's images
+    and labels, in order, are the local copy's native epochs."""
+    from test_backends import check_single, run_job
+
+    _upload(bucket.client(), tagged_dir, "tagged")
+    result = run_job("torch", "single", f"s3://{BUCKET}/tagged/", tmp_path / "single.json")
+    check_single(result, "torch")
+    local = make_dali_pipeline(str(tagged_dir), seed=7, image_size=(12, 12), batch_size=8,
+                               normalization=None, verbose=False, device="cpu")
+    for epoch in (1, 2):
+        rows = [[tag_of(image), int(label)] for images, labels in local.epoch(epoch)
+                for image, label in zip(images, labels)]
+        assert result[f"pass_{epoch}_rows"] == rows
+
+
+@pytest.mark.slow
+def test_torch_distributed_processes_read_their_shards_from_a_prefix(bucket, tagged_dir, tmp_path):
+    """`test_backends.py`'s two `torch.distributed` processes, from a copy of
+    `tagged_dir` in the bucket: each reads its shard, every sample once per epoch. The
+    server's log shows the shards' reads: two passes of 64 per process, none twice over."""
+    from test_backends import test_torch_distributed_processes_read_their_shards as run
+
+    _upload(bucket.client(), tagged_dir, "sharded")
+    start = bucket.log_size()
+    run(f"s3://{BUCKET}/sharded/", tmp_path)
+    reads = collections.Counter(bucket.object_gets(BUCKET, since=start))
+    assert len(reads) == NUM_TAGGED and sum(reads.values()) <= 2 * 2 * 64 + 2 * NUM_TAGGED
+
+
 def test_an_object_deleted_during_training_stops_it_naming_its_key(bucket, s3_server):
     client = s3_server.client()
     for i in range(4):
@@ -318,3 +355,81 @@ def test_s3_problem_follows_the_import_order():
     assert s3_problem(["sys", "nvidia.dali", "tensorflow"]) is None
     assert s3_problem(["sys", "tensorflow"]) is None
     assert "TensorFlow was imported before DALI" in s3_problem(["tensorflow", "nvidia.dali"])
+
+
+# Reads two batches of a native epoch (or of a TensorFlow dataset) from a bucket, waits
+# for a line on stdin (the test stops the server meanwhile), then reads on and prints
+# how that ended.
+_STOPPED_SERVER_SCRIPT = """
+import sys, time
+import dalipipe
+arguments = dict(image_size=(8, 8), batch_size=2, shuffle=False, device="cpu", check=None,
+                 verbose=False)
+if sys.argv[2] == "native":
+    batches = iter(dalipipe.make_dali_pipeline(sys.argv[1], **arguments).epoch())
+else:
+    import tensorflow
+    batches = iter(dalipipe.make_dali_dataset(sys.argv[1], **arguments))
+next(batches), next(batches)
+print("read", flush=True)
+sys.stdin.readline()
+start = time.monotonic()
+try:
+    count = sum(1 for _ in batches)
+    print("no error after", count, "batches", flush=True)
+except Exception as e:  # RuntimeError (native), InternalError (TensorFlow)
+    print(f"error after {time.monotonic() - start:.1f} s:", str(e).replace(chr(10), " "), flush=True)
+"""
+STOPPED_SERVER_BOUND = 60  # seconds: DALI's S3 client fails within 2 s (refused) or 10 s (silent)
+
+
+@pytest.mark.parametrize("reader", ["native", "tensorflow"])
+@pytest.mark.parametrize("how, named", [
+    ("killed", r"Failed to connect to 127\.0\.0\.1:{port}"),  # connections refused
+    ("suspended", r"bucket=stop object=data/a/\d+\.png.*Timeout was reached"),  # never answers
+])
+def test_a_server_that_stops_mid_epoch_fails_it_within_a_bound(how, named, reader):
+    """The server stops after two batches of 100: the epoch (native, or TensorFlow's
+    dataset) fails within `STOPPED_SERVER_BOUND` with DALI's error naming the endpoint
+    or the object, and the process exits. A server of its own: DALI's S3 client is made
+    once per process."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from dalipipe.utils import child_env
+    from s3_server import ENVIRONMENT, moto_server
+
+    with moto_server() as server:
+        client = server.client()
+        client.create_bucket(Bucket="stop")
+        for i in range(200):
+            client.put_object(Bucket="stop", Key=f"data/a/{i:03d}.png", Body=_png((i, 9, 9)))
+        env = {**child_env(), **ENVIRONMENT, "AWS_ENDPOINT_URL": server.endpoint}
+        if reader == "tensorflow":
+            pytest.importorskip("tensorflow")
+        job = subprocess.Popen([sys.executable, "-c", _STOPPED_SERVER_SCRIPT, "s3://stop/data", reader],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=env)
+        try:
+            assert job.stdout.readline().strip() == "read", job.communicate(timeout=60)[1][-3000:]
+            server.process.send_signal(signal.SIGKILL if how == "killed" else signal.SIGSTOP)
+            if how == "killed":
+                server.process.wait(10)
+            start = time.monotonic()
+            job.stdin.write("\n")
+            job.stdin.flush()
+            out, err = job.communicate(timeout=2 * STOPPED_SERVER_BOUND)
+        finally:
+            if job.poll() is None:
+                job.kill()
+                job.wait()
+        elapsed = time.monotonic() - start
+    assert job.returncode == 0, err[-3000:]
+    match = re.search(r"^error after ([\d.]+) s: ", out, re.MULTILINE)  # DALI's plugin prints too
+    assert match, out + err[-2000:]
+    assert float(match.group(1)) < STOPPED_SERVER_BOUND, out
+    assert elapsed < 2 * STOPPED_SERVER_BOUND, out  # the error, and the exit
+    port = server.endpoint.rsplit(":", 1)[1]
+    assert re.search(named.format(port=port), out, re.DOTALL), out
