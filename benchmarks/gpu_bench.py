@@ -75,8 +75,9 @@ def parse_args(argv=None):
                              "sweep (default: dalipipe's GPU default, 4 at most the cores)")
     parser.add_argument("--runs", type=int, default=3, help="timed epochs after the warm-up")
     parser.add_argument("--data", default=None,
-                        help="image folder, made there when it has no labels.csv and kept "
-                             "(default: a temporary folder)")
+                        help="image folder: sample images are made there when it is absent, "
+                             "empty or dalipipe's, else it is read as it is (default: a "
+                             "temporary folder)")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run on 64 images, a sweep of 2 points")
     parser.add_argument("--section-timeout", type=float, default=40,
