@@ -232,10 +232,11 @@ class ImagePipeline:
             )
         if sharding is None:
             self.batch_size = global_batch
-            self.num_batches = self.steps
+            self.batches_per_step = 1
         else:
             self.batch_size = global_batch // sharding.num_replicas
-            self.num_batches = self.steps * len(sharding.replica_ids)
+            self.batches_per_step = len(sharding.replica_ids)  # one per replica fed
+        self.num_batches = self.steps * self.batches_per_step
         self.device_id = int(device_id) if self.device == "gpu" else None
         self.weighted = sharding is not None or options.class_weight is not None
         # DALI prunes an input the graph does not use: "random" only drives augmentation.
@@ -350,8 +351,7 @@ class ImagePipeline:
                                      shuffle=self.options.shuffle)
         positions, weights = self.positions()
         random = sampling.epoch_random(seed, epoch, len(positions))
-        # Rows per step: the pipeline's DALI batches of that step (one per replica fed).
-        first = start_batch * self.batch_size * (self.num_batches // self.steps)
+        first = start_batch * self.batch_size * self.batches_per_step
         return (order[positions][first:], random[first:],
                 None if weights is None else weights[first:])
 

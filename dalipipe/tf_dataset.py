@@ -144,8 +144,7 @@ def _pass_dataset(feed, device, start_batch=0):
     `start_batch` on (see `to_dataset`)."""
     image_pipeline = feed.image_pipeline
     gpu = image_pipeline.device == "gpu"
-    per_step = image_pipeline.num_batches // image_pipeline.steps
-    first = start_batch * per_step  # the first DALI batch of the pass
+    first = start_batch * image_pipeline.batches_per_step  # the first DALI batch of the pass
     parts = [([n for n in numbers if n >= first], size) for numbers, size in feed.parts]
     parts = [(numbers, size) for numbers, size in parts if len(numbers)]
     parts = [_dali_dataset(feed, numbers, size, join=i > 0, device=device)
