@@ -22,11 +22,11 @@ import os
 import posixpath
 
 from dalipipe import dali_import, storage
+from dalipipe.storage.uris import COLLAPSED
+from dalipipe.tfrecord.files import GLOB_CHARS
 from dalipipe.tfrecord.format import HEADER, data_length
 from dalipipe.utils import IMAGE_EXTENSIONS, UNDECODABLE_EXTENSIONS, listing
 
-_GLOB_CHARS = ("*", "?", "[")
-_COLLAPSED = tuple(f"{scheme}:/" for scheme in storage.SCHEMES)  # what pathlib makes of a URI
 
 
 def _remote(path):
@@ -44,7 +44,7 @@ def is_prefix(source):
     if not is_remote_source(source):
         return False
     uri = os.fspath(source)
-    return not uri.lower().endswith(".csv") and not any(c in uri for c in _GLOB_CHARS)
+    return not uri.lower().endswith(".csv") and not any(c in uri for c in GLOB_CHARS)
 
 
 def open_text(uri):
@@ -74,7 +74,7 @@ def prefix_tree(source):
     uri = os.fsdecode(os.fspath(source))
     _refuse_gcs([uri])
     _refuse_if_dali_cannot_read_s3()
-    if any(c in uri for c in _GLOB_CHARS):
+    if any(c in uri for c in GLOB_CHARS):
         raise tfrecord_error(uri)
     if uri.lower().endswith((".csv",) + IMAGE_EXTENSIONS):
         return None  # a table, or one image: not a folder
@@ -195,7 +195,7 @@ def is_remote_list(paths, root):
         return False
     # Only strings that may be URIs are parsed: a million local paths cost ~0.3 s.
     return _remote(root) or any(
-        _remote(p) for p in paths if not isinstance(p, str) or "://" in p or p[:4] in _COLLAPSED)
+        _remote(p) for p in paths if not isinstance(p, str) or "://" in p or p[:4] in COLLAPSED)
 
 
 def resolve(paths, root, what, allow_missing):

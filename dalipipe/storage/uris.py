@@ -5,6 +5,8 @@ import posixpath
 import re
 
 SCHEMES = ("s3", "gs")
+# What pathlib makes of a URI: its "//" collapsed.
+COLLAPSED = tuple(f"{scheme}:/" for scheme in SCHEMES)
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")  # RFC 3986's scheme
 
 
@@ -24,7 +26,7 @@ def is_remote(path):
     if not isinstance(path, str):
         return False
     if "://" not in path:
-        if path.startswith(tuple(f"{scheme}:/" for scheme in SCHEMES)):
+        if path.startswith(COLLAPSED):
             raise ValueError(
                 f"{path!r} looks like an object storage URI whose '//' was collapsed (as "
                 f"pathlib.Path does): pass URIs as strings, s3://bucket/key."

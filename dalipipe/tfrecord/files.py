@@ -9,7 +9,7 @@ import stat
 from dalipipe.tfrecord.format import FOOTER, HEADER, data_length
 from dalipipe.utils import IMAGE_EXTENSIONS, UNDECODABLE_EXTENSIONS
 
-_GLOB_CHARS = ("*", "?", "[")
+GLOB_CHARS = ("*", "?", "[")
 
 
 def is_tfrecord(path):
@@ -54,7 +54,7 @@ def tfrecord_files(source):
         path = os.fspath(source)
         if isinstance(path, bytes):
             path = os.fsdecode(path)
-        if any(c in path for c in _GLOB_CHARS) and not os.path.exists(path):
+        if any(c in path for c in GLOB_CHARS) and not os.path.exists(path):
             return _glob_tfrecords(path)
         return [os.path.abspath(path)] if is_tfrecord(path) else None
     if not isinstance(source, (list, tuple)) or not source:

@@ -9,7 +9,7 @@ import os
 import numpy as np
 
 from dalipipe.tfrecord.format import FOOTER, HEADER, data_length
-from dalipipe.tfrecord.paths import cached_index_path, write_atomically
+from dalipipe.tfrecord.paths import cached_index_path, index_path_for, write_atomically
 from dalipipe.utils import (cache_dir, cache_disabled, progress, warn_without_cache,
                             writable_cache_dir)
 
@@ -143,7 +143,7 @@ def _ensure_index(path):
     """(index path, offsets and sizes) of one shard, made if missing or stale; the
     path is None for an index kept in memory (see `_store_index`)."""
     info = os.stat(path)
-    candidates = [path + ".idx"] + ([] if cache_disabled() else [cached_index_path(path)])
+    candidates = [index_path_for(path)] + ([] if cache_disabled() else [cached_index_path(path)])
     for candidate in candidates:
         refs = _fresh_index(candidate, info)
         if refs is not None:
