@@ -72,8 +72,10 @@ def decoder_verdicts(images, tests, *, device, device_id=0, sizes=None):
     if sizes is not None:
         sizes[:] = [None] * len(images)
     groups = {}  # the format of each group decoded in a child interpreter, else None
-    for i, (data, (test, _)) in enumerate(zip(images, tests)):
-        groups.setdefault(_isolated_format(data, test), []).append(i)
+    nvimgcodec = _nvimgcodec()
+    with captured_stderr():  # the header parses' messages are of no use here
+        for i, (data, (test, _)) in enumerate(zip(images, tests)):
+            groups.setdefault(_isolated_format(nvimgcodec, data, test), []).append(i)
     reasons = [None] * len(images)
     for kind, members in groups.items():
         some = [images[i] for i in members], [tests[i] for i in members]
@@ -91,16 +93,15 @@ def decoder_verdicts(images, tests, *, device, device_id=0, sizes=None):
     return reasons
 
 
-def _isolated_format(data, test):
+def _isolated_format(nvimgcodec, data, test):
     """The key of `_ISOLATED` under which `data` is decoded in a child interpreter,
-    or None: JPEG 2000, and TIFF whose samples are not 8-bit."""
-    nvimgcodec = _nvimgcodec()
+    or None: JPEG 2000, and TIFF whose samples are not 8-bit (`nvimgcodec`: the
+    module, or None without it)."""
     if test == "header" or nvimgcodec is None:
         return None
     kind = sniff(data)
     if kind == "tiff":
-        with captured_stderr():
-            stream = _parse(nvimgcodec, data)
+        stream = _parse(nvimgcodec, data)
         return "tiff" if stream is not None and stream.dtype.itemsize != 1 else None
     return kind if kind in _ISOLATED else None
 
