@@ -58,8 +58,11 @@ def warnings_at_caller(make, *args):
                                      warning.lineno, warning.file, warning.line)
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
 def _in_package(filename):
-    return os.path.abspath(filename).startswith(os.path.dirname(os.path.abspath(__file__)) + os.sep)
+    return os.path.abspath(filename).startswith(_PACKAGE_DIR)
 
 
 def _caller_stacklevel():

@@ -13,6 +13,7 @@ installed: from a package index, `pip install 'dalipipe[torch]'`; editable from 
 checkout, `pip install -e '.[torch]'` in that checkout.
 """
 
+import functools
 import importlib.metadata
 import json
 import os
@@ -51,6 +52,7 @@ def installation(direct_url=None, *, installed=True, checkout=None):
     return "url", url
 
 
+@functools.lru_cache(maxsize=None)
 def _this_installation():
     package = os.path.dirname(os.path.abspath(__file__))
     root = os.path.dirname(package)

@@ -124,13 +124,13 @@ def _is_integer(value):
 
 def _numbers(values, name, what, label_mode):
     """A column's cells as float32 numbers; missing and other cells are errors."""
-    numbers = [None if is_missing(v) else _number(v) for v in values]
     missing = [i for i, v in enumerate(values) if is_missing(v)]
     if missing:
         raise ValueError(
             f"Column {name!r} of {what} has no value at rows {missing[:MAX_LISTED]}: "
             f"`label_mode={label_mode!r}` needs a number in every row."
         )
+    numbers = [_number(v) for v in values]
     bad = [i for i, n in enumerate(numbers) if n is None or not math.isfinite(n)]
     if bad:
         raise ValueError(
