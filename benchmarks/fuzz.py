@@ -54,12 +54,6 @@ MUTATIONS = mutations.MUTATIONS["jpeg"]
 OUTCOMES = ("decoded", "reported", "dali_error_named", "dali_error_unnamed", "crash", "hang")
 GROUP = 100  # mutants per fit
 START_TIMEOUT = 300  # seconds for a worker to import TensorFlow and DALI
-segments = mutations.jpeg_segments
-
-
-def mutate(data, kind, rng):
-    """`data`, a sound baseline JPEG, with one mutation of `kind` drawn from `rng`."""
-    return mutations.mutate(data, "jpeg", kind, rng)
 
 
 def make_corpus(directory, count, seed, kind="jpeg"):

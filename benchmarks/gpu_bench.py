@@ -112,6 +112,7 @@ def main(argv=None):
     from dalipipe.devices import default_num_threads
 
     threads = args.threads or default_num_threads("gpu")
+    sweep_threads, sweep_loads = sweep_points(args)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpu_bench_") as scratch:
         data = args.data or os.path.join(scratch, "data")
@@ -124,10 +125,10 @@ def main(argv=None):
         common = task_common(result, data, threads)
         result["crop_setups"] = crop_setups_section(common, args)
         result["keras_fit"] = keras_fit_section(args, data=data, threads=threads)
-        result["sweep"] = sweep_section(common, args)
+        result["sweep"] = sweep_section(common, args, sweep_threads, sweep_loads)
     result["settings"] = {**vars(args), "threads": threads, "workloads": list(WORKLOADS),
-                          "loaders": list(LOADERS), "sweep_threads": list(sweep_points(args)[0]),
-                          "sweep_hw_decoder_loads": list(sweep_points(args)[1]),
+                          "loaders": list(LOADERS), "sweep_threads": list(sweep_threads),
+                          "sweep_hw_decoder_loads": list(sweep_loads),
                           "environment": {k: v for k, v in os.environ.items()
                                           if k.startswith(("DALI", "KERAS", "CUDA"))}}
     result["summary"] = summary(result)
@@ -209,11 +210,11 @@ def sweep_points(args):
     return SWEEP_THREADS, SWEEP_LOADS
 
 
-def sweep_section(common, args):
-    """Section 4: threads × hw_decoder_load on both workloads, batches left on the GPU;
-    one process per thread count (`harness.sweep`), its points a result each."""
+def sweep_section(common, args, thread_counts, loads):
+    """Section 4: `thread_counts` × `loads` (hw_decoder_load) on both workloads, batches
+    left on the GPU; one process per thread count (`harness.sweep`), its points a
+    result each."""
     print("sweep of threads × hw_decoder_load:", flush=True)
-    thread_counts, loads = sweep_points(args)
     runs = 1 if args.quick else min(args.runs, 2)
     points = [dict(workload=workload, options={"hw_decoder_load": load})
               for workload in WORKLOADS for load in loads]

@@ -100,7 +100,7 @@ def run_bench(*, data, out, loaders=DEFAULT_LOADERS, workloads=loaders_lib.WORKL
     reasons = {}
     started = time.perf_counter()
     for i, task in enumerate(tasks):
-        name = task.get("loader", f"dali_decode_only_{task.get('device')}")
+        name = harness.task_name(task)
         workload = task.get("workload", "decode")
         _progress(stream, i, len(tasks), f"{name} {workload}", started)
         if name not in reasons:
