@@ -26,14 +26,16 @@ import tempfile
 
 import keras
 
-from dalipipe.options import Options
+from dalipipe.options import DECODER_SIZES, Options
 
 _STATE = "state.json"
 _WEIGHTS = "model.weights.h5"
 _PREFIX = "backup-"
-# Options that change neither which samples an epoch loads nor their crops.
+# Options that change neither which samples an epoch loads nor their crops. The GPU
+# decoder's settings are among them: its size hints are filled from what the check
+# read, so they differ between runs with and without the check.
 _NOT_IN_FINGERPRINT = ("verbose", "num_threads", "prefetch_queue_depth", "check",
-                       "on_bad_file", "device", "format")
+                       "on_bad_file", "device", "format", "hw_decoder_load", *DECODER_SIZES)
 
 
 class BackupAndRestore(keras.callbacks.BackupAndRestore):

@@ -92,6 +92,19 @@ def test_a_backup_of_another_dataset_raises_naming_what_differs(tagged_dir, tmp_
         dalipipe.BackupAndRestore(str(tmp_path / "backup"), other)
 
 
+def test_the_check_and_gpu_decoder_settings_are_not_part_of_the_fingerprint(tagged_dir):
+    # They change neither the samples nor the crops; the size hints are filled from
+    # what the check read, so they differ between runs with and without it.
+    from dalipipe.resume import differences, fingerprint
+
+    checked = fingerprint(dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS))
+    unchecked = fingerprint(dalipipe.make_dali_pipeline(
+        tagged_dir, **dict(OPTIONS, check=None, hw_decoder_load=0.0)))
+    assert differences(checked, unchecked) == ""
+    other = fingerprint(dalipipe.make_dali_pipeline(tagged_dir, **dict(OPTIONS, seed=6)))
+    assert differences(checked, other).startswith("seed")
+
+
 def test_bad_arguments_raise(tagged_dir, tmp_path):
     dataset = dalipipe.make_dali_dataset(tagged_dir, format="pydataset", **OPTIONS)
     blocker = tmp_path / "a_file"
