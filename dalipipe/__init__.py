@@ -16,10 +16,13 @@ load_dali()
 
 from dalipipe.dataset import make_dali_dataset  # noqa: E402
 from dalipipe.devices import default_memory_growth  # noqa: E402
+from dalipipe.mixing import CutMix, MixUp  # noqa: E402
 from dalipipe.pipeline import ImagePipeline, make_dali_pipeline  # noqa: E402
+from dalipipe.recipes import AutoAugment, RandAugment, TrivialAugmentWide  # noqa: E402
 from dalipipe.sample_data import make_sample_dataset  # noqa: E402
 
-__all__ = ["BackupAndRestore", "ImagePipeline", "make_dali_dataset", "make_dali_pipeline",
+__all__ = ["AutoAugment", "BackupAndRestore", "CutMix", "ImagePipeline", "MixUp",
+           "RandAugment", "TrivialAugmentWide", "make_dali_dataset", "make_dali_pipeline",
            "make_sample_dataset"]
 __version__ = "0.1.0"
 

@@ -38,6 +38,7 @@ def make_dali_dataset(
     antialias=True,
     central_fraction=1.0,
     augment=False,
+    mix=None,
     normalization=None,
     dtype="float32",
     drop_remainder=False,
@@ -62,17 +63,14 @@ def make_dali_dataset(
     `tf.data.Dataset` fed by DALI's TensorFlow plugin on TensorFlow, a
     `keras.utils.PyDataset` of torch tensors or jax arrays on torch and JAX (which
     never imports TensorFlow). Each pass over it is one exact epoch with a true partial
-    last batch; pass `n` loads what `make_dali_pipeline(...).epoch(n)` loads.
-
-    Each option's line below is its row of the table in `docs/options.md`, which says
-    more where a line is not enough (in the sections named here).
+    last batch; pass `n` loads what `make_dali_pipeline(...).epoch(n)` loads. Each
+    option's line below is its row of the table in `docs/options.md`, which says more
+    where a line is not enough (in the sections named here).
 
     ```
     main_directory/
-    ...class_a/
-    ......a_image_1.jpg
-    ...class_b/
-    ......b_image_1.jpg
+    ...class_a/a_image_1.jpg
+    ...class_b/b_image_1.jpg
     ```
 
     Args:
@@ -126,8 +124,11 @@ def make_dali_dataset(
             `tf.image.resize`'s default and faster on the CPU (`benchmarks/PERFORMANCE.md`).
         central_fraction: keep this central fraction of the image (or of the aspect-ratio
             window), resized in one step (see Resizing).
-        augment: a random-resized crop (area 8-100 %, aspect ratio 3/4-4/3, decoding only
-            the crop) and a horizontal flip, new every epoch.
+        augment: True: a random-resized crop and a flip, new every epoch; or a recipe
+            after them, `"randaugment"`, `"trivialaugment"`, `"autoaugment"` or its
+            object, e.g. `dalipipe.RandAugment(num_ops=2, magnitude=9)` (see Augmentation).
+        mix: None, `"mixup"`, `"cutmix"`, `dalipipe.MixUp(alpha)` or `dalipipe.CutMix(factor)`:
+            mixes each batch's images and its labels, which must be float32 (see Augmentation).
         normalization: None: 0-255, Keras's values; `"imagenet"` (ImageNet's mean and std),
             `"unit"` ([0, 1]), `"symmetric"` ([-1, 1]), computed in the graph (see
             Normalization).

@@ -11,10 +11,12 @@ The graph has named inputs, fed one batch at a time:
   padded with NUL bytes (`sources.encode_samples`), or for TFRecord records the
   label, the image's length and its bytes (`ImagePipeline.load_records`). One input
   per sample keeps each label with its image whatever the order.
-- `"random"`: float32 rows of `sampling.NUM_RANDOM` uniform numbers in [0, 1) per
-  sample that drive the random-resized crop and the flip (`sampling.epoch_random`).
-  Drawing them outside DALI gives fresh augmentation every epoch (DALI restarts its
-  own generators with each new iterator) and the same crops on CPU and GPU.
+- `"random"`: float32 rows of `random_columns(options)` numbers per sample:
+  `sampling.NUM_RANDOM` uniform numbers in [0, 1) that drive the random-resized crop
+  and the flip (`sampling.epoch_random`), then the recipe's draws
+  (`dalipipe.recipes`), then the batch mixing's (`dalipipe.mixing`). Drawing them
+  outside DALI gives fresh augmentation every epoch (DALI restarts its own
+  generators with each new iterator) and the same crops on CPU and GPU.
 - `"weights"` (only for one shard of a distributed dataset): float32, one per
   sample, 0 for padding.
 
@@ -32,7 +34,7 @@ on the GPU and cropped there (`codecs.crop_setup`, `_crop_and_resize`).
 import math
 import types
 
-from dalipipe import codecs, sampling
+from dalipipe import codecs, mixing, sampling
 from dalipipe.options import normalization_stats
 
 # Keras's interpolation names -> the closest DALI filter, and whether it must
@@ -56,6 +58,15 @@ def class_weight_table(class_weight):
     lookup table crashes the process on empty keys."""
     items = sorted(class_weight.items()) or [(0, 1.0)]
     return [k for k, _ in items], [v for _, v in items]
+
+
+def random_columns(options):
+    """The columns of the `"random"` input for `options` (0: it is not used)."""
+    if not options.augment and options.mix is None:
+        return 0
+    recipe = options.recipe
+    return (sampling.NUM_RANDOM + (recipe.columns if recipe is not None else 0)
+            + (mixing.COLUMNS if options.mix is not None else 0))
 
 
 def define(options, *, feed, padded, from_tfrecord, num_classes, target_shape=None):
@@ -95,15 +106,23 @@ def define(options, *, feed, padded, from_tfrecord, num_classes, target_shape=No
         encoded = samples[8:8 + length]
     else:
         encoded = fn.io.file.read(samples[start:])
-    images, mirror = _decode_and_resize(options, encoded, external)
+    random = external("random", dali_types.FLOAT) if random_columns(options) else None
+    images, mirror = _decode_and_resize(options, encoded, random)
+    recipe = options.recipe
+    if recipe is not None:  # after the flip, on the uint8 HWC crop
+        images = recipe.apply(fn.flip(images, horizontal=mirror),
+                              random[sampling.NUM_RANDOM:sampling.NUM_RANDOM + recipe.columns],
+                              options.image_size)
+        mirror = 0
+    dtype = {"float32": dali_types.FLOAT, "float16": dali_types.FLOAT16,
+             "uint8": dali_types.UINT8}[options.dtype]
     mean, std = normalization_stats(options.normalization, options.channels)
     images = fn.crop_mirror_normalize(
         images,
         mirror=mirror,
         mean=list(mean),
         std=list(std),
-        dtype={"float32": dali_types.FLOAT, "float16": dali_types.FLOAT16,
-               "uint8": dali_types.UINT8}[options.dtype],
+        dtype=dali_types.FLOAT if options.mix is not None else dtype,
         output_layout="HWC" if options.data_format == "channels_last" else "CHW",
     )
     outputs = [images]
@@ -113,6 +132,11 @@ def define(options, *, feed, padded, from_tfrecord, num_classes, target_shape=No
         outputs.append(fn.reshape(fn.cast(label, dtype=dali_types.FLOAT), shape=[1]))
     elif options.label_mode is not None:  # "int", "raw", "multi_hot": as they came
         outputs.append(label)
+    if options.mix is not None:  # mixed in float32, then cast to `dtype`
+        images, labels = mixing.apply(options.mix, images, outputs[1],
+                                      random[-mixing.COLUMNS:], device=options.device)
+        outputs[:2] = [images if options.dtype == "float32"
+                       else fn.cast(images, dtype=dtype), labels]
     weights = external("weights", dali_types.FLOAT, ndim=0) if padded else None
     if options.class_weight is not None:
         keys, values = class_weight_table(options.class_weight)
@@ -126,15 +150,15 @@ def define(options, *, feed, padded, from_tfrecord, num_classes, target_shape=No
     return tuple(outputs)
 
 
-def _decode_and_resize(options, encoded, external):
-    """Decoded images at `image_size`, and the per-sample flip (0 without `augment`)."""
+def _decode_and_resize(options, encoded, random):
+    """Decoded images at `image_size`, and the per-sample flip (0 without `augment`);
+    `random` is the `"random"` input (or None)."""
     from nvidia.dali import fn, types as dali_types
 
     name, always_antialias = INTERPOLATION_FILTERS[options.interpolation]
     resize = dict(interp_type=getattr(dali_types, name),
                   antialias=options.antialias or always_antialias)
     if options.augment:
-        random = external("random", dali_types.FLOAT)
         shape = fn.peek_image_shape(encoded, dtype=dali_types.FLOAT)
         window = sampling.random_resized_crop_window(shape[0], shape[1], random, ops=dali_ops())
         mirror = fn.cast(random[4] < 0.5, dtype=dali_types.INT32)

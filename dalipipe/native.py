@@ -13,7 +13,7 @@ import re
 
 import numpy as np
 
-from dalipipe import checks, sampling, tfrecord
+from dalipipe import checks, tfrecord
 
 # DALI's decoder errors: a sample it cannot decode, a header nvImageCodec cannot read.
 _DECODE_FAILURE = re.compile(r"Failed to decode sample #(\d+)|nvImageCodec failure")
@@ -37,7 +37,7 @@ class Runner:
         count = len(sample_ids)
         inputs = {
             "samples": np.asarray(sample_ids),
-            "random": np.zeros((count, sampling.NUM_RANDOM), np.float32)
+            "random": np.zeros((count, self.image_pipeline.num_random), np.float32)
             if random is None else np.asarray(random, np.float32),
             "weights": np.ones(count, np.float32)
             if weights is None else np.asarray(weights, np.float32),

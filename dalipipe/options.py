@@ -19,6 +19,8 @@ import numpy as np
 
 from dalipipe.devices import default_num_threads
 from dalipipe.keras_config import IMAGE_DATA_FORMATS, keras_image_data_format
+from dalipipe.mixing import parse_mix
+from dalipipe.recipes import parse_augment
 
 IMAGENET_DEFAULT_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 IMAGENET_DEFAULT_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
@@ -50,6 +52,8 @@ ON_BAD_FILE = ("raise", "skip")
 # The GPU decoder's sizes: the preallocation hints (pixels) and paddings (bytes).
 DECODER_SIZES = ("preallocate_width_hint", "preallocate_height_hint",
                  "device_memory_padding", "host_memory_padding")
+# The label modes whose labels can be mixed (`mix`): float32 class probabilities.
+MIXED_LABEL_MODES = ("categorical", "binary", "multi_hot")
 
 
 def normalization_stats(normalization, channels):
@@ -107,7 +111,8 @@ class Options:
     root: Optional[Any] = None
     antialias: bool = True
     central_fraction: float = 1.0
-    augment: bool = False
+    augment: Any = False
+    mix: Any = None
     normalization: Optional[str] = None
     dtype: str = "float32"
     drop_remainder: bool = False
@@ -154,16 +159,24 @@ class Options:
         return self.replace(seed=seed, num_threads=num_threads, data_format=data_format)
 
     @property
+    def recipe(self):
+        """The augmentation recipe (`dalipipe.RandAugment`...), or None."""
+        return None if isinstance(self.augment, bool) else self.augment
+
+    @property
     def channels(self):
         """Channels of the output images: 3, 1 or 4 (`color_mode`)."""
         return COLOR_MODES[self.color_mode]
 
     def __post_init__(self):
+        set_ = object.__setattr__.__get__(self)
+        # Recipes and mixes given by name become their objects (ValueError if unknown).
+        set_("augment", parse_augment(self.augment))
+        set_("mix", parse_mix(self.mix))
         self._check_choices()
         self._check_numbers()
         self._check_combinations()
         # Canonical types: NumPy integers and lists become plain ints and tuples.
-        set_ = object.__setattr__.__get__(self)
         size = self.image_size
         set_("image_size", (int(size), int(size)) if _is_int(size) else (int(size[0]), int(size[1])))
         if self.batch_size is not None:
@@ -220,7 +233,7 @@ class Options:
             ("data_format", DATA_FORMATS), ("device", DEVICES),
         ):
             _one_of(name, getattr(self, name), allowed)
-        for name in ("shuffle", "augment", "antialias", "crop_to_aspect_ratio",
+        for name in ("shuffle", "antialias", "crop_to_aspect_ratio",
                      "pad_to_aspect_ratio", "follow_links", "verbose", "drop_remainder"):
             value = getattr(self, name)
             if not isinstance(value, bool):
@@ -275,8 +288,9 @@ class Options:
             )
         if self.augment and self.central_fraction != 1:
             raise ValueError(
-                "`augment=True` crops at random and `central_fraction` crops the center: "
-                f"choose one. Received: augment=True, central_fraction={self.central_fraction}"
+                "`augment` crops at random and `central_fraction` crops the center: choose "
+                f"one. Received: augment={self.augment!r}, "
+                f"central_fraction={self.central_fraction}"
             )
         if self.pad_to_aspect_ratio and self.crop_to_aspect_ratio:
             raise ValueError(
@@ -286,8 +300,8 @@ class Options:
         for name in ("crop_to_aspect_ratio", "pad_to_aspect_ratio"):
             if self.augment and getattr(self, name):
                 raise ValueError(
-                    f"`augment=True` crops at random and `{name}=True` keeps the whole "
-                    f"frame: choose one. Received: augment=True, {name}=True"
+                    f"`augment` crops at random and `{name}=True` keeps the whole frame: "
+                    f"choose one. Received: augment={self.augment!r}, {name}=True"
                 )
         if self.pad_to_aspect_ratio and self.central_fraction != 1:
             raise ValueError(
@@ -306,10 +320,41 @@ class Options:
                 "`label_mode=None` yields images only, so `labels` must be None or 'inferred'. "
                 f"Received: labels={labels!r}, label_mode=None"
             )
+        if self.recipe is not None and self.color_mode != "rgb":
+            raise ValueError(
+                f"`augment={self.augment!r}` has colour operations (colour, contrast, "
+                "equalize...) for RGB images only: use `color_mode='rgb'`, or "
+                f"`augment=True` for a crop and a flip. Received: color_mode={self.color_mode!r}"
+            )
+        self._check_mix()
         self._check_label_columns()
         self._check_class_names()
         self._check_class_weight()
         self._check_split()
+
+    def _check_mix(self):
+        mix = self.mix
+        if mix is None:
+            return
+        if self.label_mode not in MIXED_LABEL_MODES or self.labels is None:
+            hint = ' (use label_mode="categorical")' if self.label_mode == "int" else ""
+            received = "labels=None" if self.labels is None else f"label_mode={self.label_mode!r}"
+            raise ValueError(
+                f"`mix={mix!r}` mixes the labels of two samples, so the labels must be "
+                f"float32 class probabilities: `label_mode` one of {MIXED_LABEL_MODES}"
+                f"{hint}. Received: {received}"
+            )
+        if self.class_weight is not None:
+            raise ValueError(
+                f"`class_weight` weighs each sample by its one class, and `mix={mix!r}` "
+                "gives each sample two. Received: "
+                f"class_weight={self.class_weight!r}, mix={mix!r}"
+            )
+        if self.batch_size is None:
+            raise ValueError(
+                f"`mix={mix!r}` mixes the samples of a batch, and `batch_size=None` yields "
+                "single samples. Received: batch_size=None"
+            )
 
     def _check_label_columns(self):
         columns, mode = self.label_columns, self.label_mode

@@ -18,7 +18,7 @@ import warnings
 
 import numpy as np
 
-from dalipipe import checks, graph, sampling, sources, tfrecord
+from dalipipe import checks, graph, mixing, sampling, sources, tfrecord
 from dalipipe.calls import first_argument, warnings_at_caller
 from dalipipe.devices import dali_device
 from dalipipe.options import TARGET_MODES, Options, is_inferred
@@ -53,6 +53,7 @@ def make_dali_pipeline(
     antialias=True,
     central_fraction=1.0,
     augment=False,
+    mix=None,
     normalization=None,
     dtype="float32",
     drop_remainder=False,
@@ -75,8 +76,8 @@ def make_dali_pipeline(
 
     Returns:
         An `ImagePipeline`, or a pair (training, validation) of them when
-        `subset="both"`; then `augment` and `drop_remainder` apply to the training
-        one only.
+        `subset="both"`; then `augment`, `mix` and `drop_remainder` apply to the
+        training one only.
     """
     options = Options.from_arguments(locals())
     source = first_argument("make_dali_pipeline", directory, source)
@@ -147,7 +148,7 @@ def image_pipelines(source, options, device_id=0):
         return ImagePipeline(parts[0], options)
     # Validation data is neither augmented nor trimmed to whole batches, and it is
     # read in `file_paths` order, as Keras reads it.
-    validation = options.replace(augment=False, drop_remainder=False, shuffle=False)
+    validation = options.replace(augment=False, mix=None, drop_remainder=False, shuffle=False)
     return ImagePipeline(parts[0], options), ImagePipeline(parts[1], validation)
 
 
@@ -206,6 +207,7 @@ class ImagePipeline:
         device: `"cpu"` or `"gpu"`; `device_id`: the CUDA device ordinal of the GPU
             (as DALI counts them), or None on the CPU.
         input_names: the graph's inputs that are fed.
+        num_random: the columns of the `"random"` input (0 when it is not fed).
         output_dtypes, output_shapes: NumPy dtype names and shapes (batch dimension
             None) of the outputs.
     """
@@ -239,8 +241,10 @@ class ImagePipeline:
         self.num_batches = self.steps * self.batches_per_step
         self.device_id = int(device_id) if self.device == "gpu" else None
         self.weighted = sharding is not None or options.class_weight is not None
-        # DALI prunes an input the graph does not use: "random" only drives augmentation.
-        self.input_names = ("samples", "random") if options.augment else ("samples",)
+        # DALI prunes an input the graph does not use: "random" only drives
+        # augmentation and mixing.
+        self.num_random = graph.random_columns(options)
+        self.input_names = ("samples", "random") if self.num_random else ("samples",)
         if sharding is not None:
             self.input_names += ("weights",)
         self.output_dtypes, self.output_shapes = self._outputs()
@@ -333,7 +337,8 @@ class ImagePipeline:
 
         `sample_ids`: int64 indices into `file_paths`, in loading order (see
         `sampling.epoch_order` and `positions`); `random`: float32
-        `(len(sample_ids), sampling.NUM_RANDOM)` (`sampling.epoch_random`);
+        `(len(sample_ids), num_random)`, the crops' numbers (`sampling.epoch_random`)
+        then the recipe's and the mixing's draws (`graph.random_columns`);
         `weights`: float32 `(len(sample_ids),)`, or None unless the pipeline is a
         shard. They depend on `seed` and `epoch` only: the native runner and the
         TensorFlow inputs use them alike.
@@ -346,11 +351,17 @@ class ImagePipeline:
                 and flips that the whole epoch gives them.
         """
         start_batch = self.check_start_batch(start_batch)
-        seed = self.options.seed
-        order = sampling.epoch_order(seed, epoch, len(self.file_paths),
-                                     shuffle=self.options.shuffle)
+        options = self.options
+        seed = options.seed
+        order = sampling.epoch_order(seed, epoch, len(self.file_paths), shuffle=options.shuffle)
         positions, weights = self.positions()
-        random = sampling.epoch_random(seed, epoch, len(positions))
+        random = [sampling.epoch_random(seed, epoch, positions)]
+        if options.recipe is not None:
+            random.append(sampling.per_position(seed, epoch, 2, positions, options.recipe.draw))
+        if options.mix is not None:
+            random.append(mixing.draw(options.mix, seed, epoch, positions, self.batch_size,
+                                      options.image_size))
+        random = np.concatenate(random, axis=1)
         first = start_batch * self.batch_size * self.batches_per_step
         return (order[positions][first:], random[first:],
                 None if weights is None else weights[first:])
@@ -445,7 +456,9 @@ class ImagePipeline:
             device_id=self.device_id,
             seed=self.options.seed,
             prefetch_queue_depth=self.options.prefetch_queue_depth,
-            enable_conditionals=self.options.color_mode == "rgba",
+            # RGBA decoding and the recipes choose per sample.
+            enable_conditionals=self.options.color_mode == "rgba"
+            or self.options.recipe is not None,
         )
         def image_graph():
             return graph.define(
@@ -471,8 +484,9 @@ class ImagePipeline:
 
         Args:
             sample_ids: int64 indices into `file_paths`, in the order to load.
-            random: float32 array `(len(sample_ids), sampling.NUM_RANDOM)` of uniform
-                numbers in [0, 1); only used with `augment=True`. Defaults to zeros.
+            random: float32 array `(len(sample_ids), num_random)`: the crops'
+                uniform numbers, then the recipe's and the mixing's draws (see
+                `epoch_inputs`); only used with `augment` or `mix`. Defaults to zeros.
             weights: float32 array `(len(sample_ids),)`, only for a shard. Defaults
                 to ones.
             copy_to_host: if True, yield NumPy arrays; if False, yield DALI's own

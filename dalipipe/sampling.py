@@ -1,10 +1,11 @@
 """What is random in an epoch, written once: the order of the samples and the crops.
 
-Both depend on `seed` and the epoch number only, so the native runner
-(`ImagePipeline.epoch`, which `dalipipe.py_dataset` runs), the TensorFlow inputs
-(`dalipipe.tf_dataset`) and the benchmarks draw the same order and the same crops for
-the same seed. NumPy only;
-`random_resized_crop_window` also runs on DALI's graph arithmetic.
+Both depend on `seed`, the epoch number and the sample's position only, so the
+native runner (`ImagePipeline.epoch`, which `dalipipe.py_dataset` runs), the
+TensorFlow inputs (`dalipipe.tf_dataset`) and the benchmarks draw the same order and
+the same crops for the same seed; the recipes' and the mixing's draws follow the
+same rule (`per_position`). NumPy only; `random_resized_crop_window` also runs on
+DALI's graph arithmetic.
 """
 
 import math
@@ -33,14 +34,41 @@ def epoch_order(seed, epoch, num_samples, *, shuffle=True):
     return np.random.default_rng([seed, epoch, 0]).permutation(num_samples).astype(np.int64)
 
 
-def epoch_random(seed, epoch, count):
+def epoch_random(seed, epoch, positions):
     """The uniform numbers that drive epoch `epoch`'s crops and flips.
 
+    Args:
+        positions: int64 `(n,)`, the positions in the epoch's order of the samples
+            loaded, in loading order (`ImagePipeline.positions`).
+
     Returns:
-        float32 array `(count, NUM_RANDOM)` in [0, 1): one row per loaded sample, in
-        loading order; column 4 below 0.5 flips the image.
+        float32 array `(n, NUM_RANDOM)` in [0, 1): one row per loaded sample, which
+        depends on its position only, so that the shards of a distributed dataset
+        crop differently and the rest of an epoch crops as the whole epoch does;
+        column 4 below 0.5 flips the image.
     """
-    return np.random.default_rng([seed, epoch, 1]).random((count, NUM_RANDOM), np.float32)
+    return per_position(seed, epoch, 1, positions,
+                        lambda rng, count: rng.random((count, NUM_RANDOM), np.float32))
+
+
+def per_position(seed, epoch, stream, positions, draw):
+    """Rows of random draws, one per position of an epoch's order.
+
+    Args:
+        seed, epoch: the dataset's seed and the epoch's number.
+        stream: a number that keeps this kind of draw apart from the others (1:
+            crops, 2: augmentation recipes, 3: batch mixing).
+        positions: int64 `(n,)`, the positions whose rows are returned.
+        draw: `draw(rng, count)`, an array of `count` rows drawn from the NumPy
+            generator `rng`.
+
+    Returns:
+        The rows of `draw(rng, max(positions) + 1)` at `positions`: row `i` is the
+        same for position `i` whichever positions are asked for.
+    """
+    positions = np.asarray(positions, np.int64)
+    count = int(positions.max()) + 1 if len(positions) else 0
+    return draw(np.random.default_rng([seed, epoch, stream]), count)[positions]
 
 
 def random_resized_crop_window(height, width, random, ops=NUMPY_OPS):

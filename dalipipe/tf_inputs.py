@@ -17,7 +17,6 @@ import threading
 import numpy as np
 import tensorflow as tf
 
-from dalipipe import sampling
 
 
 def feed_parts(num_loaded, batch_size, *, from_tfrecord, gpu):
@@ -97,7 +96,7 @@ class EpochFeed:
         per_record = name == "samples" and self.per_sample
         dtype, shape = {
             "samples": (tf.uint8, [None] if per_record else [None, None]),
-            "random": (tf.float32, [None, sampling.NUM_RANDOM]),
+            "random": (tf.float32, [None, self.image_pipeline.num_random]),
             "weights": (tf.float32, [None]),
         }[name]
         begin = self.current if join else self.start

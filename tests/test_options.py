@@ -99,7 +99,7 @@ def test_defaults_are_keras_s_with_dalipipe_s_additions():
      "`dtype='uint8'` holds unnormalized pixels: it needs `normalization=None`. "
      "Received: dtype='uint8', normalization='imagenet'"),
     (dict(augment=True, central_fraction=0.875),
-     "`augment=True` crops at random and `central_fraction` crops the center: choose one. "
+     "`augment` crops at random and `central_fraction` crops the center: choose one. "
      "Received: augment=True, central_fraction=0.875"),
     (dict(crop_to_aspect_ratio=True, pad_to_aspect_ratio=True),
      "Only one of `pad_to_aspect_ratio`, `crop_to_aspect_ratio` can be set to `True`. "
@@ -159,7 +159,7 @@ def test_errors_name_the_argument_and_value(options, message):
     assert message in message_of(**options)
 
 
-@pytest.mark.parametrize("name", ["shuffle", "augment", "antialias", "crop_to_aspect_ratio",
+@pytest.mark.parametrize("name", ["shuffle", "antialias", "crop_to_aspect_ratio",
                                   "pad_to_aspect_ratio", "follow_links", "verbose",
                                   "drop_remainder"])
 def test_flags_must_be_booleans(name):
@@ -169,7 +169,7 @@ def test_flags_must_be_booleans(name):
 @pytest.mark.parametrize("name", ["crop_to_aspect_ratio", "pad_to_aspect_ratio"])
 def test_augment_and_a_whole_frame_exclude_each_other(name):
     assert message_of(augment=True, **{name: True}) == (
-        f"`augment=True` crops at random and `{name}=True` keeps the whole frame: "
+        f"`augment` crops at random and `{name}=True` keeps the whole frame: "
         f"choose one. Received: augment=True, {name}=True")
 
 

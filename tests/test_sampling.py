@@ -26,18 +26,35 @@ def test_epoch_order_without_shuffle_is_the_index_order():
 
 
 def test_epoch_random_rows_are_uniform_and_fixed_by_seed_and_epoch():
-    random = sampling.epoch_random(3, 0, 2000)
+    positions = np.arange(2000)
+    random = sampling.epoch_random(3, 0, positions)
     assert random.dtype == np.float32 and random.shape == (2000, sampling.NUM_RANDOM) == (2000, 5)
     assert random.min() >= 0 and random.max() < 1
     np.testing.assert_allclose(random.mean(0), 0.5, atol=0.03)
-    np.testing.assert_array_equal(random, sampling.epoch_random(3, 0, 2000))
-    assert not np.allclose(random, sampling.epoch_random(3, 1, 2000))
-    assert not np.allclose(random, sampling.epoch_random(4, 0, 2000))
-    # The first rows do not depend on how many are drawn.
-    np.testing.assert_array_equal(sampling.epoch_random(3, 0, 10), random[:10])
+    np.testing.assert_array_equal(random, sampling.epoch_random(3, 0, positions))
+    assert not np.allclose(random, sampling.epoch_random(3, 1, positions))
+    assert not np.allclose(random, sampling.epoch_random(4, 0, positions))
     # Order and numbers come from separate streams of the same seed and epoch.
     order = sampling.epoch_order(3, 0, 2000)
     assert not np.array_equal(np.argsort(random[:, 0]), order)
+
+
+def test_a_position_s_row_does_not_depend_on_the_other_positions_asked_for():
+    whole = sampling.epoch_random(3, 0, np.arange(100))
+    np.testing.assert_array_equal(sampling.epoch_random(3, 0, np.arange(10)), whole[:10])
+    shard = np.array([40, 41, 7, 99, 40])
+    np.testing.assert_array_equal(sampling.epoch_random(3, 0, shard), whole[shard])
+    assert sampling.epoch_random(3, 0, np.arange(0)).shape == (0, sampling.NUM_RANDOM)
+
+
+def test_streams_of_per_position_draws_are_apart():
+    def draw(rng, count):
+        return rng.random((count, sampling.NUM_RANDOM), np.float32)
+
+    positions = np.arange(50)
+    crops = sampling.per_position(3, 0, 1, positions, draw)
+    np.testing.assert_array_equal(crops, sampling.epoch_random(3, 0, positions))
+    assert not np.allclose(crops, sampling.per_position(3, 0, 2, positions, draw))
 
 
 @pytest.mark.parametrize("random, window", [
@@ -58,7 +75,7 @@ def test_random_resized_crop_window_of_known_numbers(random, window):
 
 def test_random_resized_crop_windows_stay_inside_the_image_with_inception_s_ranges():
     height, width = np.float32(48), np.float32(80)
-    random = sampling.epoch_random(0, 0, 5000).T
+    random = sampling.epoch_random(0, 0, np.arange(5000)).T
     x, y, crop_w, crop_h = sampling.random_resized_crop_window(height, width, random)
     assert (x >= 0).all() and (y >= 0).all() and (crop_w >= 1).all() and (crop_h >= 1).all()
     assert (x + crop_w <= width + 1e-3).all() and (y + crop_h <= height + 1e-3).all()

@@ -1,0 +1,256 @@
+"""Augmentation recipes: RandAugment, TrivialAugment (wide) and AutoAugment.
+
+Each recipe is a small frozen dataclass with torchvision's parameter names and
+defaults, run with the operations of DALI's `nvidia.dali.auto_aug` (their suites and
+policies, on the pipeline's device). It runs after the random-resized crop and the
+flip, on the uint8 HWC crop, before normalization.
+
+DALI's `auto_aug` functions draw their choices with `fn.random` from a build-time
+seed, and every new iterator (each epoch on TensorFlow) would repeat them. Here a
+recipe's choices are drawn in NumPy instead (`draw`), per sample, as whole numbers
+in float32 columns of the graph's `"random"` input, so they change with the epoch
+and the sample's position as the crops do (`sampling.per_position`); `apply` reads
+them in the graph with `auto_aug.core.select` and `signed_bin`.
+"""
+
+import contextlib
+import dataclasses
+import warnings
+from typing import ClassVar
+
+import numpy as np
+
+# augment= names -> the recipe with its defaults (`parse_augment`).
+RECIPES = ("randaugment", "trivialaugment", "autoaugment")
+# AutoAugment's policies: dalipipe's names (torchvision's, lower case) -> DALI's.
+AUTOAUGMENT_POLICIES = {"imagenet": "image_net", "reduced_imagenet": "reduced_image_net",
+                        "svhn": "svhn", "reduced_cifar10": "reduced_cifar10"}
+# The grey value that fills what a shear, rotation or translation uncovers (DALI's).
+FILL_VALUE = 128
+
+
+def _whole(name, value, low, high=None):
+    """Raises ValueError unless `value` is an integer in [low, high]."""
+    ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= low
+    if not ok or (high is not None and value > high):
+        bounds = f"in [{low}, {high}]" if high is not None else f">= {low}"
+        raise ValueError(f"`{name}` must be an integer {bounds}. Received: {name}={value!r}")
+
+
+def _suite(getter, **kwargs):
+    """A DALI `auto_aug` suite or policy: `getter(**kwargs)`, DALI's deprecation
+    notices held back (`_quiet`)."""
+    with _quiet():
+        return getter(**kwargs)
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Holds back DALI's deprecation notices (its `auto_aug` still calls
+    `fn.experimental.equalize` and `fn.experimental.filter`, and DALI shows the
+    notice whatever the warning filters say); other warnings are shown."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for warning in caught:
+        if not issubclass(warning.category, DeprecationWarning):
+            warnings.warn_explicit(warning.message, warning.category, warning.filename,
+                                   warning.lineno)
+
+
+def _columns(draws, start, count):
+    """`count` int32 graph nodes: columns `start`... of `draws`."""
+    from nvidia.dali import fn, types
+
+    return [fn.cast(draws[start + i], dtype=types.INT32) for i in range(count)]
+
+
+def _call(augmentations, op, image_size, **kwargs):
+    """`augmentations[op]` of each sample (`op` a graph node), as DALI's recipes call
+    them: translations relative to the image size, uncovered pixels `FILL_VALUE`."""
+    from nvidia.dali.auto_aug.core import select
+
+    with _quiet():
+        return select(augmentations, op, shape=list(image_size), fill_value=FILL_VALUE,
+                      interp_type=None, **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class RandAugment:
+    """RandAugment (Cubuk et al., 2020): `num_ops` operations per image, each drawn
+    among 14 (translations, shears, rotation, brightness, contrast, colour,
+    sharpness, posterize, solarize, equalize, auto-contrast, identity), all at
+    `magnitude` of `num_magnitude_bins`, with a random sign where the operation has
+    one. torchvision's `v2.RandAugment` defaults; DALI's `auto_aug.rand_augment`
+    suite (monotonic magnitudes).
+
+    Columns of `"random"` per sample: `(op, sign)` for each of `num_ops`.
+    """
+
+    num_ops: int = 2
+    magnitude: int = 9
+    num_magnitude_bins: int = 31
+    name: ClassVar[str] = "randaugment"
+
+    def __post_init__(self):
+        _whole("num_ops", self.num_ops, 0)
+        _whole("num_magnitude_bins", self.num_magnitude_bins, 1)
+        _whole("magnitude", self.magnitude, 0, self.num_magnitude_bins - 1)
+
+    @staticmethod
+    def augmentations():
+        from nvidia.dali.auto_aug import rand_augment
+
+        return _suite(rand_augment.get_rand_augment_suite, use_shape=True)
+
+    @property
+    def columns(self):
+        return 2 * self.num_ops
+
+    def draw(self, rng, count):
+        """float32 `(count, columns)`: per sample, each op's index and sign (0 or 1)."""
+        ops = rng.integers(0, len(self.augmentations()), (count, self.num_ops))
+        signs = rng.integers(0, 2, (count, self.num_ops))
+        return np.stack([ops, signs], axis=2).reshape(count, -1).astype(np.float32)
+
+    def apply(self, images, draws, image_size):
+        """`images` (uint8 HWC graph node) with the recipe applied per sample."""
+        from nvidia.dali.auto_aug.core import signed_bin
+
+        augmentations = self.augmentations()
+        chosen = _columns(draws, 0, self.columns)
+        for op, sign in zip(chosen[0::2], chosen[1::2]):
+            images = _call(augmentations, op, image_size, data=images,
+                           magnitude_bin=signed_bin(self.magnitude, random_sign=sign),
+                           num_magnitude_bins=self.num_magnitude_bins)
+        return images
+
+
+@dataclasses.dataclass(frozen=True)
+class TrivialAugmentWide:
+    """TrivialAugment (Müller and Hutter, 2021), wide ranges: one operation per
+    image among 14, at a magnitude drawn uniformly among `num_magnitude_bins`, with
+    a random sign where the operation has one. torchvision's `v2.TrivialAugmentWide`
+    defaults; DALI's `auto_aug.trivial_augment` suite.
+
+    Columns of `"random"` per sample: `(op, magnitude bin, sign)`.
+    """
+
+    num_magnitude_bins: int = 31
+    name: ClassVar[str] = "trivialaugment"
+    columns: ClassVar[int] = 3
+
+    def __post_init__(self):
+        _whole("num_magnitude_bins", self.num_magnitude_bins, 1)
+
+    @staticmethod
+    def augmentations():
+        from nvidia.dali.auto_aug import trivial_augment
+
+        return _suite(trivial_augment.get_trivial_augment_wide_suite, use_shape=True)
+
+    def draw(self, rng, count):
+        """float32 `(count, 3)`: per sample, the op's index, its magnitude bin and sign."""
+        return np.stack([rng.integers(0, len(self.augmentations()), count),
+                         rng.integers(0, self.num_magnitude_bins, count),
+                         rng.integers(0, 2, count)], axis=1).astype(np.float32)
+
+    def apply(self, images, draws, image_size):
+        """`images` (uint8 HWC graph node) with the recipe applied per sample."""
+        from nvidia.dali.auto_aug.core import signed_bin
+
+        op, magnitude, sign = _columns(draws, 0, 3)
+        return _call(self.augmentations(), op, image_size, data=images,
+                     magnitude_bin=signed_bin(magnitude, random_sign=sign),
+                     num_magnitude_bins=self.num_magnitude_bins)
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoAugment:
+    """AutoAugment (Cubuk et al., 2019): per image, one sub-policy drawn among the
+    policy's (25 for "imagenet"), whose one or two operations each run with their
+    own probability and magnitude, with a random sign where the operation has one.
+    `policy` is one of `AUTOAUGMENT_POLICIES` (torchvision's `AutoAugmentPolicy`
+    names in lower case, plus DALI's "reduced_imagenet"); DALI's `auto_aug`
+    policies.
+
+    Columns of `"random"` per sample: the sub-policy, then per stage a uniform number
+    in [0, 1) (the stage runs if it is below the stage's probability) and a sign.
+    """
+
+    policy: str = "imagenet"
+    name: ClassVar[str] = "autoaugment"
+
+    def __post_init__(self):
+        if self.policy not in AUTOAUGMENT_POLICIES:
+            raise ValueError(f"`policy` must be one of {tuple(AUTOAUGMENT_POLICIES)}. "
+                             f"Received: policy={self.policy!r}")
+
+    def dali_policy(self):
+        from nvidia.dali.auto_aug import auto_augment
+
+        name = AUTOAUGMENT_POLICIES[self.policy]
+        kwargs = {} if name == "reduced_image_net" else dict(use_shape=True)
+        return _suite(getattr(auto_augment, f"get_{name}_policy"), **kwargs)
+
+    @property
+    def stages(self):
+        return max(len(sub_policy) for sub_policy in self.dali_policy().sub_policies)
+
+    @property
+    def columns(self):
+        return 1 + 2 * self.stages
+
+    def draw(self, rng, count):
+        """float32 `(count, columns)`: per sample, the sub-policy's index, then a
+        uniform number per stage, then a sign per stage."""
+        sub_policies = rng.integers(0, len(self.dali_policy().sub_policies), (count, 1))
+        return np.concatenate([sub_policies, rng.random((count, self.stages)),
+                               rng.integers(0, 2, (count, self.stages))],
+                              axis=1).astype(np.float32)
+
+    def apply(self, images, draws, image_size):
+        """`images` (uint8 HWC graph node) with the policy applied per sample, as
+        DALI's `auto_aug.auto_augment.apply_auto_augment` does, from `draws`."""
+        from nvidia.dali import fn, types
+        from nvidia.dali.auto_aug import auto_augment
+        from nvidia.dali.auto_aug.core import signed_bin
+
+        policy, stages = self.dali_policy(), self.stages
+        sub_policy = _columns(draws, 0, 1)[0]
+        signs = fn.cast(draws[1 + stages:1 + 2 * stages], dtype=types.INT32)
+        probabilities = auto_augment._sub_policy_to_probability_map(policy)[sub_policy]
+        bins = auto_augment._sub_policy_to_magnitude_bin_map(policy)[sub_policy]
+        ids, augmentations = auto_augment._sub_policy_to_augmentation_map(policy)
+        ids = ids[sub_policy]
+        if any(aug.randomly_negate for aug in policy.augmentations.values()):
+            bins = signed_bin(bins, random_sign=signs)
+        for stage in range(stages):
+            if draws[1 + stage] < probabilities[stage]:
+                images = _call(augmentations[stage], ids[stage], image_size, data=images,
+                               magnitude_bin=bins[stage],
+                               num_magnitude_bins=policy.num_magnitude_bins)
+        return images
+
+
+RECIPE_TYPES = (RandAugment, TrivialAugmentWide, AutoAugment)
+
+
+def parse_augment(augment):
+    """`augment` as the graph reads it: False, True (crop and flip), or a recipe
+    object (crop, flip and the recipe); a recipe's name gives it with its defaults.
+
+    Raises:
+        ValueError: for anything else, listing what is accepted.
+    """
+    if isinstance(augment, bool) or isinstance(augment, RECIPE_TYPES):
+        return augment
+    if isinstance(augment, str) and augment.lower() in RECIPES:
+        return RECIPE_TYPES[RECIPES.index(augment.lower())]()
+    raise ValueError(
+        "`augment` must be True (a random-resized crop and a flip), False, a recipe's name "
+        f"{RECIPES}, or a recipe with its parameters: dalipipe.RandAugment(num_ops=2, "
+        "magnitude=9, num_magnitude_bins=31), dalipipe.TrivialAugmentWide("
+        "num_magnitude_bins=31) or dalipipe.AutoAugment(policy='imagenet'). "
+        f"Received: augment={augment!r}"
+    )
