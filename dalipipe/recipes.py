@@ -58,6 +58,19 @@ def _quiet():
                                    warning.lineno)
 
 
+def _choices(uniform, counts):
+    """Whole numbers drawn from `uniform` (float `(n, len(counts))` in [0, 1)): column
+    `j` in `range(counts[j])` (None keeps the uniform number), as float32.
+
+    One uniform block per draw keeps each row the same whatever the number of rows
+    drawn (`sampling.per_position`)."""
+    out = uniform.astype(np.float32)
+    for j, count in enumerate(counts):
+        if count is not None:
+            out[:, j] = np.minimum(np.floor(uniform[:, j] * count), count - 1)
+    return out
+
+
 def _columns(draws, start, count):
     """`count` int32 graph nodes: columns `start`... of `draws`."""
     from nvidia.dali import fn, types
@@ -109,9 +122,8 @@ class RandAugment:
 
     def draw(self, rng, count):
         """float32 `(count, columns)`: per sample, each op's index and sign (0 or 1)."""
-        ops = rng.integers(0, len(self.augmentations()), (count, self.num_ops))
-        signs = rng.integers(0, 2, (count, self.num_ops))
-        return np.stack([ops, signs], axis=2).reshape(count, -1).astype(np.float32)
+        return _choices(rng.random((count, self.columns)),
+                        [len(self.augmentations()), 2] * self.num_ops)
 
     def apply(self, images, draws, image_size):
         """`images` (uint8 HWC graph node) with the recipe applied per sample."""
@@ -151,9 +163,8 @@ class TrivialAugmentWide:
 
     def draw(self, rng, count):
         """float32 `(count, 3)`: per sample, the op's index, its magnitude bin and sign."""
-        return np.stack([rng.integers(0, len(self.augmentations()), count),
-                         rng.integers(0, self.num_magnitude_bins, count),
-                         rng.integers(0, 2, count)], axis=1).astype(np.float32)
+        return _choices(rng.random((count, 3)),
+                        [len(self.augmentations()), self.num_magnitude_bins, 2])
 
     def apply(self, images, draws, image_size):
         """`images` (uint8 HWC graph node) with the recipe applied per sample."""
@@ -204,10 +215,9 @@ class AutoAugment:
     def draw(self, rng, count):
         """float32 `(count, columns)`: per sample, the sub-policy's index, then a
         uniform number per stage, then a sign per stage."""
-        sub_policies = rng.integers(0, len(self.dali_policy().sub_policies), (count, 1))
-        return np.concatenate([sub_policies, rng.random((count, self.stages)),
-                               rng.integers(0, 2, (count, self.stages))],
-                              axis=1).astype(np.float32)
+        stages = self.stages
+        return _choices(rng.random((count, self.columns)),
+                        [len(self.dali_policy().sub_policies)] + [None] * stages + [2] * stages)
 
     def apply(self, images, draws, image_size):
         """`images` (uint8 HWC graph node) with the policy applied per sample, as
