@@ -8,6 +8,8 @@ MODE `single`: `fit` with a metric that counts every sample it sees, `evaluate`,
 `predict`, and the dataset's passes against the native epochs. MODE `data_parallel`
 (JAX, with several devices): `fit` and `evaluate` under `keras.distribution.DataParallel`.
 MODE `targets`: a table's raw and multi-hot targets.
+MODE `recipes`: `fit` with each augmentation recipe and each batch mixing, and
+their first pass against the native epoch.
 MODE `torch_distributed` (with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set): one
 process of a `torch.distributed` group reads two passes of its shard. The images are
 `tagged_dir`'s (see `conftest.py`): each tells its index from its pixels.
@@ -229,9 +231,39 @@ def targets(tagged_dir):
     return result
 
 
+def recipes(tagged_dir):
+    """Per recipe and mixing: the first batch's types, shapes and dtypes, whether the
+    pass equals the native epoch, and `fit`'s losses."""
+    result = {}
+    for augment, mix in (("randaugment", None), ("trivialaugment", None),
+                         ("autoaugment", None), (True, "mixup"), ("randaugment", "cutmix")):
+        options = dict(OPTIONS, augment=augment, mix=mix, seed=11,
+                       label_mode="categorical" if mix else "int")
+        dataset = dalipipe.make_dali_dataset(tagged_dir, **options)
+        images, labels = dataset[0]
+        # dataset[0] started pass 0; the next pass is epoch 1.
+        native = list(dalipipe.make_dali_pipeline(tagged_dir, **options).epoch(1))
+        passed = [[ops.convert_to_numpy(t) for t in dataset[i]] for i in range(len(dataset))]
+        equal = all(np.array_equal(got, want) for batch, wanted in zip(passed, native)
+                    for got, want in zip(batch, wanted))
+        model = keras.Sequential([keras.Input((12, 12, 3)), keras.layers.Rescaling(1 / 255),
+                                  keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3)])
+        loss = "categorical_crossentropy" if mix else "sparse_categorical_crossentropy"
+        model.compile("adam", keras.losses.get({"class_name": loss,
+                                                 "config": {"from_logits": True}}))
+        history = model.fit(dataset, epochs=2, verbose=0)
+        result[f"{augment}-{mix}"] = {
+            "type": type(images).__module__.split(".")[0],
+            "shapes": [list(images.shape), list(labels.shape)],
+            "dtypes": [str(images.dtype), str(labels.dtype)],
+            "equals_native": bool(equal), "losses": history.history["loss"]}
+    result["tensorflow_loaded"] = "tensorflow" in sys.modules
+    return result
+
+
 if __name__ == "__main__":
     mode, tagged_dir, out = sys.argv[1:4]
     result = {"single": single, "data_parallel": data_parallel, "targets": targets,
-              "torch_distributed": torch_distributed}[mode](tagged_dir)
+              "torch_distributed": torch_distributed, "recipes": recipes}[mode](tagged_dir)
     with open(out, "w") as f:
         json.dump(result, f)

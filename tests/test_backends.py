@@ -60,6 +60,21 @@ def test_table_targets_on_the_backend(backend, tagged_dir, tmp_path):
     assert len(result["fit_losses"]) == 1 and not result["tensorflow_loaded"]
 
 
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_recipes_and_mixing_on_the_backend(backend, tagged_dir, tmp_path):
+    result = run_job(backend, "recipes", tagged_dir, tmp_path / "recipes.json")
+    module = {"torch": "torch", "jax": "jaxlib"}[backend]
+    assert not result.pop("tensorflow_loaded")
+    assert len(result) == 5
+    for name, found in result.items():
+        mixed = not name.endswith("None")
+        assert found["type"] == module and found["equals_native"], name
+        assert found["shapes"] == [[BATCH, 12, 12, 3], [BATCH, 3] if mixed else [BATCH]], name
+        assert [d.split(".")[-1] for d in found["dtypes"]] == \
+            ["float32", "float32" if mixed else "int32"], name
+        assert len(found["losses"]) == 2 and all(np.isfinite(found["losses"])), name
+
+
 def check_single(result, backend):
     """What `backend_job.py single` must find on any device."""
     assert result["backend"] == backend
