@@ -60,6 +60,7 @@ def test_table_targets_on_the_backend(backend, tagged_dir, tmp_path):
     assert len(result["fit_losses"]) == 1 and not result["tensorflow_loaded"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["torch", "jax"])
 def test_recipes_and_mixing_on_the_backend(backend, tagged_dir, tmp_path):
     result = run_job(backend, "recipes", tagged_dir, tmp_path / "recipes.json")
