@@ -7,8 +7,10 @@ scikit-image or scikit-learn. Over sample JPEGs it makes (`make_sample_dataset`:
 synthetic pictures where the shipped photographs are absent), with one DALI thread
 count (or DataLoader worker count) for every section, `--threads`:
 
-1. `dalipipe.bench` (the harness and the report of `dalipipe bench`) on the train and
-   eval workloads, for these loaders: dalipipe's GPU graph run natively, batches
+1. `dalipipe.bench` (the harness and the report of `dalipipe bench`) on the train,
+   eval and randaugment workloads (the last: dalipipe's `RandAugment(2, 9)` in the
+   graph against torchvision's `v2.RandAugment(2, 9)` on GPU tensors), for these
+   loaders: dalipipe's GPU graph run natively, batches
    copied to the host (once) and kept on the GPU; batched
    `torchvision.io.decode_jpeg(device="cuda")`, crop, resize and normalize on the GPU;
    a torch `DataLoader` decoding with `decode_jpeg` on the CPU; dalipipe's CPU graph
@@ -34,7 +36,7 @@ requirements are absent (torch, a GPU), so the script also runs on a CPU-only ma
 as a rehearsal. Writes `results.json` (every setting under `settings`) and
 `results.md` to `--out`. The default run is sized for the GPU machine's whole run of
 8 minutes (`scripts/gpu_run.sh`): at most about 4.5 minutes, by its budgets (making
-1000 images about 0.5 on 16 cores, section 1 1.3, 2 0.4, 3 1, 4 0.8; not yet timed on
+1000 images about 0.5 on 16 cores, section 1 1.7, 2 0.4, 3 1, 4 0.8; not yet timed on
 an H200).
 
     python benchmarks/gpu_bench.py [--out DIR] [--num-images 1000] [--batch-size 128]
@@ -54,11 +56,12 @@ import time
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOADERS = ("dalipipe_native_gpu", "dalipipe_native_gpu_on_device", "torchvision_gpu",
            "torch_dataloader", "dalipipe_native_cpu")
-WORKLOADS = ("train", "eval")
+WORKLOADS = ("train", "eval", "randaugment")
 # The GPU graph whose images/s is GPU preprocessing: batches left on the GPU.
 PREPROCESSING = "dalipipe_native_gpu_on_device"
 SETUPS = {"chosen": {}, "forced_full_decode": {"DALIPIPE_ROI_FANCY_UPSAMPLING": "0"}}
 SWEEP_THREADS = (2, 4, 8, 16)
+SWEEP_WORKLOADS = ("train", "eval")
 SWEEP_LOADS = (0.0, 0.35, 0.65, 0.9)
 
 
@@ -82,7 +85,7 @@ def parse_args(argv=None):
                         help="a smoke run on 64 images, a sweep of 2 points")
     parser.add_argument("--section-timeout", type=float, default=40,
                         help="seconds after which one measurement is stopped")
-    parser.add_argument("--time-budget", type=float, default=80,
+    parser.add_argument("--time-budget", type=float, default=100,
                         help="seconds for section 1; what is left then is stopped or not started")
     parser.add_argument("--setups-budget", type=float, default=25,
                         help="seconds for section 2 (both crop set-ups)")
@@ -211,13 +214,14 @@ def sweep_points(args):
 
 
 def sweep_section(common, args, thread_counts, loads):
-    """Section 4: `thread_counts` × `loads` (hw_decoder_load) on both workloads, batches
+    """Section 4: `thread_counts` × `loads` (hw_decoder_load) on the train and eval
+    workloads (`SWEEP_WORKLOADS`), batches
     left on the GPU; one process per thread count (`harness.sweep`), its points a
     result each."""
     print("sweep of threads × hw_decoder_load:", flush=True)
     runs = 1 if args.quick else min(args.runs, 2)
     points = [dict(workload=workload, options={"hw_decoder_load": load})
-              for workload in WORKLOADS for load in loads]
+              for workload in SWEEP_WORKLOADS for load in loads]
     tasks = [dict(kind="sweep", loader=PREPROCESSING, train_steps=0, points=points,
                   **{**common, "threads": threads, "runs": runs})
              for threads in thread_counts]
@@ -264,6 +268,8 @@ def summary(result):
         "threads": result["config"]["threads"],
         "gpu_preprocessing_images_per_s": {
             w: by_key.get((PREPROCESSING, w), {}).get("images_per_s") for w in WORKLOADS},
+        "torchvision_randaugment_images_per_s":
+            by_key.get(("torchvision_gpu", "randaugment"), {}).get("images_per_s"),
         "fit_images_per_s": fit.get("images_per_s_dalipipe"),
         "fit_images_per_s_in_memory": fit.get("images_per_s_in_memory"),
         "input_efficiency": fit.get("input_efficiency"),
@@ -285,6 +291,9 @@ def summary_markdown(s):
         "| measure | images/s |\n|---|---|\n"
         f"| GPU preprocessing, train (`{PREPROCESSING}`) | {_cell(pre.get('train'))} |\n"
         f"| GPU preprocessing, eval | {_cell(pre.get('eval'))} |\n"
+        f"| GPU preprocessing, train + RandAugment(2, 9) | {_cell(pre.get('randaugment'))} |\n"
+        f"| torchvision's v2.RandAugment(2, 9) on the GPU, the same work | "
+        f"{_cell(s.get('torchvision_randaugment_images_per_s'))} |\n"
         f"| end-to-end Keras fit, {s['fit_model'] or '–'}, torch backend | "
         f"{_cell(s['fit_images_per_s'])} |\n"
         f"| the same fit from device memory | {_cell(s['fit_images_per_s_in_memory'])} |\n\n"

@@ -143,9 +143,10 @@ def build_parser():
                             "(default: %(default)s)")
     bench.add_argument("--loaders", default=None,
                        help="comma-separated subset of the loaders (default: all)")
-    bench.add_argument("--workload", default="all", choices=("train", "eval", "stretch", "all"),
+    bench.add_argument("--workload", default="all",
+                       choices=("train", "eval", "stretch", "randaugment", "all"),
                        help="stretch: the whole image to 224x224, image_dataset_from_directory's "
-                            "default (default: all three)")
+                            "default; randaugment: train, then RandAugment(2, 9) (default: all)")
     bench.add_argument("--batch-size", type=int, default=64,
                        help="images per batch (default: %(default)s)")
     bench.add_argument("--runs", type=int, default=3,

@@ -37,6 +37,8 @@ GRAPH_OPTIONS = {
     "grayscale_augment": dict(color_mode="grayscale", augment=True),
     "rgba": dict(color_mode="rgba"),
     "rgba_augment": dict(color_mode="rgba", augment=True),
+    "mixup": dict(augment=True, mix="mixup"),
+    "cutmix": dict(augment=True, mix="cutmix"),
 }
 
 # The crop set-ups: the one chosen for this machine's nvJPEG, and the one for nvJPEG
@@ -68,6 +70,20 @@ def jpeg_dir(tmp_path_factory):
         Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(buffer, "JPEG", quality=90,
                                                                    subsampling=2)
         (folder / f"{i:02d}.jpg").write_bytes(buffer.getvalue())
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def png_dir(tmp_path_factory):
+    """32 noisy gradient PNGs: both devices decode them to the same pixels."""
+    root = tmp_path_factory.mktemp("pngs")
+    rng = np.random.default_rng(12)
+    for i in range(32):
+        h, w = (int(v) for v in rng.integers(40, 96, size=2))
+        pixels = rng.integers(0, 60, size=(h, w, 3)) + np.linspace(0, 190, w)[None, :, None]
+        folder = root / f"class_{i % 2}"
+        folder.mkdir(exist_ok=True)
+        Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(folder / f"{i:02d}.png")
     return str(root)
 
 
@@ -156,6 +172,21 @@ def test_no_augmented_image_is_decoded_on_the_cpu(jpeg_dir, crop_setup, monkeypa
         pytest.skip(f"{control} of {total} whole images decoded on the GPU equal the CPU's: "
                     "the pixel signature cannot tell the decoders apart here")
     assert identical == 0, f"{identical} of {total} augmented images were decoded on the CPU"
+
+
+@pytest.mark.parametrize("augment", ["randaugment", "trivialaugment", "autoaugment"])
+def test_gpu_recipes_match_the_cpu_on_lossless_images(png_dir, augment):
+    """The recipes' GPU operations against their CPU ones, on the same decoded pixels
+    and the same draws. A difference of one grey level can cross a solarize or
+    posterize threshold, or shift equalize's histogram, so a few pixels may differ
+    by more than the decoders' tolerance."""
+    pairs = image_pairs(png_dir, image_size=(32, 32), batch_size=16, seed=3,
+                        normalization=None, augment=augment)
+    error = np.concatenate([np.abs(g - c).ravel() for c, g in pairs])
+    close = (error <= MAX_TOLERANCE).mean()
+    print(f"{augment}: GPU-CPU error {error.mean():.3f} mean, {error.max():.1f} max, "
+          f"{close:.4f} of values within {MAX_TOLERANCE}")
+    assert error.mean() < MEAN_TOLERANCE and close > 0.97
 
 
 def test_gpu_png_pixels_match_cpu_exactly_enough(indexed_dir):

@@ -121,7 +121,7 @@ def test_gpu_bench_runs_without_tensorflow_and_records_what_it_skipped(tmp_path)
     assert {"num_images", "batch_size", "runs", "time_budget", "sweep_budget", "fit_timeout",
             "sweep_threads", "sweep_hw_decoder_loads"} <= set(report["settings"])
     results = {(r["loader"], r["workload"]): r for r in report["results"]}
-    for workload in ("train", "eval"):
+    for workload in ("train", "eval", "randaugment"):
         cpu = results[("dalipipe_native_cpu", workload)]
         assert cpu["images"] == 20 and cpu["images_per_s"] > 0, cpu
         assert cpu["threads"] == threads and cpu["options"] == {}

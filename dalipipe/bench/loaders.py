@@ -5,7 +5,12 @@ Workloads, all ending in float32 NHWC batches normalized with ImageNet mean/std:
   3/4-4/3), random horizontal flip;
 - `"eval"`: decode, resize the shorter side to 256, center crop 224;
 - `"stretch"`: decode, stretch the whole image to 224x224, no crop: what
-  `keras.utils.image_dataset_from_directory` does by default.
+  `keras.utils.image_dataset_from_directory` does by default;
+- `"randaugment"`: the train workload, then RandAugment with 2 operations at
+  magnitude 9 of 31 (`RANDAUGMENT`): dalipipe's `augment=RandAugment(2, 9)`,
+  `keras.layers.RandAugment(num_ops=2, factor=9/30)` in `tf.data`'s `map` (the
+  Keras user's way), torchvision's `v2.RandAugment(2, 9)`. The loaders that have
+  none (PIL and Keras's directory loader) skip it (`unsupported`).
 
 Each `make_<loader>(files, labels, *, workload, batch_size, threads, seed)` returns a
 `Loader`: `epoch()` starts one epoch and returns an iterator of `(images, labels)`
@@ -57,7 +62,13 @@ class Loader:
 
 SIZE = 224
 RESIZE = 256
-WORKLOADS = ("train", "eval", "stretch")
+WORKLOADS = ("train", "eval", "stretch", "randaugment")
+# RandAugment's settings in the randaugment workload (torchvision's defaults).
+RANDAUGMENT = dict(num_ops=2, magnitude=9, num_magnitude_bins=31)
+# The loaders that run the randaugment workload.
+RANDAUGMENT_LOADERS = ("tf_data", "tf_data_antialias", "dalipipe_cpu", "dalipipe_cpu_no_antialias",
+                       "dalipipe_gpu", "dalipipe_native_cpu", "dalipipe_native_gpu",
+                       "dalipipe_native_gpu_on_device", "torch_dataloader", "torchvision_gpu")
 _MEAN = np.asarray(IMAGENET_DEFAULT_MEAN, np.float32)
 _STD = np.asarray(IMAGENET_DEFAULT_STD, np.float32)
 
@@ -175,15 +186,28 @@ def make_tf_data(files, labels, *, workload, batch_size, threads, seed, antialia
     antialiasing unless `antialias=True`."""
     import tensorflow as tf
 
-    def train(path, label):
+    def crop(path):
         data = tf.io.read_file(path)
         shape = tf.image.extract_jpeg_shape(data)
         begin, size = _tf_random_resized_crop(tf, shape, seed)
         window = tf.stack([begin[0], begin[1], size[0], size[1]])
         image = tf.image.decode_and_crop_jpeg(data, window, channels=3)
         image = tf.image.resize(image, (SIZE, SIZE), antialias=antialias)
-        image = tf.image.random_flip_left_right(image, seed=seed)
-        return _tf_normalize(tf, image), label
+        return tf.image.random_flip_left_right(image, seed=seed)
+
+    def train(path, label):
+        return _tf_normalize(tf, crop(path)), label
+
+    if workload == "randaugment":
+        import keras
+
+        # Keras's strength is a fraction of its strongest: magnitude 9 of 0-30.
+        rand_augment = keras.layers.RandAugment(
+            value_range=(0, 255), num_ops=RANDAUGMENT["num_ops"],
+            factor=RANDAUGMENT["magnitude"] / (RANDAUGMENT["num_magnitude_bins"] - 1), seed=seed)
+
+    def randaugment(path, label):
+        return _tf_normalize(tf, rand_augment(tf.round(crop(path)))), label
 
     def evaluate(path, label):
         image = tf.io.decode_jpeg(tf.io.read_file(path), channels=3)
@@ -195,7 +219,8 @@ def make_tf_data(files, labels, *, workload, batch_size, threads, seed, antialia
 
     options = tf.data.Options()
     options.threading.private_threadpool_size = threads
-    work = {"train": train, "eval": evaluate, "stretch": stretch}[workload]
+    work = {"train": train, "eval": evaluate, "stretch": stretch,
+            "randaugment": randaugment}[workload]
     dataset = (
         tf.data.Dataset.from_tensor_slices((list(files), np.asarray(labels, np.int32)))
         .map(work, num_parallel_calls=tf.data.AUTOTUNE)
@@ -260,6 +285,10 @@ def dalipipe_options(workload):
     """`make_dali_dataset` options that do the workload's work."""
     if workload == "train":
         return dict(augment=True)
+    if workload == "randaugment":
+        from dalipipe.recipes import RandAugment
+
+        return dict(augment=RandAugment(**RANDAUGMENT))
     if workload == "stretch":
         return {}
     return dict(crop_to_aspect_ratio=True, central_fraction=SIZE / RESIZE)
@@ -407,6 +436,13 @@ REQUIREMENTS = {
     "torch_dataloader": ("torch", "torchvision"),
     "torchvision_gpu": ("torch", "torchvision", "torch_cuda"),
 }
+
+
+def unsupported(name, workload):
+    """Why loader `name` does not run `workload`, or None when it does."""
+    if workload == "randaugment" and name not in RANDAUGMENT_LOADERS:
+        return "no RandAugment in this loader (tf_data is Keras's keras.layers.RandAugment)"
+    return None
 
 
 def uses_gpu(name):

@@ -1,4 +1,4 @@
-"""`dalipipe bench` and `benchmarks/gpu_bench.py`: run loaders on both workloads and
+"""`dalipipe bench` and `benchmarks/gpu_bench.py`: run loaders on the workloads and
 write JSON, Markdown and PNG."""
 
 import json
@@ -108,8 +108,9 @@ def run_bench(*, data, out, loaders=DEFAULT_LOADERS, workloads=loaders_lib.WORKL
         left = None if time_budget is None else time_budget - (time.perf_counter() - started)
         if left is not None and left <= 0:
             reasons[name] = f"time budget of {time_budget:g} s spent"
-        if reasons[name]:
-            result = {"loader": name, "workload": workload, "skipped": reasons[name]}
+        reason = reasons[name] or loaders_lib.unsupported(name, workload)
+        if reason:
+            result = {"loader": name, "workload": workload, "skipped": reason}
         else:
             result = harness.run_task_in_subprocess(
                 task, timeout=timeout if left is None else min(timeout, left))

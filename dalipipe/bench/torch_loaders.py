@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from dalipipe.bench.loaders import RESIZE, SIZE, Loader
+from dalipipe.bench.loaders import RANDAUGMENT, RESIZE, SIZE, Loader
 from dalipipe.options import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from dalipipe.sampling import NUM_RANDOM, random_resized_crop_window
 
@@ -47,7 +47,8 @@ def transform(image, workload, random, F):
     `"stretch"`: the whole image to 224x224 (antialiased bilinear). `"train"`:
     the random-resized crop window of `random` (a row of `NUM_RANDOM` numbers, see
     `dalipipe.sampling`) rounded to whole pixels, resized to 224, flipped when
-    `random[4] < 0.5`.
+    `random[4] < 0.5`. `"randaugment"`: the train crop, then torchvision's
+    `v2.RandAugment` (`RANDAUGMENT`) on its uint8 pixels, drawn per image.
     """
     if workload == "eval":
         return F.center_crop(F.resize(image, [RESIZE], antialias=True), [SIZE, SIZE])
@@ -56,7 +57,14 @@ def transform(image, workload, random, F):
     height, width = image.shape[-2:]
     x, y, w, h = (int(round(float(v))) for v in random_resized_crop_window(height, width, random))
     image = F.resized_crop(image, y, x, max(h, 1), max(w, 1), [SIZE, SIZE], antialias=True)
-    return F.horizontal_flip(image) if random[4] < 0.5 else image
+    image = F.horizontal_flip(image) if random[4] < 0.5 else image
+    if workload == "randaugment":
+        import torch
+        from torchvision.transforms import v2
+
+        pixels = image.round().clamp(0, 255).to(torch.uint8)
+        image = v2.RandAugment(**RANDAUGMENT)(pixels).float()
+    return image
 
 
 def _normalize(torch, images):
