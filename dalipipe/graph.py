@@ -8,8 +8,9 @@ runs on the GPU.
 The graph has named inputs, fed one batch at a time:
 - `"samples"`: uint8, per sample a little-endian int32 label (or the float32
   targets of `label_mode` "raw" and "multi_hot", 4 bytes each) then the file path
-  padded with NUL bytes (`sources.encode_samples`), or for TFRecord records the
-  label, the image's length and its bytes (`ImagePipeline.load_records`). One input
+  padded with NUL bytes (`sources.encode_samples`), or for TFRecord records and
+  `gs://` objects the label, the image's length and its bytes
+  (`ImagePipeline.load_records`). One input
   per sample keeps each label with its image whatever the order.
 - `"random"`: float32 rows of `random_columns(options)` numbers per sample:
   `sampling.NUM_RANDOM` uniform numbers in [0, 1) that drive the random-resized crop
@@ -69,7 +70,7 @@ def random_columns(options):
             + (mixing.COLUMNS if options.mix is not None else 0))
 
 
-def define(options, *, feed, padded, from_tfrecord, num_classes, target_shape=None):
+def define(options, *, feed, padded, feeds_bytes, num_classes, target_shape=None):
     """Defines the graph; returns its outputs (see `ImagePipeline` for their shapes).
 
     Args:
@@ -80,7 +81,8 @@ def define(options, *, feed, padded, from_tfrecord, num_classes, target_shape=No
             that input and raises StopIteration at the end of an epoch (decorated
             with DALI's `do_not_convert`: it is Python, not graph code).
         padded: whether there is a `"weights"` input (a shard's padding).
-        from_tfrecord: whether the samples hold image bytes (else file paths).
+        feeds_bytes: whether the samples hold image bytes (TFRecord records, `gs://`
+            objects), else file paths.
         num_classes: the number of classes, for one-hot labels.
         target_shape: the shape of one sample's float32 targets for `label_mode`
             "raw" and "multi_hot" (they travel in `"samples"` before the path);
@@ -101,9 +103,9 @@ def define(options, *, feed, padded, from_tfrecord, num_classes, target_shape=No
         start = 4 * math.prod(target_shape)
         label = fn.reinterpret(samples[0:start], dtype=dali_types.FLOAT,
                                shape=list(target_shape))
-    if from_tfrecord:
-        length = fn.reinterpret(samples[4:8], dtype=dali_types.INT32, shape=[])
-        encoded = samples[8:8 + length]
+    if feeds_bytes:
+        length = fn.reinterpret(samples[start:start + 4], dtype=dali_types.INT32, shape=[])
+        encoded = samples[start + 4:start + 4 + length]
     else:
         encoded = fn.io.file.read(samples[start:])
     random = external("random", dali_types.FLOAT) if random_columns(options) else None

@@ -14,6 +14,7 @@ epoch's inputs, shards) that the native runner and both adapters read.
 """
 
 import os
+import struct
 import warnings
 
 import numpy as np
@@ -23,7 +24,7 @@ from dalipipe.calls import first_argument, warnings_at_caller
 from dalipipe.devices import dali_device
 from dalipipe.options import TARGET_MODES, Options, is_inferred
 from dalipipe.sharding import Sharding, check_global_batch
-from dalipipe.storage import index as remote
+from dalipipe.storage import fetch, index as remote
 
 
 def make_dali_pipeline(
@@ -248,6 +249,7 @@ class ImagePipeline:
         if sharding is not None:
             self.input_names += ("weights",)
         self.output_dtypes, self.output_shapes = self._outputs()
+        self._read_in_python = self.index.refs is None and remote.read_in_python(self.file_paths)
         self._runner = None
 
     def _outputs(self):
@@ -278,6 +280,13 @@ class ImagePipeline:
     def from_tfrecord(self):
         """Whether the samples are TFRecord records (else image files)."""
         return self.index.refs is not None
+
+    @property
+    def feeds_bytes(self):
+        """Whether `"samples"` holds the images' bytes, read here (TFRecord records,
+        and `gs://` objects: `storage.index.read_in_python`), else the paths that
+        DALI reads."""
+        return self.from_tfrecord or self._read_in_python
 
     def on_device(self, device_id):
         """This pipeline on CUDA device `device_id` (ignored on the CPU): a new
@@ -386,17 +395,17 @@ class ImagePipeline:
     def load_samples(self, sample_ids):
         """The `"samples"` input batch for `sample_ids` (see `dalipipe.graph`).
 
-        Image files: uint8 `(n, 4 + longest path)`, the int32 label then the path
-        padded with zeros (DALI reads the files). TFRecord records: a list of `n`
-        uint8 arrays `(8 + length of the encoded image,)`, each the int32 label, the
-        int32 length and the image's bytes (see `load_records`), so that no record is
-        padded to the batch's longest.
+        Image files: uint8 `(n, label bytes + longest path)`, the label then the
+        path padded with zeros (DALI reads the files). Where the bytes are fed
+        (`feeds_bytes`: TFRecord records, `gs://` objects): a list of `n` uint8 arrays,
+        each the label, the int32 length and the image's bytes (see `load_records`),
+        so that no image is padded to the batch's longest.
 
         Files checked before training are stat-ed again (`checks.verify_unchanged`),
         so that one deleted or replaced during training is named.
         """
         sample_ids = np.asarray(sample_ids, np.int64)
-        if self.from_tfrecord:
+        if self.feeds_bytes:
             flat, lengths = self.load_records(sample_ids)
             return np.split(flat, np.cumsum(lengths)[:-1])
         labels = None if self.labels is None else self.labels[sample_ids]
@@ -407,36 +416,60 @@ class ImagePipeline:
         return sources.encode_samples(paths, labels)
 
     def load_records(self, sample_ids):
-        """The TFRecord samples of `sample_ids`, one after the other in one buffer.
+        """The encoded images of `sample_ids` with their labels, one after the other in
+        one buffer.
 
-        The records are read here with `os.pread` (DALI's reader cannot reshuffle
-        every epoch).
+        TFRecord records are read here with `os.pread` (DALI's reader cannot
+        reshuffle every epoch); `gs://` objects (`feeds_bytes`) with dalipipe's GCS
+        client, in parallel, and local files of the same source from disk.
 
         Returns:
-            `(flat, lengths)`: uint8 `(sum(lengths),)`, per sample the little-endian
-            int32 label (0 without labels), the int32 length of the encoded image,
-            then its bytes; and int64 `(n,)`, each sample's length in `flat`
-            (8 + the image's length).
+            `(flat, lengths)`: uint8 `(sum(lengths),)`, per sample its label (the
+            int32 class, 0 without labels, or the float32 targets:
+            `sources.label_bytes`), the int32 length of the encoded image, then its
+            bytes; and int64 `(n,)`, each sample's length in `flat`.
         """
         sample_ids = np.asarray(sample_ids, np.int64)
         index = self.index
-        refs = index.refs[sample_ids]
-        if index.stamps is not None:
-            used = np.unique(refs[:, 0])
-            checks.verify_unchanged([index.tfrecord_files[i] for i in used], index.stamps[used],
-                                    check=None)
-        payloads = tfrecord.load_encoded(index.tfrecord_files, refs)
+        labels = None if self.labels is None else self.labels[sample_ids]
+        if self.from_tfrecord:
+            refs = index.refs[sample_ids]
+            if index.stamps is not None:
+                used = np.unique(refs[:, 0])
+                checks.verify_unchanged([index.tfrecord_files[i] for i in used],
+                                        index.stamps[used], check=None)
+            payloads = tfrecord.load_encoded(index.tfrecord_files, refs)
+        else:
+            payloads = self._read_files([self.file_paths[i] for i in sample_ids], sample_ids)
         sizes = np.array([len(p) for p in payloads], np.int64)
-        lengths = sizes + 8
+        head = sources.pack_payloads(labels, [struct.pack("<i", n) for n in sizes])
+        lengths = sizes + head.shape[1]
         flat = np.empty(int(lengths.sum()), np.uint8)
-        starts = np.cumsum(lengths) - lengths
-        labels = np.zeros(len(sample_ids), "<i4") if self.labels is None else \
-            self.labels[sample_ids].astype("<i4")
-        head = np.stack([labels, sizes.astype("<i4")], axis=1).view(np.uint8)
-        for start, row, payload in zip(starts, head, payloads):
-            flat[start:start + 8] = row
-            flat[start + 8:start + 8 + len(payload)] = np.frombuffer(payload, np.uint8)
+        for start, row, payload in zip(np.cumsum(lengths) - lengths, head, payloads):
+            flat[start:start + len(row)] = row
+            flat[start + len(row):start + len(row) + len(payload)] = np.frombuffer(payload,
+                                                                                   np.uint8)
         return flat, lengths
+
+    def _read_files(self, paths, sample_ids):
+        """The bytes of `paths` (objects in parallel): RuntimeError naming one that
+        is gone or empty since the check, as DALI's reader names an `s3://` one."""
+        if self.index.stamps is not None:
+            checks.verify_unchanged(paths, self.index.stamps[sample_ids],
+                                    check=self.options.check)
+
+        def read_local(path):
+            with open(path, "rb") as f:
+                return f.read(), None
+
+        found = fetch.read_paths(paths, read_local)
+        for path, (data, reason) in zip(paths, found):
+            if data is None:
+                raise RuntimeError(
+                    f"{path} was found before training and cannot be read now ({reason}): "
+                    "it was deleted or replaced during training."
+                )
+        return [data for data, _ in found]
 
     def dali_pipeline(self, feed=None, batch_size=None):
         """A new DALI `Pipeline` object for this graph, not yet built.
@@ -463,7 +496,7 @@ class ImagePipeline:
         def image_graph():
             return graph.define(
                 self.options, feed=feed, padded=self.sharding is not None,
-                from_tfrecord=self.from_tfrecord,
+                feeds_bytes=self.feeds_bytes,
                 num_classes=len(self.class_names) if self.class_names else 0,
                 target_shape=self.target_shape,
             )

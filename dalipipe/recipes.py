@@ -25,8 +25,13 @@ RECIPES = ("randaugment", "trivialaugment", "autoaugment")
 # AutoAugment's policies: dalipipe's names (torchvision's, lower case) -> DALI's.
 AUTOAUGMENT_POLICIES = {"imagenet": "image_net", "reduced_imagenet": "reduced_image_net",
                         "svhn": "svhn", "reduced_cifar10": "reduced_cifar10"}
-# The grey value that fills what a shear, rotation or translation uncovers (DALI's).
+# The grey value that fills what a shear, rotation or translation uncovers (DALI's,
+# and the original TensorFlow implementations'; torchvision fills with black).
 FILL_VALUE = 128
+# torchvision's largest translations: RandAugment's and AutoAugment's a fraction of
+# the image, TrivialAugmentWide's in pixels (DALI's own defaults differ).
+TRANSLATE_FRACTION = 150 / 331
+TRANSLATE_PIXELS = 32
 
 
 def _whole(name, value, low, high=None):
@@ -80,7 +85,7 @@ def _columns(draws, start, count):
 
 def _call(augmentations, op, image_size, **kwargs):
     """`augmentations[op]` of each sample (`op` a graph node), as DALI's recipes call
-    them: translations relative to the image size, uncovered pixels `FILL_VALUE`."""
+    them: the image size for relative translations, uncovered pixels `FILL_VALUE`."""
     from nvidia.dali.auto_aug.core import select
 
     with _quiet():
@@ -114,7 +119,8 @@ class RandAugment:
     def augmentations():
         from nvidia.dali.auto_aug import rand_augment
 
-        return _suite(rand_augment.get_rand_augment_suite, use_shape=True)
+        return _suite(rand_augment.get_rand_augment_suite, use_shape=True,
+                      max_translate_rel=TRANSLATE_FRACTION)
 
     @property
     def columns(self):
@@ -159,7 +165,8 @@ class TrivialAugmentWide:
     def augmentations():
         from nvidia.dali.auto_aug import trivial_augment
 
-        return _suite(trivial_augment.get_trivial_augment_wide_suite, use_shape=True)
+        return _suite(trivial_augment.get_trivial_augment_wide_suite, use_shape=False,
+                      max_translate_abs=TRANSLATE_PIXELS)
 
     def draw(self, rng, count):
         """float32 `(count, 3)`: per sample, the op's index, its magnitude bin and sign."""
@@ -201,7 +208,8 @@ class AutoAugment:
         from nvidia.dali.auto_aug import auto_augment
 
         name = AUTOAUGMENT_POLICIES[self.policy]
-        kwargs = {} if name == "reduced_image_net" else dict(use_shape=True)
+        kwargs = {} if name == "reduced_image_net" else dict(
+            use_shape=True, max_translate_rel=TRANSLATE_FRACTION)
         return _suite(getattr(auto_augment, f"get_{name}_policy"), **kwargs)
 
     @property

@@ -19,12 +19,13 @@ import tensorflow as tf
 
 
 
-def feed_parts(num_loaded, batch_size, *, from_tfrecord, gpu):
+def feed_parts(num_loaded, batch_size, *, feeds_bytes, gpu):
     """How DALI's plugin is fed an epoch of `num_loaded` samples in batches of
     `batch_size`: `(per_sample, parts)`.
 
-    TFRecord records go one per sample (DALI's `Input(..., batch=False)`), so that no
-    record is padded to its batch's longest; file paths as one dense batch. DALI
+    Encoded images (TFRecord records, `gs://` objects: `ImagePipeline.feeds_bytes`)
+    go one per sample (DALI's `Input(..., batch=False)`), so that no image is padded
+    to its batch's longest; file paths as one dense batch. DALI
     takes exactly `batch_size` samples per run from a per-sample input (it drops a
     short last batch), so a
     partial last batch is a second part, a DALI dataset of that batch size, joined
@@ -40,7 +41,7 @@ def feed_parts(num_loaded, batch_size, *, from_tfrecord, gpu):
     # `dali_dataset_op.cc`.
     num_batches = -(-num_loaded // batch_size)
     last = num_loaded - (num_batches - 1) * batch_size
-    per_sample = from_tfrecord and not (gpu and last != batch_size)
+    per_sample = feeds_bytes and not (gpu and last != batch_size)
     if not per_sample or last == batch_size:
         return per_sample, [(range(num_batches), batch_size)]
     parts = [(range(num_batches - 1), batch_size)] if num_batches > 1 else []
@@ -58,7 +59,7 @@ class EpochFeed:
         self.image_pipeline = image_pipeline
         num_loaded = len(image_pipeline.positions()[0])
         self.per_sample, self.parts = feed_parts(
-            num_loaded, image_pipeline.batch_size, from_tfrecord=image_pipeline.from_tfrecord,
+            num_loaded, image_pipeline.batch_size, feeds_bytes=image_pipeline.feeds_bytes,
             gpu=image_pipeline.device == "gpu")
         self.started = collections.Counter()
         self.epochs = collections.OrderedDict()
@@ -145,7 +146,7 @@ class EpochFeed:
 
     def samples(self, epoch, number):
         sample_ids = self._sample_ids(epoch, number)
-        if not self.image_pipeline.from_tfrecord:
+        if not self.image_pipeline.feeds_bytes:
             return self.image_pipeline.load_samples(sample_ids)
         flat, lengths = self.image_pipeline.load_records(sample_ids)
         padded = np.zeros((len(lengths), int(lengths.max())), np.uint8)

@@ -302,8 +302,8 @@ def test_import_sets_memory_growth_unless_set_or_too_late(tmp_path):
 def test_tfrecord_feed_parts(num_loaded, gpu, per_sample, parts):
     from dalipipe.tf_inputs import feed_parts
 
-    assert feed_parts(num_loaded, 16, from_tfrecord=True, gpu=gpu) == (per_sample, parts)
-    assert feed_parts(num_loaded, 16, from_tfrecord=False, gpu=gpu) == \
+    assert feed_parts(num_loaded, 16, feeds_bytes=True, gpu=gpu) == (per_sample, parts)
+    assert feed_parts(num_loaded, 16, feeds_bytes=False, gpu=gpu) == \
         (False, [(range(-(-num_loaded // 16)), 16)])
 
 

@@ -347,7 +347,8 @@ def gcs_emulator(monkeypatch, tmp_path):
 
 def test_gcs_listing_and_reads_on_an_emulator(gcs_emulator):
     """dalipipe's GCS client lists and reads; DALI 2.4's fn.io.file.read asks for the
-    object's name with a NUL byte appended (`%00`), which `storage.index` refuses for."""
+    object's name with a NUL byte appended (`%00`), which is why dalipipe reads `gs://`
+    objects itself (`storage.index.read_in_python`)."""
     pytest.importorskip("nvidia.dali")
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage as gcs
@@ -382,6 +383,62 @@ def test_gcs_listing_and_reads_on_an_emulator(gcs_emulator):
             pipe.run()
     assert gcs_emulator.read_text().count("/o/data%2Fdogs%2F5.jpg%00 ") >= 2
     assert "/o/data%2Fdogs%2F5.jpg " not in gcs_emulator.read_text()  # never the right name
+
+
+def _upload_gcs(folder, prefix):
+    """Every file under `folder` into the emulator's bucket `photos`, under `prefix`."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage as gcs
+
+    client = gcs.Client(project="test", credentials=AnonymousCredentials(),
+                        client_options={"api_endpoint": os.environ["DALI_GCS_ENDPOINT_URL"]})
+    for path in sorted(pathlib.Path(folder).rglob("*.png")):
+        key = f"{prefix}/{path.relative_to(folder).as_posix()}"
+        client.bucket("photos").blob(key).upload_from_filename(str(path))
+    return client.bucket("photos")
+
+
+def test_training_from_gcs_equals_the_local_folder(gcs_emulator, tagged_dir):
+    """A `gs://` prefix: dalipipe reads the objects and feeds their bytes to the graph;
+    each epoch's images, labels and order are those of the local copy, through the
+    native runner and through TensorFlow's `fit`."""
+    from dalipipe import make_dali_dataset, make_dali_pipeline
+    from helpers import tag_of
+
+    _upload_gcs(tagged_dir, "tagged")
+    options = dict(image_size=(12, 12), batch_size=8, seed=4, augment=True, verbose=False,
+                   device="cpu")
+    remote = make_dali_pipeline("gs://photos/tagged/", **options)
+    local = make_dali_pipeline(tagged_dir, **options)
+    assert remote.feeds_bytes and not local.feeds_bytes
+    assert remote.class_names == local.class_names and len(remote.file_paths) == 121
+    assert remote.file_paths[0].startswith("gs://photos/tagged/")
+    for epoch in (0, 1):
+        for (x, y), (lx, ly) in zip(remote.epoch(epoch), local.epoch(epoch)):
+            np.testing.assert_array_equal(x, lx)
+            np.testing.assert_array_equal(y, ly)
+    keras = pytest.importorskip("keras")
+    dataset = make_dali_dataset("gs://photos/tagged/", **options)
+    tags = [tag_of(image) for images, _ in dataset for image in images.numpy()]
+    assert tags == [tag_of(image) for images, _ in local.epoch(0) for image in images]
+    model = keras.Sequential([keras.Input((12, 12, 3)), keras.layers.Flatten(),
+                              keras.layers.Dense(3)])
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(dataset, epochs=2, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+
+
+def test_a_gcs_object_deleted_during_training_is_named(gcs_emulator, tagged_dir):
+    from dalipipe import make_dali_pipeline
+
+    bucket = _upload_gcs(os.path.join(tagged_dir, "red"), "deleted/red")
+    pipe = make_dali_pipeline("gs://photos/deleted/", image_size=(8, 8), batch_size=4,
+                              shuffle=False, device="cpu", verbose=False)
+    gone = pipe.file_paths[-1]
+    bucket.blob(gone[len("gs://photos/"):]).delete()
+    with pytest.raises(RuntimeError, match=f"{gone} was found before training and cannot be "
+                                           "read now .does not exist."):
+        list(pipe.epoch())
 
 
 def test_gcs_without_credentials(monkeypatch, tmp_path):

@@ -10,10 +10,10 @@ the `sources.Index` the same local source gives.
 - Table and list rows that hold URIs, and relative rows under `root="s3://..."`
   (`resolve`): the URIs are found by a listing of their common folder (or HEAD
   requests for a few), `storage.find_objects`.
-- TFRecord files in object storage are refused, saying why (`tfrecord_error`), and
-  so are `gs://` sources, which DALI 2.4 cannot read (`_refuse_gcs`).
+- TFRecord files in object storage are refused, saying why (`tfrecord_error`);
+  `gs://` objects are read by dalipipe, not DALI (`read_in_python`).
 
-DALI reads the URIs itself (`fn.io.file.read`); nothing here reads an image. Pure
+DALI reads `s3://` URIs itself (`fn.io.file.read`); nothing here reads an image. Pure
 Python: it imports neither `sources` (which imports it) nor DALI.
 """
 
@@ -66,14 +66,12 @@ def prefix_tree(source):
     """
     if isinstance(source, (list, tuple)) and is_remote_list(source, None):
         uris = [os.fsdecode(os.fspath(p)) for p in source if _remote(p)]
-        _refuse_gcs(uris)
-        _refuse_if_dali_cannot_read_s3()
+        _refuse_if_dali_cannot_read_s3(uris)
         _refuse_tfrecords(uris, dict.fromkeys(uris, True))
     if not is_remote_source(source):
         return None
     uri = os.fsdecode(os.fspath(source))
-    _refuse_gcs([uri])
-    _refuse_if_dali_cannot_read_s3()
+    _refuse_if_dali_cannot_read_s3([uri])
     if any(c in uri for c in GLOB_CHARS):
         raise tfrecord_error(uri)
     if uri.lower().endswith((".csv",) + IMAGE_EXTENSIONS):
@@ -118,24 +116,20 @@ def _head(uri):
         return None
 
 
-def _refuse_gcs(uris):
-    """DALI 2.4's `fn.io.file.read`, which reads dalipipe's samples, asks GCS for each
-    object's name with a NUL byte appended (`.../1.jpg%00`, seen in the requests a
-    local GCS emulator received; its file reader and S3 reads are not affected), so
-    every object is "not found": a `gs://` source is refused before anything is read."""
-    uri = next((u for u in uris if u.startswith("gs://")), None)
-    if uri is not None:
-        raise ValueError(
-            f"gs:// sources cannot be read by DALI 2.4 (source: {uri!r}): its "
-            "fn.io.file.read asks GCS for every object's name with a NUL byte appended, "
-            "so each is 'GCS object not found'. Use s3:// (or an S3-compatible endpoint "
-            "through AWS_ENDPOINT_URL) or local files."
-        )
+def read_in_python(paths):
+    """Whether dalipipe reads the images' bytes itself and feeds them to the graph (any
+    `gs://` path), instead of DALI's `fn.io.file.read`: DALI 2.4's reader asks GCS
+    for each object's name with a NUL byte appended (`.../1.jpg%00`, seen in the
+    requests a local GCS emulator received; S3 reads are not affected), so every
+    object would be "not found"."""
+    return any(isinstance(p, str) and p.startswith("gs://") for p in paths)
 
 
-def _refuse_if_dali_cannot_read_s3():
-    """RuntimeError where DALI's S3 client would abort this process (TensorFlow
-    imported before DALI: see `dalipipe.dali_import`)."""
+def _refuse_if_dali_cannot_read_s3(uris):
+    """RuntimeError where `uris` hold an `s3://` one and DALI's S3 client would abort
+    this process (TensorFlow imported before DALI: see `dalipipe.dali_import`)."""
+    if not any(u.startswith("s3://") for u in uris):
+        return
     problem = dali_import.s3_error()
     if problem is not None:
         raise RuntimeError(f"dalipipe cannot read s3:// sources in this process: {problem}")
@@ -223,9 +217,7 @@ def resolve(paths, root, what, allow_missing):
         else:
             file_paths.append(os.path.normpath(os.path.join(local_base, os.path.expanduser(path))))
     uris = [p for p in file_paths if storage.is_remote(p)]
-    _refuse_gcs(uris)
-    if uris:
-        _refuse_if_dali_cannot_read_s3()
+    _refuse_if_dali_cannot_read_s3(uris)
     found = dict(zip(uris, storage.find_objects(uris)))
     _refuse_tfrecords(uris, found)
     missing = [p for p in file_paths if (found[p] is None if p in found else not os.path.isfile(p))]
