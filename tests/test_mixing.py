@@ -173,3 +173,42 @@ def test_cutmix_factor_bounds():
     assert dalipipe.CutMix().bounds == (0.0, 1.0)
     assert dalipipe.CutMix(factor=[0.9, 0.3]).bounds == (0.3, 0.9)
     assert dalipipe.CutMix(factor=[0.3, 0.9]) == dalipipe.CutMix(factor=(0.3, 0.9))
+
+
+def test_a_recipe_and_mixing_under_a_strategy(tagged_dir):
+    """`strategy=`: the shapes and dtypes of `augment=True` (float32 labels), the
+    padding's weights, and `fit`."""
+    tf = pytest.importorskip("tensorflow")
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    options = dict(image_size=12, batch_size=BATCH, seed=2, device="cpu", strategy=strategy,
+                   label_mode="categorical", verbose=False)
+    plain = dalipipe.make_dali_dataset(tagged_dir, augment=True, **options)
+    mixed = dalipipe.make_dali_dataset(tagged_dir, augment="trivialaugment", mix="cutmix",
+                                       **options)
+    assert mixed.element_spec == plain.element_spec
+    batches = list(mixed)
+    assert sum(w for _, _, weights in batches for w in weights.numpy()) == NUM_TAGGED
+    labels = np.concatenate([y.numpy() for _, y, _ in batches])
+    np.testing.assert_allclose(labels.sum(1), 1, atol=1e-6)
+    assert ((labels > 0) & (labels < 1)).any()
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.Input((12, 12, 3)), tf.keras.layers.Flatten(),
+                                     tf.keras.layers.Dense(3)])
+        model.compile("adam", tf.keras.losses.CategoricalCrossentropy(from_logits=True))
+    assert len(model.fit(mixed, epochs=1, verbose=0).history["loss"]) == 1
+
+
+@pytest.mark.parametrize("format", ["pydataset", "grain"])
+def test_other_formats_carry_the_recipe_and_mixing(format, tagged_dir):
+    if format == "grain":
+        pytest.importorskip("grain")
+    options = dict(image_size=12, batch_size=BATCH, seed=2, device="cpu", verbose=False,
+                   label_mode="categorical", augment="autoaugment", mix="mixup")
+    dataset = dalipipe.make_dali_dataset(tagged_dir, format=format, **options)
+    first = next(iter(dataset)) if format == "grain" else dataset[0]
+    images, labels = (np.asarray(t) for t in first)
+    want = next(pipeline(tagged_dir, **{k: v for k, v in options.items()
+                                        if k not in ("verbose",)}).epoch(0))
+    assert images.shape == (BATCH, 12, 12, 3) and labels.dtype == np.float32
+    np.testing.assert_array_equal(images, want[0])
+    np.testing.assert_array_equal(labels, want[1])
