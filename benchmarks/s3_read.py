@@ -8,15 +8,23 @@ measure moto as much as DALI's S3 client, and a real endpoint's latency (tens of
 per GET) is not in them. What they do show: the per-object overhead of a GET over a
 local read, and how DALI's reads overlap with `num_threads`.
 
-    python benchmarks/s3_read.py [--images 256] [--rounds 3]
+With `--latency-ms L`, DALI and boto3 reach the server through a proxy on 127.0.0.1
+that holds every chunk a client sends for L ms (`LatencyProxy`), so each GET waits as
+from an endpoint L ms away: there the server's CPU is no longer the bound, and the
+figures show how DALI's S3 reads scale with `num_threads`.
+
+    python benchmarks/s3_read.py [--images 256] [--rounds 3] [--latency-ms 0]
 """
 
 import argparse
+import contextlib
 import json
 import os
+import socket
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -36,6 +44,48 @@ def write_images(folder, count, size):
             os.path.join(folder, f"c{i % 4}", f"{i:05d}.jpg"), quality=90)
 
 
+class LatencyProxy:
+    """A TCP proxy on 127.0.0.1 in front of `target` (`"http://127.0.0.1:PORT"`): what
+    a client sends is held `latency_s` before it is passed on, and the answers come
+    back at once. `endpoint` is the proxy's URL. One thread pair per connection."""
+
+    def __init__(self, target, latency_s):
+        self.target_port = int(target.rsplit(":", 1)[1])
+        self.latency_s = latency_s
+        self.listener = socket.create_server(("127.0.0.1", 0), backlog=128)
+        self.endpoint = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:  # closed
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            threading.Thread(target=self._pump, args=(client, upstream, self.latency_s),
+                             daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, 0.0),
+                             daemon=True).start()
+
+    @staticmethod
+    def _pump(source, sink, delay):
+        with contextlib.suppress(OSError):
+            while True:
+                chunk = source.recv(1 << 16)
+                if not chunk:
+                    break
+                if delay:
+                    time.sleep(delay)
+                sink.sendall(chunk)
+        for end in (source, sink):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+
+    def close(self):
+        self.listener.close()
+
+
 def median_epoch(pipe, rounds):
     """Median seconds of `rounds` epochs, after one warm-up epoch."""
     times = []
@@ -53,6 +103,8 @@ def main():
     parser.add_argument("--size", type=int, default=256, help="side of the JPEGs")
     parser.add_argument("--threads", default="1,2,4,8")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--latency-ms", type=float, default=0,
+                        help="milliseconds added to every request (a proxy)")
     parser.add_argument("--out", default="benchmarks/results/s3_read.json")
     args = parser.parse_args()
 
@@ -61,9 +113,11 @@ def main():
     from s3_server import ENVIRONMENT, moto_server
 
     results = {"machine": machine_info(), "images": args.images, "jpeg_side": args.size,
+               "latency_ms": args.latency_ms,
                "load_average_start": round(os.getloadavg()[0], 2), "epochs": []}
     with tempfile.TemporaryDirectory() as scratch, moto_server() as server:
-        os.environ.update(ENVIRONMENT, AWS_ENDPOINT_URL=server.endpoint,
+        proxy = LatencyProxy(server.endpoint, args.latency_ms / 1000) if args.latency_ms else None
+        os.environ.update(ENVIRONMENT, AWS_ENDPOINT_URL=(proxy or server).endpoint,
                           DALIPIPE_CACHE_DIR=os.path.join(scratch, "cache"))
         storage.reset_clients()
         local = os.path.join(scratch, "images")
