@@ -262,7 +262,7 @@ def test_dataset_and_fit_from_a_prefix(bucket, indexed_dir):
     assert len(history.history["loss"]) == 2 and np.isfinite(history.history["loss"]).all()
 
 
-@pytest.mark.parametrize("backend", ["torch", "jax"])
+@pytest.mark.parametrize("backend", ["torch", pytest.param("jax", marks=pytest.mark.slow)])
 def test_fit_from_a_prefix_on_torch_and_jax(backend, bucket, tagged_dir, tmp_path):
     """`backend_job.py single` on Keras's torch or JAX backend, from a copy of
     `tagged_dir` in the bucket: what `test_backends.py` asks of the local folder, and
@@ -393,7 +393,8 @@ except Exception as e:  # RuntimeError (native), InternalError (TensorFlow and f
 STOPPED_SERVER_BOUND = 60  # seconds: DALI's S3 client fails within 2 s (refused) or 10 s (silent)
 
 
-@pytest.mark.parametrize("reader", ["native", "tensorflow", "fit"])
+@pytest.mark.parametrize("reader", ["native", "tensorflow",
+                                    pytest.param("fit", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("how, named", [
     ("killed", r"Failed to connect to 127\.0\.0\.1:{port}"),  # connections refused
     ("suspended", r"bucket=stop object=data/a/\d+\.png.*Timeout was reached"),  # never answers
