@@ -132,9 +132,10 @@ def test_labels_stay_with_their_images(tagged_dir):
     assert sorted(tag_of(i) for i in plain_images) == list(range(NUM_TAGGED))
 
 
-def test_a_recipe_in_fit_on_tensorflow(color_dir):
+@pytest.mark.parametrize("recipe", recipes.RECIPES)
+def test_a_recipe_in_fit_on_tensorflow(recipe, color_dir):
     keras = pytest.importorskip("keras")
-    dataset = dalipipe.make_dali_dataset(color_dir, augment="trivialaugment", device="cpu",
+    dataset = dalipipe.make_dali_dataset(color_dir, augment=recipe, device="cpu",
                                          seed=1, batch_size=16, image_size=SIZE, verbose=False)
     model = keras.Sequential([keras.Input((SIZE, SIZE, 3)), keras.layers.Rescaling(1 / 255),
                               keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3)])
