@@ -417,6 +417,19 @@ def test_training_from_gcs_equals_the_local_folder(gcs_emulator, tagged_dir):
         for (x, y), (lx, ly) in zip(remote.epoch(epoch), local.epoch(epoch)):
             np.testing.assert_array_equal(x, lx)
             np.testing.assert_array_equal(y, ly)
+    # A table of the objects' URIs with float32 targets: the targets travel before
+    # the image's length and bytes.
+    pd = pytest.importorskip("pandas")
+    from helpers import tagged_targets
+
+    table = pd.DataFrame(tagged_targets(tagged_dir))
+    table["path"] = ["gs://photos/tagged/" + os.path.relpath(p, tagged_dir) for p in table["path"]]
+    raw = make_dali_pipeline(table, label_columns=["half", "square"], label_mode="raw",
+                             **dict(options, augment=False))
+    for images, targets in raw.epoch(0):
+        tags = np.array([tag_of(image) for image in images])
+        np.testing.assert_allclose(targets, np.stack([tags / 2, (tags / 10) ** 2], 1),
+                                   rtol=1e-6)
     keras = pytest.importorskip("keras")
     dataset = make_dali_dataset("gs://photos/tagged/", **options)
     tags = [tag_of(image) for images, _ in dataset for image in images.numpy()]
