@@ -397,7 +397,8 @@ STOPPED_SERVER_BOUND = 60  # seconds: DALI's S3 client fails within 2 s (refused
                                     pytest.param("fit", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("how, named", [
     ("killed", r"Failed to connect to 127\.0\.0\.1:{port}"),  # connections refused
-    ("suspended", r"bucket=stop object=data/a/\d+\.png.*Timeout was reached"),  # never answers
+    # Never answers: DALI names the object, except where a read stalled mid-transfer.
+    ("suspended", r"(bucket=stop object=data/a/\d+\.png.*)?curlCode: 28, Timeout was reached"),
 ])
 def test_a_server_that_stops_mid_epoch_fails_it_within_a_bound(how, named, reader):
     """The server stops after two batches of 100: the epoch (native, TensorFlow's
