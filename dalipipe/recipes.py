@@ -15,6 +15,7 @@ them in the graph with `auto_aug.core.select` and `signed_bin`.
 
 import contextlib
 import dataclasses
+import functools
 import warnings
 from typing import ClassVar
 
@@ -42,9 +43,11 @@ def _whole(name, value, low, high=None):
         raise ValueError(f"`{name}` must be an integer {bounds}. Received: {name}={value!r}")
 
 
+@functools.lru_cache(maxsize=None)
 def _suite(getter, **kwargs):
-    """A DALI `auto_aug` suite or policy: `getter(**kwargs)`, DALI's deprecation
-    notices held back (`_quiet`)."""
+    """A DALI `auto_aug` suite or policy, built once per process: `getter(**kwargs)`,
+    DALI's deprecation notices held back (`_quiet`). The draws and the graph of a
+    recipe ask for it several times per epoch."""
     with _quiet():
         return getter(**kwargs)
 
