@@ -5,7 +5,6 @@ figures; `pytest -m gpu -rP` shows them for passing tests too.
 """
 
 import collections
-import io
 import os
 import re
 
@@ -56,35 +55,32 @@ def crop_setup(request, monkeypatch):
     return codecs.crop_setup()
 
 
+def noisy_gradients(root, *, count, classes, seed, suffix, **save):
+    """`count` noisy horizontal gradients of random sizes (48-159 px a side) in
+    `classes` class folders under `root`, saved by PIL as `suffix` with `save`."""
+    rng = np.random.default_rng(seed)
+    for i in range(count):
+        h, w = (int(v) for v in rng.integers(48, 160, size=2))
+        pixels = rng.integers(0, 120, size=(h, w, 3)) + np.linspace(0, 120, w)[None, :, None]
+        folder = root / f"class_{i % classes}"
+        folder.mkdir(exist_ok=True)
+        Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(folder / f"{i:02d}.{suffix}",
+                                                                   **save)
+    return str(root)
+
+
 @pytest.fixture(scope="module")
 def jpeg_dir(tmp_path_factory):
     """48 noisy 4:2:0 JPEGs (no PNG: those are decoded on the CPU on every device)."""
-    root = tmp_path_factory.mktemp("jpegs")
-    rng = np.random.default_rng(11)
-    for i in range(48):
-        h, w = (int(v) for v in rng.integers(48, 160, size=2))
-        pixels = rng.integers(0, 120, size=(h, w, 3)) + np.linspace(0, 120, w)[None, :, None]
-        folder = root / f"class_{i % 3}"
-        folder.mkdir(exist_ok=True)
-        buffer = io.BytesIO()
-        Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(buffer, "JPEG", quality=90,
-                                                                   subsampling=2)
-        (folder / f"{i:02d}.jpg").write_bytes(buffer.getvalue())
-    return str(root)
+    return noisy_gradients(tmp_path_factory.mktemp("jpegs"), count=48, classes=3, seed=11,
+                           suffix="jpg", format="JPEG", quality=90, subsampling=2)
 
 
 @pytest.fixture(scope="module")
 def png_dir(tmp_path_factory):
     """32 noisy gradient PNGs: both devices decode them to the same pixels."""
-    root = tmp_path_factory.mktemp("pngs")
-    rng = np.random.default_rng(12)
-    for i in range(32):
-        h, w = (int(v) for v in rng.integers(40, 96, size=2))
-        pixels = rng.integers(0, 60, size=(h, w, 3)) + np.linspace(0, 190, w)[None, :, None]
-        folder = root / f"class_{i % 2}"
-        folder.mkdir(exist_ok=True)
-        Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(folder / f"{i:02d}.png")
-    return str(root)
+    return noisy_gradients(tmp_path_factory.mktemp("pngs"), count=32, classes=2, seed=12,
+                           suffix="png")
 
 
 def both_devices(source, **options):
