@@ -410,9 +410,7 @@ class ImagePipeline:
             return np.split(flat, np.cumsum(lengths)[:-1])
         labels = None if self.labels is None else self.labels[sample_ids]
         paths = [self.file_paths[i] for i in sample_ids]
-        if self.index.stamps is not None:
-            checks.verify_unchanged(paths, self.index.stamps[sample_ids],
-                                    check=self.options.check)
+        self._verify_unchanged(paths, sample_ids)
         return sources.encode_samples(paths, labels)
 
     def load_records(self, sample_ids):
@@ -451,12 +449,16 @@ class ImagePipeline:
                                                                                    np.uint8)
         return flat, lengths
 
-    def _read_files(self, paths, sample_ids):
-        """The bytes of `paths` (objects in parallel): RuntimeError naming one that
-        is gone or empty since the check, as DALI's reader names an `s3://` one."""
+    def _verify_unchanged(self, paths, sample_ids):
+        """`checks.verify_unchanged` for the files of `sample_ids`, if they were checked."""
         if self.index.stamps is not None:
             checks.verify_unchanged(paths, self.index.stamps[sample_ids],
                                     check=self.options.check)
+
+    def _read_files(self, paths, sample_ids):
+        """The bytes of `paths` (objects in parallel): RuntimeError naming one that
+        is gone or empty since the check, as DALI's reader names an `s3://` one."""
+        self._verify_unchanged(paths, sample_ids)
 
         def read_local(path):
             with open(path, "rb") as f:
