@@ -21,16 +21,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from dalipipe.utils import is_number
+
 MIXES = ("mixup", "cutmix")
 # Columns of "random" per sample: partner index, own weight, box top, left, height,
 # width (in pixels; zeros for MixUp).
 COLUMNS = 6
 # Added to CutMix's Beta parameter, as Keras does, so that it is never 0.
 _EPSILON = 1e-6
-
-
-def _number(value):
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +40,7 @@ class MixUp:
     name: ClassVar[str] = "mixup"
 
     def __post_init__(self):
-        if not _number(self.alpha) or not math.isfinite(self.alpha) or self.alpha <= 0:
+        if not is_number(self.alpha) or not math.isfinite(self.alpha) or self.alpha <= 0:
             raise ValueError(f"`alpha` must be a positive number. Received: alpha={self.alpha!r}")
 
     def weights(self, rng, count):
@@ -62,7 +60,7 @@ class CutMix:
     def __post_init__(self):
         factor = self.factor
         pair = factor if isinstance(factor, (tuple, list)) else (0.0, factor)
-        if len(pair) != 2 or not all(_number(v) and 0 <= v <= 1 for v in pair):
+        if len(pair) != 2 or not all(is_number(v) and 0 <= v <= 1 for v in pair):
             raise ValueError(
                 "`factor` must be a number in [0, 1] or a pair of them (low, high). "
                 f"Received: factor={factor!r}"

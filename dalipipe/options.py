@@ -21,6 +21,7 @@ from dalipipe.devices import default_num_threads
 from dalipipe.keras_config import IMAGE_DATA_FORMATS, keras_image_data_format
 from dalipipe.mixing import parse_mix
 from dalipipe.recipes import parse_augment
+from dalipipe.utils import is_int, is_number
 
 IMAGENET_DEFAULT_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 IMAGENET_DEFAULT_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
@@ -178,7 +179,7 @@ class Options:
         self._check_combinations()
         # Canonical types: NumPy integers and lists become plain ints and tuples.
         size = self.image_size
-        set_("image_size", (int(size), int(size)) if _is_int(size) else (int(size[0]), int(size[1])))
+        set_("image_size", (int(size), int(size)) if is_int(size) else (int(size[0]), int(size[1])))
         if self.batch_size is not None:
             set_("batch_size", int(self.batch_size))
         set_("interpolation", self.interpolation.lower())
@@ -241,11 +242,11 @@ class Options:
 
     def _check_numbers(self):
         size = self.image_size
-        sides = (size, size) if _is_int(size) else size
+        sides = (size, size) if is_int(size) else size
         if (
             not isinstance(sides, (tuple, list))
             or len(sides) != 2
-            or any(not _is_int(v) or v <= 0 for v in sides)
+            or any(not is_int(v) or v <= 0 for v in sides)
         ):
             raise ValueError(
                 "Invalid `image_size` value. Expected a tuple of 2 integers: (height, "
@@ -256,12 +257,12 @@ class Options:
         _positive_int("prefetch_queue_depth", self.prefetch_queue_depth)
         if self.num_threads is not None:
             _positive_int("num_threads", self.num_threads)
-        if self.seed is not None and (not _is_int(self.seed) or self.seed < 0):
+        if self.seed is not None and (not is_int(self.seed) or self.seed < 0):
             raise ValueError(
                 f"`seed` must be a non-negative integer or None. Received: seed={self.seed!r}"
             )
         load = self.hw_decoder_load
-        if not _is_number(load) or not 0 <= load <= 1:
+        if not is_number(load) or not 0 <= load <= 1:
             raise ValueError(
                 "`hw_decoder_load` must be a number in [0, 1], the share of JPEG decoding "
                 f"given to the hardware decoder. Received: hw_decoder_load={load!r}"
@@ -269,13 +270,13 @@ class Options:
         for name in DECODER_SIZES:
             value = getattr(self, name)
             hint = name.startswith("preallocate")
-            if (value is not None or not hint) and (not _is_int(value) or value < 0):
+            if (value is not None or not hint) and (not is_int(value) or value < 0):
                 raise ValueError(
                     f"`{name}` must be a non-negative integer{' or None' if hint else ''}"
                     f" ({'pixels' if hint else 'bytes'}). Received: {name}={value!r}"
                 )
         fraction = self.central_fraction
-        if not _is_number(fraction) or not 0 < fraction <= 1:
+        if not is_number(fraction) or not 0 < fraction <= 1:
             raise ValueError(
                 f"`central_fraction` must be in (0, 1]. Received: central_fraction={fraction!r}"
             )
@@ -419,12 +420,12 @@ class Options:
                 f"`fit` takes it, e.g. {{0: 1.0, 1: 2.5}}. Received: class_weight={weights!r}"
             )
         for key, value in weights.items():
-            if not _is_int(key) or key < 0:
+            if not is_int(key) or key < 0:
                 raise ValueError(
                     "`class_weight` keys must be class indices (non-negative integers, the "
                     f"positions in `class_names`). Received: class_weight={dict(weights)!r}"
                 )
-            if not _is_number(value) or not math.isfinite(value) or value < 0:
+            if not is_number(value) or not math.isfinite(value) or value < 0:
                 raise ValueError(
                     "`class_weight` values must be finite non-negative numbers, the weight of "
                     f"each class. Received: class_weight={dict(weights)!r}"
@@ -456,7 +457,7 @@ class Options:
 
     def _check_split(self):
         split, subset = self.validation_split, self.subset
-        if split is not None and (not _is_number(split) or not 0 <= split < 1):
+        if split is not None and (not is_number(split) or not 0 <= split < 1):
             raise ValueError(
                 "`validation_split` must be between 0 and 1 (exclusive). "
                 f"Received: validation_split={split!r}"
@@ -482,19 +483,11 @@ class Options:
             )
 
 
-def _is_int(value):
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
-def _is_number(value):
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-
-
 def _one_of(name, value, allowed):
     if value not in allowed:
         raise ValueError(f"`{name}` must be one of {allowed}. Received: {name}={value!r}")
 
 
 def _positive_int(name, value):
-    if not _is_int(value) or value <= 0:
+    if not is_int(value) or value <= 0:
         raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")

@@ -21,6 +21,8 @@ from typing import ClassVar
 
 import numpy as np
 
+from dalipipe.utils import is_int
+
 # augment= names -> the recipe with its defaults (`parse_augment`).
 RECIPES = ("randaugment", "trivialaugment", "autoaugment")
 # AutoAugment's policies: dalipipe's names (torchvision's, lower case) -> DALI's.
@@ -37,7 +39,7 @@ TRANSLATE_PIXELS = 32
 
 def _whole(name, value, low, high=None):
     """Raises ValueError unless `value` is an integer in [low, high]."""
-    ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= low
+    ok = is_int(value) and value >= low
     if not ok or (high is not None and value > high):
         bounds = f"in [{low}, {high}]" if high is not None else f">= {low}"
         raise ValueError(f"`{name}` must be an integer {bounds}. Received: {name}={value!r}")

@@ -1,6 +1,7 @@
 """Small helpers shared by every module: the cache folder (where, whether it can be
 written, the warning when not), progress, cores, extensions,
-the environment of a child interpreter, stderr captured at the file descriptor.
+the environment of a child interpreter, stderr captured at the file descriptor, and
+what counts as an integer or a number in an argument.
 
 The lowest module of the package: it imports nothing else from dalipipe.
 """
@@ -10,6 +11,8 @@ import os
 import sys
 import tempfile
 import warnings
+
+import numpy as np
 
 # What DALI's image decoders read, by extension. GIF is not among them.
 IMAGE_EXTENSIONS = (
@@ -22,6 +25,16 @@ UNDECODABLE_EXTENSIONS = (".gif", ".heic", ".avif")
 CHECK_BAR_DELAY = 1.0
 # How many items an error message lists.
 MAX_LISTED = 10
+
+
+def is_int(value):
+    """Whether `value` is an integer (Python's or NumPy's), not a bool."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def is_number(value):
+    """Whether `value` is a real number (Python's or NumPy's), not a bool."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
 
 def cache_dir():
