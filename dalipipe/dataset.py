@@ -7,8 +7,11 @@ JAX). Nothing here imports TensorFlow, so that Keras on torch or JAX never loads
 """
 
 from dalipipe.calls import first_argument, warnings_at_caller
+from dalipipe.devices import resolve_device
 from dalipipe.keras_config import keras_backend
 from dalipipe.options import Options
+from dalipipe.pipeline import image_pipelines
+from dalipipe.sharding import data_parallel_shard
 
 
 def make_dali_dataset(
@@ -192,13 +195,26 @@ def _make(source, options, strategy):
             f"strategy={strategy!r}, format={options.format!r}, "
             f"Keras backend={keras_backend()!r}"
         )
+    backend = keras_backend()
+    placed = _native_pipelines(source, options, backend)
     if options.format == "grain":
-        from dalipipe import grain_dataset
+        from dalipipe.grain_dataset import make_grain_dataset as wrap
+    else:
+        from dalipipe.py_dataset import make_py_dataset as wrap
+    datasets = wrap(placed, backend)
+    return datasets if len(datasets) == 2 else datasets[0]
 
-        return grain_dataset.make_grain_dataset(source, options)
-    from dalipipe import py_dataset
 
-    return py_dataset.make_py_dataset(source, options)
+def _native_pipelines(source, options, backend):
+    """The `ImagePipeline`s of the `"pydataset"` and `"grain"` formats, each made once
+    on its final device (`devices.resolve_device`) and, with several devices, as this
+    process's shard (`sharding.data_parallel_shard`): a tuple of one, or two for
+    `subset="both"`."""
+    device, device_id = resolve_device(options.device, backend)
+    sharding = data_parallel_shard(options, backend)
+    result = image_pipelines(source, options.replace(device=device),
+                             device_id=device_id or 0, sharding=sharding)
+    return result if isinstance(result, tuple) else (result,)
 
 
 def _backend_format():

@@ -3,12 +3,10 @@
 `make_dali_dataset`'s `"grain"` format, for Keras's Grain adapter (`fit`,
 `evaluate` and `predict` on every backend) and Grain's own checkpointing. The DALI
 graph runs natively (`dalipipe.native`); each batch is copied into the backend's
-tensors as `dalipipe.py_dataset` does. An iterator is one pass over the dataset, and
+tensors (`dalipipe.passes`). An iterator is one pass over the dataset, and
 its state (`get_state()` / `set_state()`) is plain data: the epoch, the next batch
 and the dataset's fingerprint (`dalipipe.resume.fingerprint`).
 """
-
-import sys
 
 try:
     import grain
@@ -20,12 +18,7 @@ except ImportError as e:
         f"Install it with: {pip_extra('grain')}"
     ) from e
 
-from dalipipe import native, resume
-from dalipipe.py_dataset import _converter
-
-# The function of Keras's Grain adapter that reads batches up front to learn their
-# structure: an iterator it reads never completes a pass.
-_KERAS_PEEK = "_get_dataset_info"
+from dalipipe import passes, resume
 
 
 class DALIGrainDataset(grain.IterDataset):
@@ -37,13 +30,17 @@ class DALIGrainDataset(grain.IterDataset):
     height, width, channels)` (or channels first), then labels and sample weights
     as `make_dali_dataset` says; `(images,)` without labels.
 
-    Each iterator is one pass, `steps` batches, then `StopIteration`. Pass numbers
-    count the passes read to their end: a new iterator loads epoch `n` (what
-    `make_dali_pipeline(...).epoch(n)` loads) when `n` passes have been read whole
-    before it starts. So the batches that Keras's Grain adapter reads up front to
-    learn the structure, and any pass left before its end, start no epoch: the
-    next iterator loads the same one. DALI runs one pass at a time: starting an
-    iterator ends the one before it.
+    Each iterator is one pass, `steps` batches, then `StopIteration`. The epoch
+    of an iterator is taken at its first batch (`dalipipe.passes`): `n` when `n`
+    passes have been read to their `StopIteration` before it. So the batches that
+    Keras's Grain adapter reads up front to learn the structure, and any pass left
+    before its end, start no epoch: the next iterator loads the same one. DALI
+    runs one pass at a time: an iterator read after another one restarts its pass
+    at its next batch.
+
+    Several devices: under `torch.distributed` or a Keras `DataParallel`
+    distribution, each process loads its shard of every global batch, as the
+    `"pydataset"` format does (`dalipipe.sharding`).
 
     Attributes:
         class_names: the class names, or None without labels.
@@ -60,10 +57,13 @@ class DALIGrainDataset(grain.IterDataset):
         self.class_names = image_pipeline.class_names
         self.file_paths = list(image_pipeline.file_paths)
         self.fingerprint = resume.fingerprint(image_pipeline)
-        self._convert = _converter(backend, image_pipeline.device == "gpu")
-        self._runner = native.Runner(image_pipeline)
-        self._owner = None  # the iterator whose pass DALI runs
-        self.next_epoch = 0  # the epoch of the next iterator: the passes read whole
+        self.cursor = passes.Cursor(image_pipeline)
+        self.stream = passes.PassStream(image_pipeline, backend)
+
+    @property
+    def next_epoch(self):
+        """The epoch that the next iterator loads: the passes read whole."""
+        return self.cursor.position[0]
 
     def __iter__(self):
         return DALIGrainIterator(self)
@@ -90,35 +90,19 @@ class DALIGrainIterator(grain.DatasetIterator):
         self._dataset = dataset
         self._epoch = None  # taken at the first batch, unless `set_state` gives it
         self._batch = 0
-        self._stream = None
-        self._peek = _in_keras_peek()
 
     def _position(self):
         epoch = self._dataset.next_epoch if self._epoch is None else self._epoch
         return epoch, self._batch
 
     def __next__(self):
-        dataset = self._dataset
-        pipeline = dataset.image_pipeline
         epoch, batch = self._position()
-        if batch >= pipeline.steps:
+        if batch >= self._dataset.image_pipeline.steps:
+            self._dataset.cursor.read_whole(epoch)
             raise StopIteration
-        if self._stream is None or dataset._owner is not self:
-            self._epoch = epoch
-            dataset._owner = self
-            inputs = pipeline.epoch_inputs(epoch, start_batch=batch)
-            self._stream = dataset._runner.run(*inputs, copy_to_host=False)
-        outputs = next(self._stream)
+        self._epoch = epoch
+        result = self._dataset.stream.read(epoch, batch)
         self._batch += 1
-        result = tuple(dataset._convert(out[0] if pipeline.unbatched else out.as_tensor())
-                       for out in outputs)
-        if self._batch == pipeline.steps:
-            for _ in self._stream:  # let the runner see DALI's end of epoch
-                raise RuntimeError("DALI gave more batches than the epoch has")
-            self._stream = None
-            dataset._owner = None
-            if not self._peek:
-                dataset.next_epoch = max(dataset.next_epoch, epoch + 1)
         return result
 
     def get_state(self):
@@ -144,37 +128,9 @@ class DALIGrainIterator(grain.DatasetIterator):
         if batch == pipeline.steps:
             epoch, batch = epoch + 1, 0
         self._epoch, self._batch = pipeline.check_position(epoch, batch)
-        self._stream = None
-        if self._dataset._owner is self:
-            self._dataset._owner = None
 
 
-def _in_keras_peek():
-    """Whether Keras's Grain adapter is making this iterator to learn the structure."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == _KERAS_PEEK and "keras" in frame.f_code.co_filename:
-            return True
-        frame = frame.f_back
-    return False
-
-
-def make_grain_dataset(source, options):
-    """`make_dali_dataset` for validated `Options` in the `"grain"` format: a
-    `DALIGrainDataset`, or a pair of them for `subset="both"`."""
-    from dalipipe.devices import resolve_device
-    from dalipipe.keras_config import keras_backend
-    from dalipipe.pipeline import image_pipelines
-
-    backend = keras_backend()
-    device, device_id = resolve_device(options.device, backend)
-    result = image_pipelines(source, options.replace(device=device), device_id=device_id or 0)
-
-    def wrap(image_pipeline):
-        if image_pipeline.device == "gpu":
-            image_pipeline = image_pipeline.on_device(device_id or 0)
-        return DALIGrainDataset(image_pipeline, backend)
-
-    if isinstance(result, tuple):
-        return tuple(wrap(p) for p in result)
-    return wrap(result)
+def make_grain_dataset(image_pipelines, backend):
+    """`make_dali_dataset`'s `"grain"` format: a `DALIGrainDataset` per placed
+    `ImagePipeline` of `image_pipelines` (one, or a pair for `subset="both"`)."""
+    return tuple(DALIGrainDataset(p, backend) for p in image_pipelines)

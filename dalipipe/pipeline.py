@@ -85,12 +85,14 @@ def make_dali_pipeline(
     return warnings_at_caller(image_pipelines, source, options)
 
 
-def image_pipelines(source, options, device_id=0):
+def image_pipelines(source, options, device_id=0, sharding=None):
     """`make_dali_pipeline` for validated `Options`: index, check, split.
 
     `options.device` may be "auto" (the GPU when DALI sees one), "gpu" or "cpu";
-    `device_id` is the CUDA device that a GPU check decodes on (the adapter's GPU:
-    each process of a distributed job checks on its own).
+    `device_id` is the CUDA device that a GPU pipeline runs on and a GPU check
+    decodes on (the adapter's GPU: each process of a distributed job checks on its
+    own); `sharding`, `(replica_ids, num_replicas)` for a shard of a distributed
+    dataset (see `ImagePipeline.shard`). Each pipeline is made on its device.
     With `verbose`, prints what Keras's `image_dataset_from_directory` prints and
     shows the check's progress.
     """
@@ -145,12 +147,30 @@ def image_pipelines(source, options, device_id=0):
         subsets = ("training", "validation") if options.subset == "both" else (options.subset,)
         for name, part in zip(subsets, parts):
             print(f"Using {len(part)} files for {name}.")
+    if sharding is not None:
+        sharding = _check_sharding(options, *sharding)
+
+    def placed(part, options):
+        return ImagePipeline(part, options, sharding, device_id)
+
     if options.subset != "both":
-        return ImagePipeline(parts[0], options)
+        return placed(parts[0], options)
     # Validation data is neither augmented nor trimmed to whole batches, and it is
     # read in `file_paths` order, as Keras reads it.
     validation = options.replace(augment=False, mix=None, drop_remainder=False, shuffle=False)
-    return ImagePipeline(parts[0], options), ImagePipeline(parts[1], validation)
+    return placed(parts[0], options), placed(parts[1], validation)
+
+
+def _check_sharding(options, replica_ids, num_replicas):
+    """`Sharding(num_replicas, replica_ids)`, or ValueError when `options` cannot be
+    split over `num_replicas` replicas."""
+    if options.batch_size is None:
+        raise ValueError(
+            "A distributed dataset splits each global batch over the replicas, so it "
+            "needs a `batch_size`. Received: batch_size=None"
+        )
+    check_global_batch(options.batch_size, num_replicas)
+    return Sharding(num_replicas, tuple(int(r) for r in replica_ids))
 
 
 def decoder_hints(options, sizes):
@@ -288,11 +308,6 @@ class ImagePipeline:
         DALI reads."""
         return self.from_tfrecord or self._read_in_python
 
-    def on_device(self, device_id):
-        """This pipeline on CUDA device `device_id` (ignored on the CPU): a new
-        `ImagePipeline`."""
-        return ImagePipeline(self.index, self.options, self.sharding, device_id)
-
     def shard(self, replica_ids, num_replicas, device_id=0):
         """This split as loaded by one input pipeline of a distributed dataset.
 
@@ -317,15 +332,8 @@ class ImagePipeline:
         Raises:
             ValueError: when `batch_size` is not a multiple of `num_replicas`.
         """
-        if self.unbatched:
-            raise ValueError(
-                "A distributed dataset splits each global batch over the replicas, so it "
-                "needs a `batch_size`. Received: batch_size=None"
-            )
-        check_global_batch(self.options.batch_size, num_replicas)
-        replica_ids = tuple(int(r) for r in replica_ids)
-        return ImagePipeline(self.index, self.options, Sharding(num_replicas, replica_ids),
-                             device_id)
+        sharding = _check_sharding(self.options, replica_ids, num_replicas)
+        return ImagePipeline(self.index, self.options, sharding, device_id)
 
     def positions(self):
         """Which samples of an epoch's order this pipeline loads, and their weights.

@@ -16,11 +16,8 @@ from `dalipipe.devices`.
 import keras
 import numpy as np
 
-from dalipipe import native
-from dalipipe.devices import resolve_device
+from dalipipe import passes
 from dalipipe.keras_config import keras_backend
-from dalipipe.pipeline import image_pipelines
-from dalipipe.sharding import data_parallel_shard
 
 
 class DALIPyDataset(keras.utils.PyDataset):
@@ -41,21 +38,27 @@ class DALIPyDataset(keras.utils.PyDataset):
     with samples of weight 0). Without labels an item is `(images,)`. With
     `batch_size=None`, items are single samples without the batch dimension.
 
-    Epochs: the batches come in the order that DALI prepares them, `prefetch_queue_depth`
-    ahead, so an item is the pass's next batch, whatever index is asked: Keras's
-    `fit(shuffle=True)` permutes the indices of a PyDataset's batches, and the
-    pass's order is already a new permutation of the samples every epoch (with
-    `shuffle=True`; `file_paths` order otherwise, which is how `predict` reads
-    it). A new pass starts at the first item asked for after `num_batches` is read
-    (every new Keras iterator reads it first, as `iter()` does; `len()` does not),
-    after `len()` items, or when an index already read in the pass is asked for
-    again. So each Keras epoch is one exact pass, and one pass runs on over
-    several epochs with `steps_per_epoch` smaller than `len()`, as Keras's own
-    iterators do. Pass `n` loads what `make_dali_pipeline(...).epoch(n)` loads,
-    the same order and crops for a seed (the first `fit` also reads one batch to
-    build the model, so its first epoch is pass 1), unless `set_position` numbers
-    the next pass (`dalipipe.BackupAndRestore` does, at every epoch's start).
-    The items are copies: they stay valid after the next one is read.
+    Epochs (`dalipipe.passes`): inside Keras's `fit`, `evaluate` and `predict`
+    (between the `on_epoch_begin` and `on_epoch_end` that Keras calls), the items
+    come in the pass's order, whatever index Keras asks for: Keras asks for a
+    PyDataset's batches in a random order with `fit(shuffle=True)`, and the pass
+    is already a new permutation of the samples every epoch (with `shuffle=True`;
+    `file_paths` order otherwise, which is how `predict` reads it). Each new Keras
+    iterator (it reads `num_batches` first) starts a pass, and a pass read to its
+    `len()`-th item counts: pass `n` read whole loads what
+    `make_dali_pipeline(...).epoch(n)` loads, the same order and crops for a seed.
+    A pass left before its end, such as the batch that `fit` reads to build the
+    model, does not count: the next pass loads the same epoch. One pass runs on
+    over several epochs with `steps_per_epoch` smaller than `len()`, as Keras's
+    own iterators do. `set_position` numbers the next pass
+    (`dalipipe.BackupAndRestore` calls it at every epoch's start).
+
+    Outside Keras's loops, `ds[i]` is batch `i` of the next pass (what that pass
+    loads), restarting DALI's pass at `i` when it is not the batch after the last
+    one read. Reading `ds[0]`, `ds[1]`, ... to `ds[len(ds) - 1]` in order (as
+    `for batch in ds` does) reads the pass whole, and it counts as in Keras's
+    loops; a batch read out of that order starts and counts no pass. The items
+    are copies: they stay valid after the next one is read.
 
     Attributes:
         class_names: the class names, or None without labels.
@@ -72,17 +75,14 @@ class DALIPyDataset(keras.utils.PyDataset):
         self.backend = backend or keras_backend()
         self.class_names = image_pipeline.class_names
         self.file_paths = list(image_pipeline.file_paths)
-        self._convert = _converter(self.backend, image_pipeline.device == "gpu")
-        self._runner = native.Runner(image_pipeline)
-        self._epoch = -1
-        self._start = 0  # the first step of the pass under way
-        self._next = None  # (epoch, start step) of the next pass, from `set_position`
-        self._served = set()
-        self._stream = None
+        self._cursor = passes.Cursor(image_pipeline)
+        self._stream = passes.PassStream(image_pipeline, self.backend)
+        self._in_keras = False  # between Keras's on_epoch_begin and on_epoch_end
+        self._pass = None  # (epoch, first step, next step) of Keras's pass under way
         self._new_reader = True
 
     def __len__(self):
-        start = self._start if self._next is None else self._next[1]
+        start = self._cursor.position[1] if self._pass is None else self._pass[1]
         return self.image_pipeline.steps - start
 
     def set_position(self, epoch, batch=0):
@@ -95,14 +95,21 @@ class DALIPyDataset(keras.utils.PyDataset):
         Raises:
             ValueError: for an `epoch` below 0 or a `batch` outside `[0, steps)`.
         """
-        self._next = self.image_pipeline.check_position(epoch, batch)
-        self._new_reader = True
+        self._cursor.set_position(epoch, batch)
+        self._pass = None
 
     @property
     def num_batches(self):
-        """The batches per epoch, `len()`; reading it starts a new pass (see above)."""
+        """The batches per epoch, `len()`; every Keras iterator reads it first, so
+        that inside Keras's loops the next item starts a new pass (see above)."""
         self._new_reader = True
         return len(self)
+
+    def on_epoch_begin(self):
+        self._in_keras = True
+
+    def on_epoch_end(self):
+        self._in_keras = False
 
     def __getitem__(self, index):
         if not isinstance(index, (int, np.integer)) or not 0 <= index < len(self):
@@ -110,24 +117,26 @@ class DALIPyDataset(keras.utils.PyDataset):
                 f"`index` must be an integer in [0, {len(self)}), the batches of an epoch. "
                 f"Received: index={index!r}"
             )
-        if self._new_reader or index in self._served or len(self._served) == len(self):
-            self._new_reader = False
-            self._epoch, self._start = (self._epoch + 1, 0) if self._next is None else self._next
-            self._next = None
-            self._served = set()
-            inputs = self.image_pipeline.epoch_inputs(self._epoch, start_batch=self._start)
-            self._stream = self._runner.run(*inputs, copy_to_host=False)
-        self._served.add(index)
-        batch = tuple(self._convert(self._sample(out)) for out in next(self._stream))
-        if len(self._served) == len(self):
-            # The pass is whole: let the runner see DALI's end of epoch.
-            for _ in self._stream:
-                raise RuntimeError("DALI gave more batches than the epoch has")
+        if self._in_keras:
+            # Keras's order is not the pass's: the pass's next batch, whatever the index.
+            if self._new_reader or self._pass is None:
+                self._new_reader = False
+                self._pass = (*self._cursor.position, self._cursor.position[1])
+        else:
+            epoch, start = self._cursor.position
+            step = start + int(index)
+            if self._pass is None or (self._pass[0], self._pass[2]) != (epoch, step):
+                if index:  # out of the pass's order: this batch alone
+                    self._pass = None
+                    return self._stream.read(epoch, step)
+                self._pass = (epoch, start, start)
+        epoch, start, step = self._pass
+        batch = self._stream.read(epoch, step)
+        self._pass = (epoch, start, step + 1)
+        if step + 1 == self.image_pipeline.steps:
+            self._pass = None
+            self._cursor.read_whole(epoch)
         return batch
-
-    def _sample(self, tensor_list):
-        """One output as a dense DALI tensor (a single sample for `batch_size=None`)."""
-        return tensor_list[0] if self.image_pipeline.unbatched else tensor_list.as_tensor()
 
     def __repr__(self):
         pipeline = self.image_pipeline
@@ -135,39 +144,7 @@ class DALIPyDataset(keras.utils.PyDataset):
                 f"of {pipeline.batch_size}, {self.backend} tensors on {pipeline.device}>")
 
 
-def make_py_dataset(source, options):
-    """`make_dali_dataset` for validated `Options` in the `"pydataset"` format: a
-    `DALIPyDataset`, or a pair of them for `subset="both"`."""
-    backend = keras_backend()
-    device, device_id = resolve_device(options.device, backend)
-    sharding = data_parallel_shard(options, backend)
-    result = image_pipelines(source, options.replace(device=device), device_id=device_id or 0)
-
-    def wrap(image_pipeline):
-        if image_pipeline.device == "gpu":
-            image_pipeline = image_pipeline.on_device(device_id or 0)
-        if sharding is not None:
-            image_pipeline = image_pipeline.shard(*sharding, device_id=device_id or 0)
-        return DALIPyDataset(image_pipeline, backend)
-
-    if isinstance(result, tuple):
-        return tuple(wrap(p) for p in result)
-    return wrap(result)
-
-
-def _converter(backend, gpu):
-    """The function that copies one dense DALI tensor into the backend's tensor."""
-    if backend == "torch":
-        from nvidia.dali.plugin.pytorch.torch_utils import to_torch_tensor
-
-        return lambda tensor: to_torch_tensor(tensor, copy=True)
-    if backend == "jax":
-        import jax
-        import jax.dlpack
-
-        if gpu:
-            return lambda tensor: jax.dlpack.from_dlpack(tensor).copy()
-        return lambda tensor: jax.device_put(np.array(tensor))
-    if gpu:
-        return lambda tensor: np.array(tensor.as_cpu())
-    return np.array
+def make_py_dataset(image_pipelines, backend):
+    """`make_dali_dataset`'s `"pydataset"` format: a `DALIPyDataset` per placed
+    `ImagePipeline` of `image_pipelines` (one, or a pair for `subset="both"`)."""
+    return tuple(DALIPyDataset(p, backend) for p in image_pipelines)

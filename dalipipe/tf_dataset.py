@@ -18,20 +18,27 @@ from dalipipe.tf_keras_dataset import KerasDataset
 
 dali_tf = import_dali_tf()
 
+# TensorFlow's device of a GPU pipeline without a strategy.
+GPU = "/gpu:0"
+
 
 def make_tf_dataset(source, options, strategy=None):
     """`make_dali_dataset` for validated `Options` on TensorFlow: a `tf.data.Dataset`
     (a pair for `subset="both"`), or a `tf.distribute.DistributedDataset` with
-    `strategy`."""
+    `strategy`.
+
+    The device is resolved once, before any pipeline is made: "gpu" or "cpu" (for
+    the strategy's replicas with `strategy`), and for a GPU the CUDA device of
+    TensorFlow's first GPU (with a strategy: its first replica's), where the check
+    decodes and the pipeline runs.
+    """
     device = options.device
     if strategy is not None:
         _check_strategy(strategy, options)
         options = options.replace(device=strategy_device(strategy, device))
     elif device in ("auto", "gpu"):
         options = options.replace(device=resolve_tensorflow_device(device))
-    # A GPU check decodes on the CUDA device of TensorFlow's first GPU (with a
-    # strategy: its first replica's), where the pipeline runs too.
-    device_id = tf_gpu_cuda_ordinal("/gpu:0") if options.device == "gpu" else 0
+    device_id = tf_gpu_cuda_ordinal(GPU) if options.device == "gpu" else 0
     result = image_pipelines(source, options, device_id=device_id)
     wrap = to_dataset if strategy is None else (lambda p: distribute(p, strategy))
     if isinstance(result, tuple):
@@ -60,7 +67,9 @@ def distribute(image_pipeline, strategy):
 
         def dataset_fn(context):
             replica = context.input_pipeline_id
-            shard = image_pipeline.shard([replica], num_replicas)
+            device_id = (tf_gpu_cuda_ordinal(devices[replica])
+                         if image_pipeline.device == "gpu" else 0)
+            shard = image_pipeline.shard([replica], num_replicas, device_id=device_id)
             return to_dataset(shard, device=devices[replica])
     else:
         options = tf.distribute.InputOptions(
@@ -77,7 +86,8 @@ def distribute(image_pipeline, strategy):
         def dataset_fn(context):
             local = num_replicas // context.num_input_pipelines
             first = context.input_pipeline_id * local
-            shard = image_pipeline.shard(range(first, first + local), num_replicas)
+            shard = image_pipeline.shard(range(first, first + local), num_replicas,
+                                         device_id=image_pipeline.device_id or 0)
             return to_dataset(shard)
 
     dataset = strategy.distribute_datasets_from_function(dataset_fn, options)
@@ -108,21 +118,25 @@ def _check_strategy(strategy, options):
     check_global_batch(options.batch_size, strategy.num_replicas_in_sync)
 
 
-def to_dataset(image_pipeline, device=None):
+def to_dataset(image_pipeline, device=None, *, nested=None):
     """Wraps an `ImagePipeline` in DALI's TensorFlow dataset (see `make_dali_dataset`).
 
-    On the CPU the DALI dataset is made lazily: a new iterator builds its DALI
-    pipeline, and starts its epoch, at its first element, so that the iterators Keras
-    makes and never reads (one at the end of every `fit` epoch and every validation
-    pass) cost nothing, and pass n is epoch n of `fit` too. On a GPU the DALI dataset
-    itself is returned, built by every new iterator: the lazy form would give DALI
-    host memory for its GPU outputs (see the comment in the code).
+    Every iterator is made at its first use (`tf_keras_dataset.LazyIterator`), with
+    its DALI pipeline, so that the iterators Keras makes and never reads (one at the
+    end of every `fit` epoch and every validation pass) cost nothing. On the CPU, DALI's
+    dataset is also nested in a `flat_map` (see `_pass_dataset`), so that the
+    iterators of a transformed dataset (`dataset.map(...)`) build DALI's pipeline at
+    their first element too. On a GPU the DALI dataset itself is the dataset: the
+    nested form would give DALI host memory for its GPU outputs.
 
     Args:
-        image_pipeline: the pipeline, or one shard of it (`ImagePipeline.shard`).
+        image_pipeline: the pipeline, or one shard of it (`ImagePipeline.shard`),
+            made on its CUDA device (`image_pipeline.device_id`).
         device: the TensorFlow device to place it on. Defaults to `/gpu:0` for a GPU
-            pipeline and `/cpu:0` otherwise. A GPU pipeline runs on the CUDA device of
-            that TensorFlow GPU (`tf_gpu_cuda_ordinal`).
+            pipeline and `/cpu:0` otherwise.
+        nested: whether DALI's dataset is nested in a `flat_map`. Defaults to True
+            on the CPU and False on a GPU; False on the CPU gives the GPU's
+            structure on the CPU (for tests).
 
     Returns:
         A `tf.data.Dataset` with `class_names` and `file_paths`, whose
@@ -130,29 +144,32 @@ def to_dataset(image_pipeline, device=None):
     """
     gpu = image_pipeline.device == "gpu"
     if device is None:
-        device = "/gpu:0" if gpu else "/cpu:0"
-    if gpu:
-        image_pipeline = image_pipeline.on_device(tf_gpu_cuda_ordinal(device))
-    feed = EpochFeed(image_pipeline)
-    return KerasDataset(_pass_dataset(feed, device), image_pipeline,
-                        device=device if gpu else None, feed=feed,
-                        rest_of_epoch=lambda start: _pass_dataset(feed, device, start))
+        device = GPU if gpu else "/cpu:0"
+    if nested is None:
+        nested = not gpu
+    feed = EpochFeed(image_pipeline, gpu=not nested)
+
+    def pass_dataset(start=0):
+        return _pass_dataset(feed, device, start, nested=nested)
+
+    return KerasDataset(pass_dataset(), image_pipeline, device=device if gpu else None,
+                        feed=feed, rest_of_epoch=pass_dataset)
 
 
-def _pass_dataset(feed, device, start_batch=0):
-    """The dataset whose every iteration is one epoch of `feed`, from step
+def _pass_dataset(feed, device, start_batch=0, *, nested):
+    """The dataset whose every iteration is one pass of `feed`, from step
     `start_batch` on (see `to_dataset`)."""
     image_pipeline = feed.image_pipeline
-    gpu = image_pipeline.device == "gpu"
     first = start_batch * image_pipeline.batches_per_step  # the first DALI batch of the pass
     parts = [([n for n in numbers if n >= first], size) for numbers, size in feed.parts]
     parts = [(numbers, size) for numbers, size in parts if len(numbers)]
     parts = [_dali_dataset(feed, numbers, size, join=i > 0, device=device)
              for i, (numbers, size) in enumerate(parts)]
-    if gpu:
-        # Not lazy: a `flat_map`'s iterator runs on the CPU (`FlatMapDataset` has a CPU
-        # kernel only), and DALI copies its GPU outputs into memory from its iterator's
-        # allocator (`ProduceOutputs` in `dali_dataset_op.cc`), which would be host memory.
+    if not nested:
+        # A `flat_map`'s iterator runs on the CPU (`FlatMapDataset` has a CPU kernel
+        # only), and DALI copies its GPU outputs into memory from its iterator's
+        # allocator (`ProduceOutputs` in `dali_dataset_op.cc`), which would be host
+        # memory. A GPU epoch is one DALI dataset (`feed_parts`).
         return parts[0]
     whole = parts[0] if len(parts) == 1 else parts[0].concatenate(parts[1])
     with tf.device(device):

@@ -2,13 +2,14 @@
 
 An `EpochFeed` turns an `ImagePipeline`'s `epoch_inputs` into the `tf.data` inputs
 of DALI's `DALIDatasetWithInputs`, one per input of the graph (`"samples"`,
-`"random"`, `"weights"`). Each iteration of an input is one epoch, numbered from 0
-by the iterations that input has started (from the number `set_position` gives),
-and holds that epoch's batches: so the n-th pass over the dataset loads what the
-native `ImagePipeline.epoch(n)` loads,
-the inputs end with the epoch (DALI's dataset with them), and the shards of a
-distributed dataset split one common order. `feed_parts` says how an epoch is cut
-into DALI datasets.
+`"random"`, `"weights"`). Each iteration of an input is one pass, and holds the
+batches of the epoch that the dataset's `passes.Cursor` gives when the pass starts
+(each iteration of every input of one DALI iterator gets the same epoch); the
+pass counts, and the cursor moves on, when DALI takes the inputs of its last
+batch. So the n-th pass over the dataset loads what the native
+`ImagePipeline.epoch(n)` loads, the inputs end with the epoch (DALI's dataset with
+them), and the shards of a distributed dataset split one common order.
+`feed_parts` says how an epoch is cut into DALI datasets.
 """
 
 import collections
@@ -17,7 +18,7 @@ import threading
 import numpy as np
 import tensorflow as tf
 
-
+from dalipipe import passes
 
 def feed_parts(num_loaded, batch_size, *, feeds_bytes, gpu):
     """How DALI's plugin is fed an epoch of `num_loaded` samples in batches of
@@ -49,39 +50,46 @@ def feed_parts(num_loaded, batch_size, *, feeds_bytes, gpu):
 
 
 class EpochFeed:
-    """The Python side of the inputs: epoch numbers and each epoch's batches.
+    """The Python side of the inputs: each pass's epoch and its batches.
 
     Keeps the last three epochs' `ImagePipeline.epoch_inputs`, which all of its
-    inputs read.
+    inputs read. `gpu` (defaults to the pipeline's device) cuts the epoch as for a
+    GPU (`feed_parts`).
+
+    Attributes:
+        cursor: the `passes.Cursor` that numbers the passes.
+        passes: the epoch of each pass started, in order: one entry per DALI
+            iterator that started its inputs (one DALI pipeline built per entry).
     """
 
-    def __init__(self, image_pipeline):
+    def __init__(self, image_pipeline, *, gpu=None):
         self.image_pipeline = image_pipeline
         num_loaded = len(image_pipeline.positions()[0])
+        if gpu is None:
+            gpu = image_pipeline.device == "gpu"
         self.per_sample, self.parts = feed_parts(
             num_loaded, image_pipeline.batch_size, feeds_bytes=image_pipeline.feeds_bytes,
-            gpu=image_pipeline.device == "gpu")
+            gpu=gpu)
+        self.cursor = passes.Cursor(image_pipeline)
+        self.passes = []
         self.started = collections.Counter()
         self.epochs = collections.OrderedDict()
         self.lock = threading.Lock()
 
-    def set_position(self, epoch):
-        """Numbers the next iteration of every input `epoch`, the ones after it on."""
-        with self.lock:
-            self.started = collections.Counter(
-                dict.fromkeys(self.image_pipeline.input_names, int(epoch)))
-
     def start(self, name):
-        """The number of the epoch that input `name` starts now."""
+        """The epoch of the pass that input `name` starts now: its k-th iteration is
+        pass k, whose epoch the cursor gives when its first input starts."""
         with self.lock:
-            epoch = self.started[name]
+            k = self.started[name]
             self.started[name] += 1
-        return np.int64(epoch)
+            if k == len(self.passes):
+                self.passes.append(self.cursor.position[0])
+            return np.int64(self.passes[k])
 
     def current(self, name):
-        """The number of the epoch that input `name` started last."""
+        """The epoch of the pass that input `name` started last."""
         with self.lock:
-            return np.int64(self.started[name] - 1)
+            return np.int64(self.passes[self.started[name] - 1])
 
     def dataset(self, name, numbers=None, *, join=False):
         """Input `name` of the graph as a `tf.data.Dataset`: per iteration, the
@@ -142,6 +150,9 @@ class EpochFeed:
         return slice(int(number) * size, (int(number) + 1) * size)
 
     def _sample_ids(self, epoch, number):
+        if int(number) == self.image_pipeline.num_batches - 1:
+            # DALI takes the last batch of the pass: the pass counts.
+            self.cursor.read_whole(int(epoch))
         return self._inputs(int(epoch))[0][self._rows(epoch, number)]
 
     def samples(self, epoch, number):

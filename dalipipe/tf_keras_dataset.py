@@ -5,9 +5,15 @@ A GPU-placed DALI dataset yields GPU tensors, which the CPU kernels of most
 `tf.data` transformations cannot read (DALI's rule: no CPU `tf.data` op after a
 GPU-placed `DALIDataset`). `KerasDataset` makes those transformations raise
 ValueError, naming what to do instead, rather than fail inside TensorFlow.
+
+Its iterators are made at their first use (`LazyIterator`): an iterator of DALI's
+dataset builds a DALI pipeline and prefetches when it is made, and Keras makes
+iterators that it never reads (one at the end of every epoch).
 """
 
 import tensorflow as tf
+from tensorflow.python.data.ops import iterator_ops
+from tensorflow.python.data.util import structure
 
 # Instance methods of `tf.data.Dataset` whose ops run on the CPU only.
 _CPU_TRANSFORMATIONS = (
@@ -66,8 +72,7 @@ class KerasDataset(tf.data.Dataset):
         Raises:
             ValueError: for an `epoch` below 0 or a `batch` outside `[0, steps)`.
         """
-        epoch, batch = self.image_pipeline.check_position(epoch, batch)
-        self._feed.set_position(epoch)
+        self._feed.cursor.set_position(epoch, batch)
         if batch == 0:
             self._resumed = None
         elif self._resumed is None or self._resumed[0] != batch:
@@ -76,11 +81,49 @@ class KerasDataset(tf.data.Dataset):
                                                  device=self._gpu_device))
 
     def __iter__(self):
+        """An iterator of the next pass, made (with its DALI pipeline) at its first
+        use: `LazyIterator`."""
         if self._resumed is None:
-            return super().__iter__()
+            return LazyIterator(self)
         _, dataset = self._resumed
         self._resumed = None
         return iter(dataset)
+
+
+class LazyIterator(iterator_ops.OwnedIterator):
+    """A `tf.data` iterator of `dataset` whose TensorFlow iterator is made when it is
+    first used: its first `next()`, or the first `tf.function` call that takes it
+    (Keras's train, test and predict steps). An iterator never used makes nothing.
+
+    TensorFlow's `OwnedIterator` makes its iterator resource in `__init__`
+    (`_create_iterator`); this one defers that call to the first read of
+    `_iterator_resource`, through which every use of the iterator goes
+    (`tests/test_tf_keras_dataset.py` fails when TensorFlow changes that).
+    """
+
+    def __init__(self, dataset):  # pylint: disable=super-init-not-called
+        self._pending = dataset
+        self._element_spec = dataset.element_spec
+        self._flat_output_types = structure.get_flat_tensor_types(self._element_spec)
+        self._flat_output_shapes = structure.get_flat_tensor_shapes(self._element_spec)
+        self._get_next_call_count = 0
+
+    @property
+    def made(self):
+        """Whether the TensorFlow iterator has been made."""
+        return self._pending is None
+
+    @property
+    def _iterator_resource(self):
+        if self._pending is not None:
+            dataset, self._pending = self._pending, None
+            with tf.init_scope():  # eagerly, also when first used while tracing
+                self._create_iterator(dataset)
+        return self._resource
+
+    @_iterator_resource.setter
+    def _iterator_resource(self, resource):
+        self._resource = resource
 
 
 def _cpu_transformation(name):

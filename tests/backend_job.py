@@ -11,7 +11,8 @@ MODE `targets`: a table's raw and multi-hot targets.
 MODE `recipes`: `fit` with each augmentation recipe and each batch mixing, and
 their first pass against the native epoch.
 MODE `torch_distributed` (with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set): one
-process of a `torch.distributed` group reads two passes of its shard. The images are
+process of a `torch.distributed` group reads two passes of its shard, in the
+"pydataset" and the "grain" formats. The images are
 `tagged_dir`'s (see `conftest.py`): each tells its index from its pixels.
 """
 
@@ -115,7 +116,7 @@ def single(tagged_dir):
     # Passes of the dataset (as Keras reads them) against the native epochs.
     native = dalipipe.make_dali_pipeline(tagged_dir, seed=7, **OPTIONS)
     passes = []
-    for epoch in (1, 2):  # pass 0 was started by train[0] above
+    for epoch in (0, 1):  # train[0] above is read alone: it counts no pass
         batches = [train[i] for i in range(len(train))]
         tags = [tag_of_batch(images) for images, _ in batches]
         passes.append(tags)
@@ -188,18 +189,22 @@ def torch_distributed(tagged_dir):
     import torch.distributed as dist
 
     dist.init_process_group("gloo")
-    train = dalipipe.make_dali_dataset(tagged_dir, seed=7, **OPTIONS)
-    runs = []
-    for _ in range(2):
-        seen = []
-        for i in range(len(train)):
-            images, labels, weights = (ops.convert_to_numpy(t) for t in train[i])
-            seen += [[tag, int(label), float(w)]
-                     for tag, label, w in zip(tag_of_batch(images), labels, weights)]
-        runs.append(seen)
+    result = {"rank": int(os.environ["RANK"])}
+    for format in ("pydataset", "grain"):
+        train = dalipipe.make_dali_dataset(tagged_dir, seed=7, format=format, **OPTIONS)
+        runs = []
+        for _ in range(2):
+            seen = []
+            batches = ([train[i] for i in range(len(train))] if format == "pydataset"
+                       else list(train))
+            for batch in batches:
+                images, labels, weights = (ops.convert_to_numpy(t) for t in batch)
+                seen += [[tag, int(label), float(w)]
+                         for tag, label, w in zip(tag_of_batch(images), labels, weights)]
+            runs.append(seen)
+        result[f"{format}_runs"] = runs
     dist.destroy_process_group()
-    return {"rank": int(os.environ["RANK"]), "runs": runs,
-            "tensorflow_loaded": "tensorflow" in sys.modules}
+    return {**result, "tensorflow_loaded": "tensorflow" in sys.modules}
 
 
 def targets(tagged_dir):
@@ -241,8 +246,8 @@ def recipes(tagged_dir):
                        label_mode="categorical" if mix else "int")
         dataset = dalipipe.make_dali_dataset(tagged_dir, **options)
         images, labels = dataset[0]
-        # dataset[0] started pass 0; the next pass is epoch 1.
-        native = list(dalipipe.make_dali_pipeline(tagged_dir, **options).epoch(1))
+        # dataset[0] alone counts no pass: the next pass read whole is epoch 0.
+        native = list(dalipipe.make_dali_pipeline(tagged_dir, **options).epoch(0))
         passed = [[ops.convert_to_numpy(t) for t in dataset[i]] for i in range(len(dataset))]
         equal = all(np.array_equal(got, want) for batch, wanted in zip(passed, native)
                     for got, want in zip(batch, wanted))
