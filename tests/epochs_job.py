@@ -1,0 +1,136 @@
+"""`fit` on one Keras backend in its own process, for the epoch tests (`test_passes.py`).
+
+    KERAS_BACKEND=torch python epochs_job.py fits TAGGED_DIR OUT_JSON
+    KERAS_BACKEND=jax python epochs_job.py run TAGGED_DIR RECORDS BACKUP_DIR [KILL]
+
+MODE `fits`: `fit` for 3 epochs with `shuffle=True` and False (the dataset's and
+`fit`'s), with and without `validation_data`, each on a new model (so that `fit`
+reads a batch up front to build it); writes, per case, which native epoch each
+`fit` epoch trained on (-1 for none), and the number of validation passes.
+
+MODE `run`: `fit` for `EPOCHS` epochs with `validation_data` and a
+`ModelCheckpoint`, and `dalipipe.BackupAndRestore` every 3 steps unless KILL is
+`plain`; appends each step's samples to RECORDS (`resume_job.Recorder`), and with
+KILL `at:E,B` is killed with SIGKILL after step B of epoch E.
+"""
+
+import json
+import os
+import sys
+
+import keras
+import numpy as np
+from keras import ops
+
+import dalipipe
+from backend_job import class_loss
+from helpers import tag_of
+from resume_job import BATCH, Recorder, _metrics, tag_model
+
+EPOCHS = 3
+OPTIONS = dict(image_size=(12, 12), batch_size=8, normalization=None, verbose=False,
+               device="cpu", seed=5, augment=True)
+SPLIT = dict(validation_split=0.25, subset="both")
+
+
+class LastBatch(keras.metrics.Metric):
+    """Each sample of the last batch: its tag and its mean pixel (which the crop and
+    flip change), `(BATCH, 2)`, -1 past a partial batch's end."""
+
+    def __init__(self, name="last_batch"):
+        super().__init__(name=name)
+        self.rows = self.add_variable(shape=(BATCH, 2), initializer="zeros", name="rows")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        rows = ops.concatenate([ops.round(y_pred[:, 3:4]), y_pred[:, 4:5]], axis=1)
+        self.rows.assign(ops.concatenate([rows, -ops.ones((BATCH, 2), rows.dtype)])[:BATCH])
+
+    def result(self):
+        return ops.sum(self.rows)
+
+
+def signature_model():
+    """Class logits from the image, then its tag and its mean pixel."""
+    images = keras.Input((12, 12, 3))
+    pooled = keras.layers.GlobalAveragePooling2D()(keras.layers.Rescaling(1 / 255)(images))
+    logits = keras.layers.Dense(3)(pooled)
+    tags = keras.layers.Lambda(lambda x: ops.mean(x[:, -2:], axis=(1, 2, 3))[:, None] / 2)(images)
+    means = keras.layers.Lambda(lambda x: ops.mean(x, axis=(1, 2, 3))[:, None])(images)
+    model = keras.Model(images, keras.layers.Concatenate()([logits, tags, means]))
+    model.compile(keras.optimizers.Adam(0.05), loss=class_loss, metrics=[LastBatch()])
+    return model
+
+
+class Reads(keras.callbacks.Callback):
+    """The samples `fit` trained on, `(tag, mean pixel)` per epoch (`LastBatch`)."""
+
+    def on_train_begin(self, logs=None):
+        self.epochs = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epochs.append([])
+
+    def on_train_batch_end(self, batch, logs=None):
+        metric = next(m for m in _metrics(self.model) if isinstance(m, LastBatch))
+        self.epochs[-1] += [row for row in ops.convert_to_numpy(metric.rows).tolist()
+                            if row[0] >= 0]
+
+
+def native_rows(pipeline, epoch):
+    return [[tag_of(image), float(np.mean(image))]
+            for images, *_ in pipeline.epoch(epoch) for image in images]
+
+
+def same_samples(seen, want):
+    """Whether `seen` and `want` are the same samples, in order, with the same crops."""
+    return len(seen) == len(want) and all(
+        a[0] == b[0] and abs(a[1] - b[1]) < 1e-3 for a, b in zip(seen, want))
+
+
+def fits(tagged_dir):
+    """See MODE `fits` above."""
+    cases = {}
+    for shuffle in (True, False):
+        for validation in (False, True):
+            options = dict(OPTIONS, shuffle=shuffle, **(SPLIT if validation else {}))
+            made = dalipipe.make_dali_dataset(tagged_dir, **options)
+            natives = dalipipe.make_dali_pipeline(tagged_dir, **options)
+            train, val = made if validation else (made, None)
+            native = natives[0] if validation else natives
+            reads = Reads()
+            history = signature_model().fit(train, epochs=EPOCHS, shuffle=shuffle,
+                                            validation_data=val, verbose=0, callbacks=[reads])
+            want = [native_rows(native, e) for e in range(EPOCHS + 2)]
+            case = {"trained_on": [next((e for e, rows in enumerate(want)
+                                         if same_samples(seen, rows)), -1)
+                                   for seen in reads.epochs],
+                    "validation_passes": len(history.history.get("val_loss", []))}
+            cases[f"shuffle={shuffle},validation={validation}"] = case
+    return {"backend": keras.backend.backend(), "cases": cases}
+
+
+def run(tagged_dir, records, backup_dir, kill=""):
+    """See MODE `run` above."""
+    train, val = dalipipe.make_dali_dataset(tagged_dir, **OPTIONS, **SPLIT)
+    callbacks = [keras.callbacks.ModelCheckpoint(
+        os.path.join(os.path.dirname(records), "best.weights.h5"), monitor="val_loss",
+        save_best_only=True, save_weights_only=True)]
+    start = (0, 0)
+    if kill != "plain":
+        backup = dalipipe.BackupAndRestore(backup_dir, train, save_freq=3)
+        callbacks.insert(0, backup)
+        start = backup.position
+    kill_at = tuple(int(v) for v in kill[3:].split(",")) if kill.startswith("at:") else None
+    recorder = Recorder(records, train.image_pipeline.steps, kill_at)
+    recorder.write({"start": list(start)})
+    tag_model().fit(train, epochs=EPOCHS, validation_data=val, verbose=0,
+                    callbacks=[*callbacks, recorder])
+
+
+if __name__ == "__main__":
+    mode, tagged_dir, out, *rest = sys.argv[1:]
+    if mode == "fits":
+        with open(out, "w") as f:
+            json.dump(fits(tagged_dir), f)
+    else:
+        run(tagged_dir, out, *rest)
