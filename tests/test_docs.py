@@ -57,15 +57,24 @@ def test_each_argument_takes_a_line_or_two():
     assert len(dataset.make_dali_dataset.__doc__.splitlines()) < 120
 
 
+def anchors_of(text):
+    """The anchors of a Markdown text's headings, as GitHub makes them."""
+    return {re.sub(r"[^\w -]", "", heading).strip().lower().replace(" ", "-")
+            for heading in re.findall(r"^#+ (.*)$", text, re.MULTILINE)}
+
+
 def test_the_sections_the_table_links_to_exist():
     text = OPTIONS_MD.read_text(encoding="utf-8")
-    anchors = {re.sub(r"[^\w -]", "", heading).strip().lower().replace(" ", "-")
-               for heading in re.findall(r"^#+ (.*)$", text, re.MULTILINE)}
+    anchors = anchors_of(text)
     targets = [target for _, target in LINK.findall(text)]
     assert [t for t in targets if t.startswith("#") and t[1:] not in anchors] == []
     for target in targets:
         if not target.startswith(("#", "http")):
-            assert (OPTIONS_MD.parent / target).exists(), target
+            path, _, anchor = target.partition("#")
+            assert (OPTIONS_MD.parent / path).exists(), target
+            if anchor:
+                linked = (OPTIONS_MD.parent / path).read_text(encoding="utf-8")
+                assert anchor in anchors_of(linked), target
     for section in re.findall(r"\(see ([A-Z][\w ]*)\)", "".join(table_rows().values())):
         assert section.lower().replace(" ", "-") in anchors, section
 
