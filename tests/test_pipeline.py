@@ -376,3 +376,26 @@ def test_skip_is_suggested_only_when_some_file_would_be_left(tmp_path):
     Image.new("RGB", (4, 4)).save(folder / "good.png")
     with pytest.raises(ValueError, match=r"2 of 3 files .* or pass on_bad_file='skip'"):
         make_dali_pipeline(str(tmp_path / "bad"), **common)
+
+
+def test_without_shuffle_a_table_or_a_list_keeps_its_own_order(indexed_dir):
+    """shuffle=False reads a folder's files sorted by path, and a table's rows or a
+    list's paths in the order given, also in the validation part of a split."""
+    import pandas as pd
+
+    paths, _ = indexed_paths(indexed_dir)
+    order = [int(i) for i in np.random.RandomState(3).permutation(NUM_INDEXED)]
+    given = [paths[i] for i in order]
+    table = pd.DataFrame({"path": given, "label": [CLASSES[i % 3] for i in order]})
+    common = dict(shuffle=False, image_size=(4, 4), batch_size=8, normalization=None,
+                  device="cpu", verbose=False)
+    for source, labels in ((table, "label"), (given, None)):
+        pipe = make_dali_pipeline(source, labels=labels, **common)
+        assert pipe.file_paths == given
+        images = collect(pipe.epoch())[0]
+        assert [index_of(image) for image in images] == order
+        held_out = make_dali_pipeline(source, labels=labels, validation_split=0.25,
+                                      subset="validation", **common)
+        assert held_out.file_paths == given[-int(0.25 * NUM_INDEXED):]
+    folder = make_dali_pipeline(indexed_dir, **common)
+    assert folder.file_paths == sorted(paths)
