@@ -399,3 +399,35 @@ def test_without_shuffle_a_table_or_a_list_keeps_its_own_order(indexed_dir):
         assert held_out.file_paths == given[-int(0.25 * NUM_INDEXED):]
     folder = make_dali_pipeline(indexed_dir, **common)
     assert folder.file_paths == sorted(paths)
+
+
+def test_class_names_keep_a_table_s_class_indices_across_chunks(indexed_dir):
+    """A dataset per chunk of a table numbers the classes of its chunk alone: a chunk
+    without "grey" makes "white" 1, not 2. With `class_names=` every chunk's batches
+    carry the indices of one dataset of the whole table."""
+    import pandas as pd
+
+    paths, _ = indexed_paths(indexed_dir)
+    colours = [("white", "black", "grey")[i % 3] for i in range(NUM_INDEXED)]
+    table = pd.DataFrame({"path": paths, "multi": colours})
+    chunks = [table[table["multi"] != "grey"], table[table["multi"] == "grey"].iloc[:4],
+              table.iloc[10:20]]
+    common = dict(labels="multi", shuffle=False, image_size=(4, 4), batch_size=8,
+                  device="cpu", verbose=False)
+
+    def labels_by_path(pipe):  # without shuffle, the batches follow file_paths
+        return dict(zip(pipe.file_paths, collect(pipe.epoch())[1].tolist()))
+
+    whole = make_dali_pipeline(table, **common)
+    assert whole.class_names == ["black", "grey", "white"]
+    expected = labels_by_path(whole)
+    alone = make_dali_pipeline(chunks[0], **common)
+    assert alone.class_names == ["black", "white"]
+    white = [p for p, colour in zip(paths, colours) if colour == "white"]
+    assert {labels_by_path(alone)[p] for p in white} == {1}  # alone, "white" is 1
+    assert {expected[p] for p in white} == {2}
+    for chunk in chunks:
+        pipe = make_dali_pipeline(chunk, class_names=whole.class_names, **common)
+        assert pipe.class_names == whole.class_names
+        got = labels_by_path(pipe)
+        assert len(got) == len(chunk) and got == {p: expected[p] for p in got}
