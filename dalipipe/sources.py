@@ -477,7 +477,7 @@ def _index_table(columns, column, labels, class_names, path_column, base, what,
             f"`path_column` must name a column of {what}. Available columns: {columns}. "
             f"Received: path_column={path_column!r}"
         )
-    if is_inferred(labels):  # the default: a table has no class folders to infer from
+    if is_inferred(labels) and labels not in columns:  # the default: nothing to infer from
         raise ValueError(
             f"For a table source, pass `labels=` the name of its label column, or "
             f"`labels=None` for images only: {what} has no class folders to infer labels "
@@ -590,10 +590,11 @@ def _encode_labels(labels, class_names, num_files, column=None):
     missing = [i for i, v in enumerate(values) if is_missing(v)]
     if missing:
         fix = (f"drop those rows from the table (with pandas, "
-               f"`df.dropna(subset=[{column!r}])`)" if column else
-               "leave those images and their labels out of the lists")
+               f"`df.dropna(subset=[{column!r}])`), or fill their labels in" if column else
+               "leave those images and their entries in `labels` out of the source, or "
+               "give them labels")
         raise ValueError(f"Missing labels in {where} at rows {missing[:MAX_LISTED]}: "
-                         f"every image needs one, so {fix}, or fill the labels in.")
+                         f"every image needs one, so {fix}.")
     if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
         target = np.asarray(values, np.int64)
         num_classes = len(class_names) if class_names is not None else int(target.max()) + 1

@@ -213,6 +213,8 @@ def test_a_table_without_labels_names_the_argument_that_chooses_the_column(index
                               "column, or `labels=None` for images only")
     assert "Available columns: ['path', 'bi']" in message and "Received" not in message
     assert sources.index_source(str(csv), labels="bi").class_names == ["dog"]
+    named = pd.DataFrame({"path": paths, "inferred": ["cat"] * len(paths)})
+    assert sources.index_source(named).class_names == ["cat"]  # a column of that name
 
 
 def test_error_labels_outside_class_names(indexed_dir):
@@ -279,7 +281,7 @@ except ValueError as e:
                          check=True).stdout.splitlines()
     assert out == ["['EU', 'NA']", "Missing labels in column 'code' at rows [2]: every image "
                    "needs one, so drop those rows from the table (with pandas, "
-                   "`df.dropna(subset=['code'])`), or fill the labels in."]
+                   "`df.dropna(subset=['code'])`), or fill their labels in."]
 
 
 def test_missing_labels_name_the_rows_and_the_fix_that_works(indexed_dir):
@@ -292,7 +294,7 @@ def test_missing_labels_name_the_rows_and_the_fix_that_works(indexed_dir):
     kept = sources.index_source(table.dropna(subset=["bi"]), labels="bi")
     assert len(kept) == NUM_INDEXED - 2 and paths[3] not in kept.file_paths
     with pytest.raises(ValueError, match=r"Missing labels in `labels` at rows \[1\]: .*leave "
-                                         r"those images and their labels out of the lists"):
+                                         r"those images and their entries in `labels` out"):
         sources.index_source(paths[:2], labels=["a", None])
 
 
