@@ -42,11 +42,22 @@ def main(argv=None):
         return 2
 
 
+# `dalipipe --help`'s text above the commands (the module's docstring is for developers).
+DESCRIPTION = (
+    "Tools around make_dali_dataset: sample data, a demo, a check of every image of a "
+    "source before training, conversion to TFRecord files, a benchmark against other "
+    "loaders, and a report on the installation. `dalipipe COMMAND --help` describes each. "
+    "A mistake (a missing folder, a wrong option value) is one line on stderr and the "
+    "exit status 2; bad images found by check or convert give the exit status 1. "
+    "Nothing is written into a folder of yours, or over a file of yours, unless --force "
+    "is given."
+)
 # What a user's mistake raises: reported in one line, with the exit status 2.
 USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError,
                IsADirectoryError, PermissionError, ImportError)
 # The library's argument names that the commands' options stand for.
 OPTION_NAMES = {"source": "SOURCE", "num_shards": "--shards", "path_column": "--path-column",
+                "labels": "--labels",
                 "on_bad_file": "--on-bad-file", "num_images": "--num-images",
                 "num_classes": "--num-classes", "force": "--force"}
 
@@ -75,7 +86,7 @@ def build_parser():
     """The `dalipipe` argument parser: a subcommand each, its function in `func`."""
     from dalipipe import __version__
 
-    parser = argparse.ArgumentParser(prog="dalipipe", description=__doc__)
+    parser = argparse.ArgumentParser(prog="dalipipe", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     # Commands that load TensorFlow hide its start-up lines unless --verbose.

@@ -94,8 +94,8 @@ def make_dali_dataset(
         batch_size: samples per batch (the global batch under a strategy); the last batch of
             an epoch is partial. None: single samples, no batch dimension.
         image_size: `(height, width)` of the output, or one integer for both.
-        shuffle: a new order every epoch; as in Keras, also the order of `file_paths`
-            (permuted with `seed`) before the split. False: sorted order.
+        shuffle: a new order every epoch, and as in Keras `file_paths` permuted with `seed`
+            before the split. False: a folder's files sorted, a table's or list's as given.
         seed: seeds the order, the augmentation and the split; None means drawn at random.
             Needed with `validation_split` and `shuffle` unless `subset="both"`.
         validation_split: the fraction (between 0 and 1) held out for validation: the last

@@ -477,6 +477,12 @@ def _index_table(columns, column, labels, class_names, path_column, base, what,
             f"`path_column` must name a column of {what}. Available columns: {columns}. "
             f"Received: path_column={path_column!r}"
         )
+    if is_inferred(labels) and labels not in columns:  # the default: nothing to infer from
+        raise ValueError(
+            f"For a table source, pass `labels=` the name of its label column, or "
+            f"`labels=None` for images only: {what} has no class folders to infer labels "
+            f"from. Available columns: {columns}."
+        )
     if labels is not None and (not isinstance(labels, str) or labels not in columns):
         raise ValueError(
             f"For a table source, `labels` must name a label column of {what} or be "
@@ -493,7 +499,7 @@ def _index_table(columns, column, labels, class_names, path_column, base, what,
         values, names = table_targets(columns, column, label_columns, label_mode,
                                       class_names, what)
         index = _index_list(paths, None, None, base, what=what,
-                            allow_missing=allow_missing)
+                            allow_missing=allow_missing, path_column=path_column)
         return Index(**{**index._asdict(), "labels": values, "class_names": names})
     label_values = None
     if labels is not None:
@@ -501,11 +507,11 @@ def _index_table(columns, column, labels, class_names, path_column, base, what,
         # A table's labels are categories: 2019 and 2020 are two classes, not 2021.
         label_values = [v if is_missing(v) else str(v) for v in column(labels)]
     return _index_list(paths, label_values, class_names, base, what=what, column=labels,
-                       allow_missing=allow_missing)
+                       allow_missing=allow_missing, path_column=path_column)
 
 
 def _index_list(paths, labels, class_names, base, what="the list", column=None,
-                allow_missing=False):
+                allow_missing=False, path_column=None):
     if not paths:
         raise ValueError(f"`source` holds no file paths: {what} is empty.")
     if labels is not None and not isinstance(labels, (list, tuple, np.ndarray)):
@@ -532,13 +538,8 @@ def _index_list(paths, labels, class_names, base, what="the list", column=None,
     if missing and (not allow_missing or 2 * len(missing) > len(file_paths)):
         hint = ""
         if 2 * len(missing) > len(file_paths):
-            first = os.fsdecode(paths[file_paths.index(missing[0])])
-            hint = (
-                f" Relative paths are resolved against `root=`, else the CSV file's folder, "
-                f"else the working directory: here {base.what}, {folder}. The first missing "
-                f"one, {first!r}, resolved to {missing[0]}. Pass `root=` the folder the "
-                "paths start from."
-            )
+            hint = _moved_paths_hint(paths, file_paths, missing, base, folder, what,
+                                     path_column)
         raise ValueError(
             f"{len(missing)} of {len(file_paths)} file(s) named in {what} do not exist: "
             f"{listing(missing)}.{hint}"
@@ -547,6 +548,34 @@ def _index_list(paths, labels, class_names, base, what="the list", column=None,
         return Index(file_paths, None, None)
     target, names = _encode_labels(labels, class_names, len(file_paths), column)
     return Index(file_paths, target, names)
+
+
+def _moved_paths_hint(paths, file_paths, missing, base, folder, what, path_column):
+    """What to do when most of the files named in a table or list are missing: paths
+    that start from another folder (`root=`), or absolute paths of files that moved
+    (`root=` does not apply to those)."""
+    first = os.fsdecode(paths[file_paths.index(missing[0])])
+    if not os.path.isabs(os.path.expanduser(first)):
+        return (
+            f" Relative paths are resolved against `root=`, else the CSV file's folder, "
+            f"else the working directory: here {base.what}, {folder}. The first missing "
+            f"one, {first!r}, resolved to {missing[0]}. Pass `root=` the folder the "
+            "paths start from."
+        )
+    gone = set(missing)
+    moved = [f for p, f in zip(paths, file_paths)
+             if f in gone and os.path.isabs(os.path.expanduser(os.fsdecode(p)))]
+    prefix = os.path.commonpath([os.path.dirname(p) for p in moved])
+    where = f"column {path_column!r} of {what}" if path_column else what
+    strip = (f"strip the prefix they share, {os.path.join(prefix, '')!r}, and pass `root=` "
+             f"the folder that holds them now" if prefix != os.sep else
+             "strip the old folder from them and pass `root=` the folder that holds them now")
+    given = f" (Received: root={base.folder!r})" if base.what == "`root`" else ""
+    return (
+        f" The paths are absolute, so `root=` does not change them{given}: the first "
+        f"missing one is {first!r}. If the files moved, rewrite the paths in {where} to "
+        f"their new place, or {strip}."
+    )
 
 
 def _encode_labels(labels, class_names, num_files, column=None):
@@ -560,7 +589,12 @@ def _encode_labels(labels, class_names, num_files, column=None):
         )
     missing = [i for i, v in enumerate(values) if is_missing(v)]
     if missing:
-        raise ValueError(f"Missing labels in {where} at rows {missing[:MAX_LISTED]}.")
+        fix = (f"drop those rows from the table (with pandas, "
+               f"`df.dropna(subset=[{column!r}])`), or fill their labels in" if column else
+               "leave those images and their entries in `labels` out of the source, or "
+               "give them labels")
+        raise ValueError(f"Missing labels in {where} at rows {missing[:MAX_LISTED]}: "
+                         f"every image needs one, so {fix}.")
     if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
         target = np.asarray(values, np.int64)
         num_classes = len(class_names) if class_names is not None else int(target.max()) + 1

@@ -31,6 +31,20 @@ def test_every_option_says_what_it_does_and_version_prints(capsys):
     assert capsys.readouterr().out == f"dalipipe {__version__}\n"
 
 
+def test_help_is_written_for_users_not_from_the_module_docstring(capsys):
+    from dalipipe import cli
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    assert exited.value.code == 0
+    shown = " ".join(capsys.readouterr().out.split())  # argparse rewraps the lines
+    assert " ".join(cli.DESCRIPTION.split()) in shown
+    assert "`dalipipe COMMAND --help` describes each" in shown
+    developers_note = " ".join(cli.__doc__.split("\n\n")[-1].split())
+    assert developers_note.startswith("Above 400 lines") and developers_note not in shown
+    assert "Above 400 lines" not in shown
+
+
 def test_sample_data_writes_classes_and_csv(tmp_path, capsys):
     assert main(["sample-data", str(tmp_path), "--num-images", "13", "--num-classes", "3"]) == 0
     with open(tmp_path / "labels.csv") as f:
@@ -136,7 +150,8 @@ def test_convert_a_csv_with_a_label_column_or_none(indexed_dir, tmp_path, capsys
     # A CSV has no class folders to infer labels from.
     assert main(["convert", str(table), str(out / "x"), "--shards", "1",
                  "--path-column", "file"]) == 2
-    assert "must name a label column" in capsys.readouterr().err
+    assert ("pass `--labels=` the name of its label column, or `--labels=None` for images "
+            "only" in capsys.readouterr().err)
 
 
 def test_convert_stops_on_a_bad_image_or_too_many_shards(tmp_path, capsys, fresh_cache):

@@ -1,9 +1,14 @@
 """The options are described once: the table of `docs/options.md`, which the `Args` of
-`make_dali_dataset`'s docstring repeat word for word. Docstrings cite no C++ sources."""
+`make_dali_dataset`'s docstring repeat word for word. Docstrings cite no C++ sources.
+The code of `docs/viewing.md` runs on real batches."""
 
 import ast
+import logging
 import pathlib
 import re
+
+import numpy as np
+import pytest
 
 from dalipipe import dataset
 from dalipipe.options import Options
@@ -89,3 +94,64 @@ def test_docstrings_cite_no_cpp_sources():
                 if re.search(r"\w\.(cc|cpp|cu|cuh|h)\b", doc):
                     cited.append(f"{path.relative_to(ROOT)}:{getattr(node, 'name', '')}")
     assert cited == []
+
+
+def python_blocks(path):
+    """The ```python blocks of a Markdown file, in order."""
+    return re.findall(r"```python\n(.*?)```", path.read_text(encoding="utf-8"), re.DOTALL)
+
+
+def test_the_viewing_recipe_shows_a_batch_as_its_0_255_pixels(color_dir, caplog):
+    """`docs/viewing.md`'s code on real batches of noisy JPEGs: the default output cast
+    to uint8 is shown as it is, and each normalization undone gives the default
+    output's pixels (within one grey level), with nothing clipped by `plt.imshow`;
+    the default float image as it is would be clipped."""
+    pytest.importorskip("tensorflow")
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from dalipipe import make_dali_dataset, make_dali_pipeline
+
+    def clipped():
+        return [r for r in caplog.records if r.getMessage().startswith("Clipping input data")]
+
+    caplog.set_level(logging.WARNING, logger="matplotlib")
+    batch, default, any_normalization = python_blocks(ROOT / "docs" / "viewing.md")
+    common = dict(image_size=(16, 16), batch_size=8, shuffle=False, device="cpu",
+                  verbose=False)
+    plain = make_dali_dataset(color_dir, **common)
+    run = {"ds": plain}
+    exec(batch, run)
+    reference, labels = run["images"], run["labels"]
+    assert reference.dtype == np.float32 and reference.shape == (8, 16, 16, 3)
+    assert reference.max() > 200  # 0-255, which a float image for imshow is not
+    exec(default, run)
+    np.testing.assert_array_equal(plt.gca().images[-1].get_array(),
+                                  reference[0].astype(np.uint8))
+    assert clipped() == []
+    plt.figure()
+    plt.imshow(reference[0])  # the float32 image as it is: clipped to [0, 1]
+    assert len(clipped()) == 1
+    plt.close("all")
+    caplog.clear()
+
+    run["ds"] = make_dali_dataset(color_dir, normalization="imagenet", **common)
+    exec(batch, run)
+    assert run["images"].min() < -1 and run["images"].max() < 3
+    exec(any_normalization, run)
+    assert clipped() == []
+    axes = plt.gcf().axes
+    assert len(axes) == 4
+    expected = np.round(reference).astype(int)
+    for ax, image, label in zip(axes, expected, np.asarray(labels)):
+        shown = np.asarray(ax.images[0].get_array())
+        assert shown.dtype == np.uint8 and np.abs(shown - image).max() <= 1
+        assert ax.get_title() == plain.class_names[int(label)]
+    plt.close("all")
+    to_uint8 = run["to_uint8"]
+    np.testing.assert_array_equal(to_uint8(reference), expected)
+    for normalization in ("unit", "symmetric", "imagenet"):
+        pipe = make_dali_pipeline(color_dir, normalization=normalization, **common)
+        images = next(iter(pipe.epoch()))[0]
+        assert np.abs(to_uint8(images, normalization) - expected).max() <= 1, normalization

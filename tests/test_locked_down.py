@@ -351,12 +351,55 @@ def test_claims_of_gone_or_old_processes_are_taken_over(tmp_path, monkeypatch):
     cache.close()
 
 
+AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+
+
+def skip_unless_nobody_runs_this_python():
+    """Skips, saying why, unless the user nobody can start this Python and read its
+    packages (a virtual environment inside a folder only its owner may enter, such as
+    a clone in /root or in a `mktemp -d` folder, is closed to nobody)."""
+    probe = ("import json, os, site, sys\n"
+             "print(json.dumps([sys.prefix, [p for p in site.getsitepackages()\n"
+             "                               if os.access(p, os.R_OK | os.X_OK)]]))")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(AS_NOBODY + [sys.executable, "-c", probe], capture_output=True,
+                          text=True, timeout=60, env={**env, "HOME": "/nonexistent"})
+    if done.returncode:
+        why = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        pytest.skip(f"the user nobody cannot start this Python, {sys.executable}: {why}")
+    prefix, readable = json.loads(done.stdout)
+    import site
+
+    unreadable = [p for p in site.getsitepackages() if os.path.isdir(p) and p not in readable]
+    if prefix != sys.prefix or unreadable:
+        pytest.skip(f"the user nobody cannot read this Python's packages, in {sys.prefix}: "
+                    f"{unreadable or f'its Python runs from {prefix}'}")
+
+
+def readable_copy_of_dalipipe(folder):
+    """A copy of the `dalipipe` this process imports (the checkout's, say, which may
+    lie where nobody cannot read it), in `folder`, readable by every user. Returns the
+    folder for `PYTHONPATH`."""
+    import dalipipe
+
+    shutil.copytree(os.path.dirname(os.path.abspath(dalipipe.__file__)),
+                    os.path.join(folder, "dalipipe"),
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for parent, folders, files in os.walk(folder):
+        os.chmod(parent, 0o755)
+        for name in files:
+            os.chmod(os.path.join(parent, name), 0o644)
+    return folder
+
+
 def test_an_unprivileged_user_with_a_read_only_cache_and_dataset(tagged_tfrecords):
     if shutil.which("setpriv") is None or os.geteuid() != 0:
         pytest.skip("needs setpriv, run as root, to start a process as the user nobody")
+    skip_unless_nobody_runs_this_python()
     root = tempfile.mkdtemp(prefix="dalipipe-nobody-")  # outside pytest's private folder
     try:
         os.chmod(root, 0o755)
+        code = readable_copy_of_dalipipe(os.path.join(root, "code"))
         images = make_images(os.path.join(root, "data"))
         for shard in tfrecord.tfrecord_files(tagged_tfrecords):
             shutil.copy(shard, os.path.join(root, "data"))
@@ -364,22 +407,25 @@ def test_an_unprivileged_user_with_a_read_only_cache_and_dataset(tagged_tfrecord
         before = sorted(os.listdir(os.path.join(root, "data")))
         script = (
             "import json, sys, warnings\n"
+            "import dalipipe\n"
             "from dalipipe import checks, tfrecord\n"
             "warnings.simplefilter('always')\n"
             "with warnings.catch_warnings(record=True) as caught:\n"
             "    bad = checks.check_files(json.loads(sys.argv[1]))\n"
             "    records = tfrecord.scan(tfrecord.tfrecord_files(sys.argv[2]))\n"
-            "print(json.dumps([sorted(bad), len(records), [str(w.message) for w in caught]]))\n"
+            "print(json.dumps([dalipipe.__file__, sorted(bad), len(records),\n"
+            "                  [str(w.message) for w in caught]]))\n"
         )
         done = subprocess.run(
-            ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
-             sys.executable, "-c", script, json.dumps(images),
-             os.path.join(root, "data", "*.tfrecord")],
-            capture_output=True, text=True, timeout=120,
-            env=child_env(DALIPIPE_CACHE_DIR=os.path.join(root, "cache"), HOME="/nonexistent"),
+            AS_NOBODY + [sys.executable, "-c", script, json.dumps(images),
+                         os.path.join(root, "data", "*.tfrecord")],
+            capture_output=True, text=True, timeout=120, cwd=root,  # not the checkout
+            env=child_env(DALIPIPE_CACHE_DIR=os.path.join(root, "cache"), HOME="/nonexistent",
+                          PYTHONPATH=code),
         )
         assert done.returncode == 0, done.stderr
-        bad, count, messages = json.loads(done.stdout)
+        imported, bad, count, messages = json.loads(done.stdout)
+        assert imported == os.path.join(code, "dalipipe", "__init__.py")  # the copy
         assert bad == [p for p in images if p.endswith(TRUNCATED)]
         assert count == len(sources.index_source(tagged_tfrecords))
         assert len(messages) == 1 and os.path.join(root, "cache") in messages[0]

@@ -376,3 +376,58 @@ def test_skip_is_suggested_only_when_some_file_would_be_left(tmp_path):
     Image.new("RGB", (4, 4)).save(folder / "good.png")
     with pytest.raises(ValueError, match=r"2 of 3 files .* or pass on_bad_file='skip'"):
         make_dali_pipeline(str(tmp_path / "bad"), **common)
+
+
+def test_without_shuffle_a_table_or_a_list_keeps_its_own_order(indexed_dir):
+    """shuffle=False reads a folder's files sorted by path, and a table's rows or a
+    list's paths in the order given, also in the validation part of a split."""
+    import pandas as pd
+
+    paths, _ = indexed_paths(indexed_dir)
+    order = [int(i) for i in np.random.RandomState(3).permutation(NUM_INDEXED)]
+    given = [paths[i] for i in order]
+    table = pd.DataFrame({"path": given, "label": [CLASSES[i % 3] for i in order]})
+    common = dict(shuffle=False, image_size=(4, 4), batch_size=8, normalization=None,
+                  device="cpu", verbose=False)
+    for source, labels in ((table, "label"), (given, None)):
+        pipe = make_dali_pipeline(source, labels=labels, **common)
+        assert pipe.file_paths == given
+        images = collect(pipe.epoch())[0]
+        assert [index_of(image) for image in images] == order
+        held_out = make_dali_pipeline(source, labels=labels, validation_split=0.25,
+                                      subset="validation", **common)
+        assert held_out.file_paths == given[-int(0.25 * NUM_INDEXED):]
+    folder = make_dali_pipeline(indexed_dir, **common)
+    assert folder.file_paths == sorted(paths)
+
+
+def test_class_names_keep_a_table_s_class_indices_across_chunks(indexed_dir):
+    """A dataset per chunk of a table numbers the classes of its chunk alone: a chunk
+    without "grey" makes "white" 1, not 2. With `class_names=` every chunk's batches
+    carry the indices of one dataset of the whole table."""
+    import pandas as pd
+
+    paths, _ = indexed_paths(indexed_dir)
+    colours = [("white", "black", "grey")[i % 3] for i in range(NUM_INDEXED)]
+    table = pd.DataFrame({"path": paths, "multi": colours})
+    chunks = [table[table["multi"] != "grey"], table[table["multi"] == "grey"].iloc[:4],
+              table.iloc[10:20]]
+    common = dict(labels="multi", shuffle=False, image_size=(4, 4), batch_size=8,
+                  device="cpu", verbose=False)
+
+    def labels_by_path(pipe):  # without shuffle, the batches follow file_paths
+        return dict(zip(pipe.file_paths, collect(pipe.epoch())[1].tolist()))
+
+    whole = make_dali_pipeline(table, **common)
+    assert whole.class_names == ["black", "grey", "white"]
+    expected = labels_by_path(whole)
+    alone = make_dali_pipeline(chunks[0], **common)
+    assert alone.class_names == ["black", "white"]
+    white = [p for p, colour in zip(paths, colours) if colour == "white"]
+    assert {labels_by_path(alone)[p] for p in white} == {1}  # alone, "white" is 1
+    assert {expected[p] for p in white} == {2}
+    for chunk in chunks:
+        pipe = make_dali_pipeline(chunk, class_names=whole.class_names, **common)
+        assert pipe.class_names == whole.class_names
+        got = labels_by_path(pipe)
+        assert len(got) == len(chunk) and got == {p: expected[p] for p in got}

@@ -178,6 +178,45 @@ def test_most_files_missing_says_where_relative_paths_start(indexed_dir, tmp_pat
         sources.index_source(str(csv), labels="label", allow_missing=allow_missing)
 
 
+def test_absolute_paths_of_moved_files_say_root_cannot_help_and_what_does(indexed_dir,
+                                                                            tmp_path):
+    """A table of absolute paths whose folder moved: `root=` does not change them; the
+    message says so and names the prefix to strip, after which `root=` works."""
+    paths, _ = indexed_paths(indexed_dir)
+    old = os.path.join(str(tmp_path), "moved", "away")
+    names = [os.path.join(old, os.path.relpath(p, indexed_dir)) for p in paths]
+    table = pd.DataFrame({"file": names, "label": ["x"] * len(names)})
+    for root in (None, indexed_dir):
+        with pytest.raises(ValueError) as info:
+            sources.index_source(table, labels="label", path_column="file", root=root)
+        message = str(info.value)
+        assert "Relative paths are resolved" not in message
+        assert "The paths are absolute, so `root=` does not change them" in message
+        assert (f"(Received: root={indexed_dir!r})" in message) == (root is not None)
+        assert f"the first missing one is {names[0]!r}" in message
+        assert "rewrite the paths in column 'file' of the DataFrame" in message
+        assert f"strip the prefix they share, {old + os.sep!r}, and pass `root=`" in message
+    table["file"] = table["file"].str.removeprefix(old + os.sep)
+    moved = sources.index_source(table, labels="label", path_column="file", root=indexed_dir)
+    assert moved.file_paths == paths
+
+
+def test_a_table_without_labels_names_the_argument_that_chooses_the_column(indexed_dir,
+                                                                            tmp_path):
+    paths, _ = indexed_paths(indexed_dir)
+    csv = tmp_path / "pets.csv"
+    pd.DataFrame({"path": paths, "bi": ["dog"] * len(paths)}).to_csv(csv, index=False)
+    with pytest.raises(ValueError) as info:
+        sources.index_source(str(csv))
+    message = str(info.value)
+    assert message.startswith("For a table source, pass `labels=` the name of its label "
+                              "column, or `labels=None` for images only")
+    assert "Available columns: ['path', 'bi']" in message and "Received" not in message
+    assert sources.index_source(str(csv), labels="bi").class_names == ["dog"]
+    named = pd.DataFrame({"path": paths, "inferred": ["cat"] * len(paths)})
+    assert sources.index_source(named).class_names == ["cat"]  # a column of that name
+
+
 def test_error_labels_outside_class_names(indexed_dir):
     paths, labels = indexed_paths(indexed_dir)
     with pytest.raises(ValueError, match=r"must lie in \[0, 2\)"):
@@ -240,7 +279,23 @@ except ValueError as e:
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          check=True).stdout.splitlines()
-    assert out == ["['EU', 'NA']", "Missing labels in column 'code' at rows [2]."]
+    assert out == ["['EU', 'NA']", "Missing labels in column 'code' at rows [2]: every image "
+                   "needs one, so drop those rows from the table (with pandas, "
+                   "`df.dropna(subset=['code'])`), or fill their labels in."]
+
+
+def test_missing_labels_name_the_rows_and_the_fix_that_works(indexed_dir):
+    paths, _ = indexed_paths(indexed_dir)
+    table = pd.DataFrame({"path": paths, "bi": [None if i in (3, 10) else "ab"[i % 2]
+                                                for i in range(NUM_INDEXED)]})
+    with pytest.raises(ValueError, match=r"Missing labels in column 'bi' at rows \[3, 10\]: "
+                                         r".*drop those rows .*df\.dropna\(subset=\['bi'\]\)"):
+        sources.index_source(table, labels="bi")
+    kept = sources.index_source(table.dropna(subset=["bi"]), labels="bi")
+    assert len(kept) == NUM_INDEXED - 2 and paths[3] not in kept.file_paths
+    with pytest.raises(ValueError, match=r"Missing labels in `labels` at rows \[1\]: .*leave "
+                                         r"those images and their entries in `labels` out"):
+        sources.index_source(paths[:2], labels=["a", None])
 
 
 def test_a_numpy_array_and_one_image_path_are_list_sources(indexed_dir):
