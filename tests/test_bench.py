@@ -216,7 +216,7 @@ def test_a_failure_is_one_readable_line_in_the_table_and_the_chart(tmp_path):
     name, value, reason = rows[0]
     assert (name, value) == ("python_generator", 0)
     assert reason.startswith("error: FileNotFoundError")
-    assert "\n" not in reason and len(reason) <= 90
+    assert "\n" not in reason and len(reason) <= 80
     report.chart(result, str(tmp_path / "chart.png"))
     assert os.path.getsize(tmp_path / "chart.png") > 0
 

@@ -271,7 +271,7 @@ def chart_rows(report, workload):
     measured, `(loader, 0, reason)` for each one not, its reason in one line
     (`not_run`)."""
     return [(r["loader"], r["images_per_s"], None) if "images_per_s" in r
-            else (r["loader"], 0, not_run(r, limit=90))
+            else (r["loader"], 0, not_run(r, limit=80))
             for r in report["results"] if r.get("workload") == workload]
 
 
@@ -286,7 +286,8 @@ def chart(report, path):
                  if any(r.get("workload") == w for r in report["results"])]
     ceilings = [r for r in report["results"]
                 if r.get("workload") == "decode" and "images_per_s" in r]
-    figure, axes = plt.subplots(1, len(workloads), figsize=(6 * len(workloads), 4), squeeze=False)
+    figure, axes = plt.subplots(1, len(workloads), figsize=(7.5 * len(workloads), 4),
+                                squeeze=False)
     for ax, workload in zip(axes[0], workloads):
         rows = chart_rows(report, workload)
         names = [name for name, _, _ in rows]
@@ -295,7 +296,7 @@ def chart(report, path):
         ax.barh(names, values, color=colors)
         for y, (_, _, reason) in enumerate(rows):
             if reason:
-                ax.text(0, y, " " + reason, color="tab:red", fontsize=7, va="center")
+                ax.text(0, y, " " + reason, color="tab:red", fontsize=6.5, va="center")
         for c in ceilings:
             ax.axvline(c["images_per_s"], linestyle="--", color="tab:red")
             ax.text(c["images_per_s"], len(names) - 0.5, " " + c["loader"].replace("dali_", ""),
