@@ -156,7 +156,7 @@ def task_common(result, data, threads):
     config = result["config"]
     return dict(files=index.file_paths, labels=index.labels.tolist(), threads=threads,
                 batch_size=config["batch_size"], seed=config["seed"], runs=config["runs"],
-                directory=os.path.abspath(data), num_classes=len(index.class_names))
+                num_classes=len(index.class_names))
 
 
 def run_tasks(tasks, budget, timeout):

@@ -154,10 +154,11 @@ def build_parser():
                             "(default: %(default)s)")
     bench.add_argument("--loaders", default=None,
                        help="comma-separated subset of the loaders (default: all)")
-    bench.add_argument("--workload", default="all",
+    bench.add_argument("--workload", default=None,
                        choices=("train", "eval", "stretch", "randaugment", "all"),
                        help="stretch: the whole image to 224x224, image_dataset_from_directory's "
-                            "default; randaugment: train, then RandAugment(2, 9) (default: all)")
+                            "default; randaugment: train, then RandAugment(2, 9) "
+                            "(default: all; with --quick, stretch)")
     bench.add_argument("--batch-size", type=int, default=64,
                        help="images per batch (default: %(default)s)")
     bench.add_argument("--runs", type=int, default=3,
@@ -169,8 +170,10 @@ def build_parser():
     bench.add_argument("--threads", type=int, default=None,
                        help="threads or workers per loader (default: every usable core)")
     bench.add_argument("--quick", action="store_true",
-                       help="a smoke run on 64 images, to see that every loader runs: its "
-                            "figures are too small to compare loaders")
+                       help="a smoke run, about two minutes on two cores: 64 images, the "
+                            "stretch workload, each loader once (a warm-up and one timed "
+                            "epoch), to see that every loader runs; its figures are too small "
+                            "to compare loaders")
     bench.set_defaults(func=_bench)
 
     check = commands.add_parser(
@@ -369,7 +372,7 @@ def _bench(args):
     from dalipipe.bench import loaders as loaders_lib, report
 
     loaders = args.loaders.split(",") if args.loaders else report.DEFAULT_LOADERS
-    workloads = loaders_lib.WORKLOADS if args.workload == "all" else (args.workload,)
+    workloads = {None: None, "all": loaders_lib.WORKLOADS}.get(args.workload, (args.workload,))
     data = args.data or ("data/bench-quick" if args.quick else "data/bench")
     result = report.run_bench(
         data=data, out=args.out, loaders=loaders, workloads=workloads,

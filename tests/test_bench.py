@@ -1,8 +1,10 @@
-"""`dalipipe bench --quick` on tiny data: every loader runs and reports the right schema.
+"""`dalipipe bench --quick` on tiny data: every loader runs and reports the right schema;
+the Keras loader reads the chosen files through a folder of links; a failure is one line.
 
 No timing thresholds: speed is measured by the benchmark itself, never asserted here.
 """
 
+import io
 import json
 import os
 
@@ -23,8 +25,8 @@ CPU_LOADERS = [name for name in report.DEFAULT_LOADERS if name != "dalipipe_gpu"
 def quick_report(tmp_path_factory):
     root = tmp_path_factory.mktemp("bench")
     out = root / "out"
-    code = main(["bench", "--quick", "--num-images", "20", "--data", str(root / "data"),
-                 "--out", str(out)])
+    code = main(["bench", "--quick", "--workload", "all", "--num-images", "20",
+                 "--data", str(root / "data"), "--out", str(out)])
     assert code == 0
     with open(out / "results.json") as f:
         return json.load(f), out
@@ -43,6 +45,9 @@ def test_every_loader_runs_on_every_workload_it_has(quick_report):
             assert r["images"] == 20
             assert r["images_per_s"] > 0 and r["cpu_s_per_1000"] > 0 and r["peak_rss_mb"] > 0
             assert len(r["run_s"]) == result["config"]["runs"]
+            assert r["settings"]
+            if loader == "image_dataset_from_directory":
+                assert r["note"] == loaders.KERAS_NOTES.get(workload)
             if workload == "train":
                 assert 0 < r["input_efficiency"]
                 assert r["train_images_per_s_in_memory"] > 0
@@ -89,14 +94,21 @@ def test_bench_reads_a_folder_of_the_users_as_it_is(tmp_path, capsys):
     (data / "labels.csv").write_text("filename,animal\n000.jpg,dog\n")
     before = sorted(p.relative_to(data) for p in data.rglob("*"))
     code = main(["bench", "--quick", "--data", str(data), "--out", str(tmp_path / "out"),
-                 "--loaders", "dalipipe_cpu", "--workload", "eval"])
+                 "--loaders", "dalipipe_cpu,image_dataset_from_directory"])
     assert code == 0
     assert sorted(p.relative_to(data) for p in data.rglob("*")) == before
     with open(tmp_path / "out" / "results.json") as f:
         result = json.load(f)
     assert result["dataset"]["images"] == 64 and result["dataset"]["classes"] == ["cats", "dogs"]
-    (r,) = [r for r in result["results"] if r["loader"] == "dalipipe_cpu"]
-    assert r["images"] == 64 and r["images_per_s"] > 0
+    # --quick: one workload, each loader once, one timed epoch; Keras's loader reads the
+    # 64 chosen files, not the folder's 70.
+    assert result["config"]["workloads"] == list(report.QUICK_WORKLOADS) == ["stretch"]
+    assert result["config"]["runs"] == 1
+    measured = [r for r in result["results"] if r["workload"] != "decode"]
+    assert sorted(r["loader"] for r in measured) == ["dalipipe_cpu", "image_dataset_from_directory"]
+    for r in measured:
+        assert r["workload"] == "stretch" and "error" not in r, r
+        assert r["images"] == 64 and r["images_per_s"] > 0 and len(r["run_s"]) == 1
     printed = capsys.readouterr()
     assert f"benchmarking 64 images of {data} as they are" in printed.err
     assert printed.out.rstrip().endswith(report.QUICK_NOTE)
@@ -110,8 +122,6 @@ def test_loaders_yield_normalized_batches_in_file_order(tmp_path):
     reference = harness.pil_reference(index.file_paths)
     for name in CPU_LOADERS:
         kwargs = dict(workload="eval", batch_size=4, threads=1, seed=0)
-        if name == "image_dataset_from_directory":
-            kwargs["directory"] = str(tmp_path)
         batches = list(loaders.LOADERS[name](index.file_paths, index.labels, **kwargs).epoch())
         images = [harness.to_numpy(b[0]) for b in batches]
         assert [len(b) for b in images] == [4, 2], name
@@ -134,3 +144,93 @@ def test_python_generator_batches_keep_labels_across_chunks(monkeypatch):
     assert [len(b[1]) for b in batches] == [3, 3, 3, 1]
     for images, batch_labels in batches:
         assert images[:, 0, 0, 0].tolist() == batch_labels.tolist()
+
+
+def test_keras_loader_reads_a_folder_of_links_to_exactly_the_chosen_files(tmp_path):
+    """Keras's loader reads a whole folder: it is given one holding a link to each chosen
+    file, in its class folder, and reads them in the order given."""
+    from dalipipe import make_sample_dataset, sources
+
+    make_sample_dataset(tmp_path / "data", num_images=9, num_classes=3)
+    index = sources.index_source(str(tmp_path / "data"))
+    chosen = index.take([0, 2, 3, 5, 8])
+    root = loaders.link_folder(chosen.file_paths, str(tmp_path / "links"))
+    links = sorted(p for p in (tmp_path / "links").rglob("*") if not p.is_dir())
+    assert all(p.is_symlink() for p in links)
+    assert sorted(os.readlink(p) for p in links) == sorted(chosen.file_paths)
+    assert {p.parent.name for p in links} == {os.path.basename(os.path.dirname(f))
+                                              for f in chosen.file_paths}
+    assert root == str(tmp_path / "links")
+
+    for workload in ("eval", "stretch", "train"):
+        loader = loaders.make_image_dataset_from_directory(
+            chosen.file_paths, chosen.labels, workload=workload, batch_size=2, threads=1, seed=0)
+        assert sum(len(images) for images, _ in loader.epoch()) == 5
+        read = [os.path.realpath(p) for p in loader.file_paths]
+        if workload == "train":  # shuffled, as a training set is loaded
+            assert sorted(read) == sorted(os.path.realpath(f) for f in chosen.file_paths)
+        else:
+            assert read == [os.path.realpath(f) for f in chosen.file_paths]
+        assert loader.settings.startswith("image_dataset_from_directory(image_size=")
+        assert f"batch_size=2, shuffle={workload == 'train'}" in loader.settings
+        assert loader.note == loaders.KERAS_NOTES.get(workload)
+    assert loaders.KERAS_NOTES["train"] and loaders.KERAS_NOTES["eval"]
+    assert "stretch" not in loaders.KERAS_NOTES  # Keras's default: the same work
+
+
+def test_quick_runs_one_workload_unless_asked_for_more(tmp_path):
+    """The plan alone (no loader runs): --quick's tasks are one per loader."""
+    parser_args = dict(data=str(tmp_path / "data"), out=str(tmp_path / "out"), quick=True,
+                       loaders=("python_generator",), num_images=4, stream=io.StringIO())
+    result = report.run_bench(**parser_args, time_budget=0)
+    measured = [r for r in result["results"] if r["workload"] != "decode"]
+    assert [(r["loader"], r["workload"]) for r in measured] == [("python_generator", "stretch")]
+    assert result["config"]["runs"] == 1 and result["config"]["workloads"] == ["stretch"]
+    result = report.run_bench(**parser_args, workloads=("train", "eval"), time_budget=0)
+    assert [r["workload"] for r in result["results"] if r["workload"] != "decode"] == [
+        "train", "eval"]
+
+
+def test_a_failure_is_one_readable_line_in_the_table_and_the_chart(tmp_path):
+    missing = str(tmp_path / "cats" / "gone.jpg")
+    task = dict(kind="measure", loader="python_generator", workload="stretch", files=[missing],
+                labels=[0], batch_size=1, threads=1, seed=0, runs=1, train_steps=0)
+    failed = harness.run_task_in_subprocess(task, timeout=300)
+    assert failed["loader"] == "python_generator" and failed["workload"] == "stretch"
+    assert failed["error"].startswith("FileNotFoundError: ") and missing in failed["error"]
+    assert "\n" not in failed["error"] and "Traceback" not in failed["error"]
+
+    measured = dict(loader="tf_data", workload="stretch", images_per_s=100.0, cpu_s_per_1000=1.0,
+                    peak_rss_mb=10.0, mean_abs_error_vs_pil=1.0, settings="map(...)", note=None)
+    result = _report([failed, measured, dict(measured, loader="dalipipe_cpu", images_per_s=150.0,
+                                             note="does | this")])
+    table = report.markdown(result)
+    (row,) = [line for line in table.splitlines() if line.startswith("| python_generator |")]
+    assert row.startswith(f"| python_generator | error: {failed['error'][:100]}")
+    assert ("Fastest: `dalipipe_cpu`, 150 images/s, 1.50× the next, `tf_data` (100 images/s)."
+            in table)
+    assert "| does / this |" in table and "- `tf_data`: map(...)" in table
+
+    rows = report.chart_rows(result, "stretch")
+    assert rows[1:] == [("tf_data", 100.0, None), ("dalipipe_cpu", 150.0, None)]
+    name, value, reason = rows[0]
+    assert (name, value) == ("python_generator", 0)
+    assert reason.startswith("error: FileNotFoundError")
+    assert "\n" not in reason and len(reason) <= 80
+    report.chart(result, str(tmp_path / "chart.png"))
+    assert os.path.getsize(tmp_path / "chart.png") > 0
+
+
+def test_a_process_that_dies_is_reported_by_its_last_line():
+    assert harness.one_line("Traceback (most recent call last):\n  File x\nValueError:  bad\n\n") \
+        == "ValueError: bad"
+    assert harness.error_line(RuntimeError("first line\nsecond")) == "RuntimeError: first line"
+    long = dict(loader="x", workload="eval", error="a " * 200)
+    assert len(report.not_run(long)) == 160 and report.not_run(long).endswith("…")
+
+
+def _report(results):
+    machine = dict(cpu="a CPU", cores=2, gpu="none", python="3", versions={})
+    config = dict(batch_size=4, threads=2, runs=1, reference="tf_data")
+    dataset = dict(images=4, mean_width=10, mean_height=10, mean_bytes=1024)
+    return dict(machine=machine, config=config, dataset=dataset, loaders={}, results=results)

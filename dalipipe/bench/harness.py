@@ -140,8 +140,6 @@ def measure(task):
     files, labels = task["files"], np.asarray(task["labels"], np.int32)
     kwargs = dict(workload=task["workload"], batch_size=task["batch_size"],
                   threads=task["threads"], seed=task["seed"])
-    if task["loader"] == "image_dataset_from_directory":
-        kwargs["directory"] = task["directory"]
     kwargs.update(task.get("options") or {})
     on_gpu = loaders_lib.uses_gpu(task["loader"])
     memory_before = gpu_memory_used_mb() if on_gpu else None
@@ -151,7 +149,9 @@ def measure(task):
     synchronize()
     result = {"loader": task["loader"], "workload": task["workload"],
               "setup_s": time.perf_counter() - start, "threads": task["threads"],
-              "batch_size": task["batch_size"], "options": task.get("options") or {}}
+              "batch_size": task["batch_size"], "options": task.get("options") or {},
+              "settings": loader.settings or loaders_lib.DESCRIPTIONS[task["loader"]],
+              "note": loader.note}
     if task["loader"].startswith("dalipipe") and on_gpu:
         from dalipipe import codecs
 
@@ -186,7 +186,7 @@ def measure(task):
     if task["workload"] in ("eval", "stretch"):
         n = min(QUALITY_IMAGES, len(first))
         got = first[:n] * np.asarray(loaders_lib._STD) + np.asarray(loaders_lib._MEAN)
-        reference = pil_reference(files[:n], task["workload"])
+        reference = pil_reference((loader.file_paths or files)[:n], task["workload"])
         result["mean_abs_error_vs_pil"] = float(np.abs(got - reference).mean())
     # Memory of the loader alone, before the training measurement adds a model.
     result["peak_rss_mb"], result["peak_rss_child_mb"] = peak_rss_mb()
@@ -444,13 +444,28 @@ def task_name(task):
     return task.get("loader", {"decoders": "decoders_used"}.get(task.get("kind"), task.get("kind")))
 
 
+def one_line(text):
+    """The last non-blank line of `text` (a traceback's ends with the exception), its
+    spaces collapsed: an error as one readable line."""
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return " ".join(lines[-1].split()) if lines else ""
+
+
+def error_line(error):
+    """An exception as one line: `RuntimeError: message`, the message's first line."""
+    message = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
 def run_task_in_subprocess(task, timeout=1800):
     """Runs `measure(task)` (or the decode ceiling, or `decoders_used`) in a fresh
     interpreter, with the task's `env` (a dict of environment variables) added.
 
     Returns:
         Its result dict, or `{"loader", "workload", "error"}` when it failed or ran
-        past `timeout` seconds (then it is killed).
+        past `timeout` seconds (then it is killed). The error is one line: the
+        exception (`error_line`) where the process could report it, else the last
+        line it wrote to stderr, else its exit status.
     """
     failed = {"loader": task_name(task), "workload": task.get("workload", "decode")}
     # A session of its own, so that its workers go with it when it is killed.
@@ -468,10 +483,20 @@ def run_task_in_subprocess(task, timeout=1800):
             raise
         return {**failed, "error": f"no result within {round(timeout, 1):g} s (killed)"}
     lines = stdout.strip().splitlines()
-    if process.returncode != 0 or not lines:
-        tail = (stderr or stdout).strip().splitlines()[-5:]
-        return {**failed, "error": " | ".join(tail) or f"exit status {process.returncode}"}
-    return json.loads(lines[-1])
+    if lines:
+        try:
+            result = json.loads(lines[-1])
+        except json.JSONDecodeError:
+            result = None
+        if isinstance(result, dict) and (process.returncode == 0 or "error" in result):
+            return result
+    status = process.returncode
+    if status < 0:
+        how = f"killed by signal {signal.Signals(-status).name}"
+    else:
+        how = f"exit status {status}"
+    last = one_line(stderr) or one_line(stdout)
+    return {**failed, "error": f"{last} ({how})" if last else how}
 
 
 def _main():
@@ -479,20 +504,32 @@ def _main():
 
     warnings.filterwarnings("ignore")
     task = json.loads(sys.stdin.read())
-    if task["kind"] == "decode":
-        result = decode_ceiling(task["files"], task["batch_size"], task["threads"],
-                                task["runs"], task["device"], task.get("crop", False),
-                                task.get("options"))
-    elif task["kind"] == "sweep":
-        result = sweep(task)
-    elif task["kind"] == "decoders":
-        result = decoders_used(task["files"], task["labels"], workload=task["workload"],
-                               batch_size=task["batch_size"], threads=task["threads"],
-                               seed=task["seed"], options=task.get("options"),
-                               loader=task.get("loader", "dalipipe_native_gpu_on_device"))
-    else:
-        result = measure(task)
+    try:
+        result = _run(task)
+    except Exception as e:  # reported as one line; the traceback goes to stderr
+        import traceback
+
+        traceback.print_exc()
+        print(json.dumps({"loader": task_name(task), "workload": task.get("workload", "decode"),
+                          "error": error_line(e)}))
+        sys.exit(1)
     print(json.dumps(result))
+
+
+def _run(task):
+    """The task's measurement: a result dict."""
+    if task["kind"] == "decode":
+        return decode_ceiling(task["files"], task["batch_size"], task["threads"],
+                              task["runs"], task["device"], task.get("crop", False),
+                              task.get("options"))
+    if task["kind"] == "sweep":
+        return sweep(task)
+    if task["kind"] == "decoders":
+        return decoders_used(task["files"], task["labels"], workload=task["workload"],
+                             batch_size=task["batch_size"], threads=task["threads"],
+                             seed=task["seed"], options=task.get("options"),
+                             loader=task.get("loader", "dalipipe_native_gpu_on_device"))
+    return measure(task)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@ Workloads, all ending in float32 NHWC batches normalized with ImageNet mean/std:
 
 Each `make_<loader>(files, labels, *, workload, batch_size, threads, seed)` returns a
 `Loader`: `epoch()` starts one epoch and returns an iterator of `(images, labels)`
-batches (in file order for `"eval"`); `dataset` is what to hand to `model.fit`.
+batches (in file order for `"eval"`); `dataset` is what to hand to `model.fit`;
+`settings` says how it was called and `note` what it does instead where it cannot do
+the workload's exact work (Keras's directory loader on train and eval).
 `LOADERS` maps the names to them, with the PyTorch loaders of
 `dalipipe.bench.torch_loaders` imported only when asked for; `unavailable(name)`
 says what a loader lacks on this machine.
@@ -26,6 +28,8 @@ they can be read side by side doing the same work.
 import importlib
 import importlib.util
 import itertools
+import os
+import tempfile
 
 import numpy as np
 
@@ -50,14 +54,23 @@ class Loader:
             array (for the quality check); by default `.numpy()` or `np.asarray`.
         rebuild: None, or a callable that builds a second pipeline of the same graph
             and runs it to its first batch (the harness times it).
+        file_paths: None, or the files in the order `epoch()` yields them where it
+            is not the order of the files given.
+        settings: how the loader is called on this workload (its arguments), or
+            None for its `DESCRIPTIONS` line.
+        note: None, or what it does instead where it cannot do the workload's work.
     """
 
-    def __init__(self, epoch, dataset=None, *, synchronize=None, to_numpy=None, rebuild=None):
+    def __init__(self, epoch, dataset=None, *, synchronize=None, to_numpy=None, rebuild=None,
+                 file_paths=None, settings=None, note=None):
         self.epoch = epoch
         self.dataset = dataset
         self.synchronize = synchronize
         self.to_numpy = to_numpy
         self.rebuild = rebuild
+        self.file_paths = file_paths
+        self.settings = settings
+        self.note = note
 
 
 SIZE = 224
@@ -111,7 +124,8 @@ def make_python_generator(files, labels, *, workload, batch_size, threads, seed,
             for b in range(0, stop - start, batch_size):
                 yield chunk[b: b + batch_size], chunk_labels[b: b + batch_size]
 
-    return Loader(epoch)
+    return Loader(epoch, settings=f"PIL bilinear, chunks of {chunk_size} images, batch_size="
+                                  f"{batch_size}, 1 process")
 
 
 def make_pydataset(files, labels, *, workload, batch_size, threads, seed):
@@ -148,7 +162,8 @@ def make_pydataset(files, labels, *, workload, batch_size, threads, seed):
         finally:
             adapter.on_epoch_end()
 
-    return Loader(epoch)
+    return Loader(epoch, settings=f"PyDataset(workers={threads}, use_multiprocessing=True, "
+                                  f"max_queue_size=4), PIL bilinear, batch_size={batch_size}")
 
 
 # --- TensorFlow ----------------------------------------------------------------------
@@ -228,7 +243,10 @@ def make_tf_data(files, labels, *, workload, batch_size, threads, seed, antialia
         .prefetch(tf.data.AUTOTUNE)
         .with_options(options)
     )
-    return Loader(lambda: iter(dataset), dataset)
+    crop = ", decode_and_crop_jpeg" if workload in ("train", "randaugment") else ""
+    settings = (f"map(num_parallel_calls=AUTOTUNE){crop}, resize antialias={antialias}, "
+                f"batch({batch_size}), prefetch(AUTOTUNE), private_threadpool_size={threads}")
+    return Loader(lambda: iter(dataset), dataset, settings=settings)
 
 
 def make_tf_data_antialias(files, labels, **kwargs):
@@ -236,47 +254,82 @@ def make_tf_data_antialias(files, labels, **kwargs):
     return make_tf_data(files, labels, antialias=True, **kwargs)
 
 
-def make_image_dataset_from_directory(files, labels, *, workload, batch_size, threads, seed,
-                                      directory):
-    """`keras.utils.image_dataset_from_directory` plus `map` and `prefetch`.
+def link_folder(files, root):
+    """Fills `root` with a symbolic link to each of `files`, in its class folder, for
+    Keras's directory loader, which reads a whole folder: `root/<class>/<i>_<name>`.
 
-    Keras resizes every image to a fixed size on load, so the work differs a little:
-    eval loads square center crops at 256 (`crop_to_aspect_ratio=True`, the same
-    geometry as shorter side to 256 then a central square) and cuts 224; train loads
-    at 256x256 (stretched) and takes the random-resized crop from that. Stretch is
-    Keras's own default: the whole image at 224x224.
+    `<class>` is the name of the folder the file is in (for a source folder, its
+    class folder); `<i>` is the file's position in `files`, zero-padded, so that
+    within a class the links sort in the order of `files`. Returns `root`.
+    """
+    for i, path in enumerate(files):
+        path = os.path.abspath(path)
+        folder = os.path.join(root, os.path.basename(os.path.dirname(path)))
+        os.makedirs(folder, exist_ok=True)
+        os.symlink(path, os.path.join(folder, f"{i:06d}_{os.path.basename(path)}"))
+    return root
+
+
+# What the Keras row does where it cannot do the workload's exact work.
+KERAS_NOTES = {
+    "train": "no random-resized crop in Keras: each image stretched to 256x256 on load, "
+             "then RandomCrop(224) (one scale, no aspect change) and RandomFlip",
+    "eval": "the central square resized to 256x256 on load (crop_to_aspect_ratio=True), "
+            "then CenterCrop(224): the same window, resized before the crop",
+}
+
+
+def make_image_dataset_from_directory(files, labels, *, workload, batch_size, threads, seed):
+    """`keras.utils.image_dataset_from_directory(directory, image_size=...,
+    batch_size=...)` as its documentation calls it, over a folder of links to `files`
+    (`link_folder`), then per batch what the workload needs, as Keras's guides
+    add it: its preprocessing layers (train: `RandomCrop`, `RandomFlip`; eval:
+    `CenterCrop`), normalization in a `map`, `prefetch`.
+
+    Keras resizes every image to a fixed size as it loads it (bilinear, no
+    antialiasing), so train and eval do not do exactly the others' work
+    (`KERAS_NOTES`); stretch is Keras's default and the same work. Train shuffles,
+    as a training set is loaded; eval and stretch keep the order. Keras runs its own
+    `map` on TensorFlow's thread pool: `threads` is not applied.
     """
     import keras
     import tensorflow as tf
 
-    dataset = keras.utils.image_dataset_from_directory(
-        directory, image_size=(SIZE, SIZE) if workload == "stretch" else (RESIZE, RESIZE),
-        batch_size=None, shuffle=False, crop_to_aspect_ratio=workload == "eval", verbose=False,
-    )
+    # Removed once nothing uses it: neither the Loader nor an epoch in progress.
+    links = tempfile.TemporaryDirectory(prefix="dalipipe-bench-keras-")
+    link_folder(files, links.name)
+    size = (SIZE, SIZE) if workload == "stretch" else (RESIZE, RESIZE)
+    arguments = dict(image_size=size, batch_size=batch_size, shuffle=workload == "train")
+    if workload == "eval":
+        arguments["crop_to_aspect_ratio"] = True
+    if workload == "train":
+        arguments["seed"] = seed
+    dataset = keras.utils.image_dataset_from_directory(links.name, verbose=False, **arguments)
+    file_paths = list(dataset.file_paths)
+    layers = {
+        "train": [keras.layers.RandomCrop(SIZE, SIZE, seed=seed),
+                  keras.layers.RandomFlip("horizontal", seed=seed)],
+        "eval": [keras.layers.CenterCrop(SIZE, SIZE)],
+        "stretch": [],
+    }[workload]
 
-    def train(image, label):
-        begin, size = _tf_random_resized_crop(tf, tf.shape(image), seed)
-        image = tf.slice(image, begin, size)
-        image = tf.image.resize(image, (SIZE, SIZE))
-        image = tf.image.random_flip_left_right(image, seed=seed)
-        return _tf_normalize(tf, image), label
+    def per_batch(images, batch_labels):
+        for layer in layers:
+            images = layer(images)
+        return _tf_normalize(tf, images), batch_labels
 
-    def evaluate(image, label):
-        return _tf_normalize(tf, tf.image.resize_with_crop_or_pad(image, SIZE, SIZE)), label
+    dataset = dataset.map(per_batch, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    names = "".join(f"{type(layer).__name__}, " for layer in layers)
+    settings = (_call("image_dataset_from_directory", arguments) + f"; per batch: {names}"
+                "normalize, map(num_parallel_calls=AUTOTUNE); prefetch(AUTOTUNE)")
 
-    def stretch(image, label):
-        return _tf_normalize(tf, image), label
+    def epoch():
+        in_use = links  # the generator's frame holds the folder of links while it runs
+        yield from dataset
+        del in_use
 
-    options = tf.data.Options()
-    options.threading.private_threadpool_size = threads
-    work = {"train": train, "eval": evaluate, "stretch": stretch}[workload]
-    dataset = (
-        dataset.map(work, num_parallel_calls=tf.data.AUTOTUNE)
-        .batch(batch_size)
-        .prefetch(tf.data.AUTOTUNE)
-        .with_options(options)
-    )
-    return Loader(lambda: iter(dataset), dataset)
+    return Loader(epoch, dataset, file_paths=file_paths, settings=settings,
+                  note=KERAS_NOTES.get(workload))
 
 
 # --- dalipipe ------------------------------------------------------------------------
@@ -299,12 +352,17 @@ def make_dalipipe(files, labels, *, workload, batch_size, threads, seed, device=
     """`make_dali_dataset` with the workload's options."""
     from dalipipe import make_dali_dataset
 
-    dataset = make_dali_dataset(
-        list(files), labels=list(labels), image_size=(SIZE, SIZE), batch_size=batch_size,
-        shuffle=False, seed=seed, device=device, num_threads=threads, antialias=antialias,
-        normalization="imagenet", verbose=False, **dalipipe_options(workload),
-    )
-    return Loader(lambda: iter(dataset), dataset)
+    arguments = dict(image_size=(SIZE, SIZE), batch_size=batch_size, shuffle=False,
+                     device=device, num_threads=threads, antialias=antialias,
+                     normalization="imagenet", **dalipipe_options(workload))
+    dataset = make_dali_dataset(list(files), labels=list(labels), seed=seed, verbose=False,
+                                **arguments)
+    return Loader(lambda: iter(dataset), dataset, settings=_call("make_dali_dataset", arguments))
+
+
+def _call(function, arguments):
+    """`function(a=1, b='x')`: how a loader was called, for its settings."""
+    return f"{function}({', '.join(f'{k}={v!r}' for k, v in arguments.items())})"
 
 
 def make_dalipipe_no_antialias(files, labels, **kwargs):
@@ -362,8 +420,11 @@ def make_dalipipe_native(files, labels, *, workload, batch_size, threads, seed, 
         for _batch in build(batch_size).epoch():
             pass
 
+    settings = _call("make_dali_pipeline", dict(
+        image_size=(SIZE, SIZE), batch_size=batch_size, device=device, num_threads=threads,
+        **dalipipe_options(workload), **options)) + f", run(copy_to_host={copy_to_host})"
     return Loader(epoch, to_numpy=None if copy_to_host else _dali_to_numpy,
-                  rebuild=rebuild if device == "gpu" else None)
+                  rebuild=rebuild if device == "gpu" else None, settings=settings)
 
 
 def make_dalipipe_native_gpu(files, labels, **kwargs):
@@ -401,7 +462,10 @@ LOADERS = {
 DESCRIPTIONS = {
     "python_generator": "PIL in a Python loop, a chunk of 1,000 images at a time (1 core)",
     "pydataset": "keras.utils.PyDataset, PIL, workers with use_multiprocessing=True",
-    "image_dataset_from_directory": "Keras's loader (fixed resize on load) + map + prefetch",
+    "image_dataset_from_directory": "keras.utils.image_dataset_from_directory(directory, "
+                                    "image_size, batch_size) over links to the files, Keras's "
+                                    "preprocessing layers and normalization mapped over "
+                                    "batches, prefetch",
     "tf_data": "tuned tf.data: parallel map, decode_and_crop_jpeg, bilinear, prefetch",
     "tf_data_antialias": "tuned tf.data with antialiased resize",
     "dalipipe_cpu": "make_dali_dataset(device='cpu')",

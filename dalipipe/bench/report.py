@@ -16,12 +16,15 @@ DEFAULT_LOADERS = ("python_generator", "pydataset", "image_dataset_from_director
                    "dalipipe_gpu")
 
 
+# A quick run: at most this many images, these workloads (unless others are asked for).
+QUICK_IMAGES = 64
+QUICK_WORKLOADS = ("stretch",)
 # What a quick run's report says of its figures.
 QUICK_NOTE = ("A quick smoke run (at most 64 images, 1 timed epoch): its figures are too small "
               "to compare loaders; run `dalipipe bench` without --quick for those.")
 
 
-def run_bench(*, data, out, loaders=DEFAULT_LOADERS, workloads=loaders_lib.WORKLOADS,
+def run_bench(*, data, out, loaders=DEFAULT_LOADERS, workloads=None,
               batch_size=64, num_images=5000, runs=3, train_steps=30, threads=None, seed=0,
               quick=False, reference="tf_data", timeout=1800, time_budget=None,
               stream=None):
@@ -42,12 +45,16 @@ def run_bench(*, data, out, loaders=DEFAULT_LOADERS, workloads=loaders_lib.WORKL
     is installed, `chart.png` are written at the end.
 
     Args:
+        workloads: the workloads to run. Defaults to all of them (`loaders.WORKLOADS`),
+            with `quick` to `QUICK_WORKLOADS` (stretch).
         reference: the loader whose images/s the others are divided by in the
             Markdown tables.
         stream: where progress is written. Defaults to `sys.stderr`.
         quick: a smoke run: at most 64 images (of a folder of the user's, 64 spread
-            over it), batch 16, 1 timed epoch, 2 train steps; its report carries
-            `QUICK_NOTE` as "note".
+            over it), the stretch workload unless `workloads` says otherwise, batch 16,
+            1 timed epoch after the warm-up, 2 train steps; its report carries
+            `QUICK_NOTE` as "note". Every loader reads the same files (Keras's
+            directory loader a folder of links to them, `loaders.link_folder`).
 
     Returns:
         The results dict that is also written to `out/results.json`.
@@ -62,8 +69,10 @@ def run_bench(*, data, out, loaders=DEFAULT_LOADERS, workloads=loaders_lib.WORKL
         raise ValueError(
             f"`loaders` must be among {sorted(loaders_lib.LOADERS)}. Received unknown: {unknown}"
         )
+    if workloads is None:
+        workloads = QUICK_WORKLOADS if quick else loaders_lib.WORKLOADS
     if quick:
-        num_images, runs, train_steps = min(num_images, 64), 1, min(train_steps, 2)
+        num_images, runs, train_steps = min(num_images, QUICK_IMAGES), 1, min(train_steps, 2)
         batch_size = min(batch_size, 16)
     if is_free_folder(data):
         print(f"sample data: {num_images} images in {data} (made unless already there)",
@@ -77,8 +86,7 @@ def run_bench(*, data, out, loaders=DEFAULT_LOADERS, workloads=loaders_lib.WORKL
         print(f"benchmarking {len(index)} images of {data} as they are", file=stream)
     threads = threads or usable_cores()
     common = dict(files=index.file_paths, labels=index.labels.tolist(), batch_size=batch_size,
-                  threads=threads, seed=seed, runs=runs, directory=os.path.abspath(data),
-                  num_classes=len(index.class_names))
+                  threads=threads, seed=seed, runs=runs, num_classes=len(index.class_names))
     tasks = [dict(kind="decode", device=device, **common) for device in ("cpu", "gpu")]
     for workload in workloads:
         for loader in loaders:
@@ -87,6 +95,7 @@ def run_bench(*, data, out, loaders=DEFAULT_LOADERS, workloads=loaders_lib.WORKL
     report = {
         "machine": harness.machine_info(),
         "config": dict(batch_size=batch_size, images=len(index), runs=runs,
+                       workloads=list(workloads),
                        train_steps=train_steps, threads=threads, seed=seed, quick=quick,
                        reference=reference, timeout=timeout, time_budget=time_budget),
         "dataset": {**image_stats(index.file_paths, index.class_names),
@@ -168,7 +177,7 @@ def markdown(report):
         if r.get("workload") == "decode":
             lines.append(f"Decode-only ceiling ({r['loader']}): " + (
                 f"{r['images_per_s']:.0f} images/s." if "images_per_s" in r
-                else _not_run(r) + "."))
+                else not_run(r) + "."))
     lines.append("")
     for workload in loaders_lib.WORKLOADS:
         rows = [r for (name, w), r in by_key.items() if w == workload]
@@ -176,15 +185,17 @@ def markdown(report):
             continue
         reference_ips = by_key.get((reference, workload), {}).get("images_per_s")
         extra = "input efficiency" if workload == "train" else "error vs PIL (grey levels)"
+        lines += [f"### {workload}", ""]
+        if fastest(rows):
+            lines += [fastest(rows), ""]
         lines += [
-            f"### {workload}",
-            "",
-            f"| loader | images/s | × {reference} | CPU s / 1000 images | peak RSS (MB) | {extra} |",
-            "|---|---|---|---|---|---|",
+            f"| loader | images/s | × {reference} | CPU s / 1000 images | peak RSS (MB) | {extra} "
+            "| note |",
+            "|---|---|---|---|---|---|---|",
         ]
         for r in rows:
             if "images_per_s" not in r:
-                lines.append(f"| {r['loader']} | {_not_run(r)} | | | | |")
+                lines.append(f"| {r['loader']} | {_cell(not_run(r))} | | | | | |")
                 continue
             ratio = f"{r['images_per_s'] / reference_ips:.2f}" if reference_ips else "–"
             value = (r.get("input_efficiency") if workload == "train"
@@ -192,9 +203,13 @@ def markdown(report):
             lines.append(
                 f"| {r['loader']} | {r['images_per_s']:.0f} | {ratio} | "
                 f"{r['cpu_s_per_1000']:.2f} | {r['peak_rss_mb']:.0f} | "
-                f"{'–' if value is None else f'{value:.2f}'} |"
+                f"{'–' if value is None else f'{value:.2f}'} | {_cell(r.get('note') or '')} |"
             )
         lines.append("")
+        settings = [r for r in rows if r.get("settings")]
+        if settings:
+            lines += ["Settings:", ""]
+            lines += [f"- `{r['loader']}`: {r['settings']}" for r in settings] + [""]
     gpu_rows = [r for r in report["results"] if "gpu_memory_used_mb_after" in r]
     if gpu_rows:
         lines += [
@@ -217,17 +232,47 @@ def markdown(report):
     return "\n".join(lines) + "\n"
 
 
-def _not_run(result):
-    """Why a result has no images/s, shortened to fit a table cell."""
+def fastest(rows):
+    """Which of a workload's results is fastest, and by how much, as a sentence; None
+    when none was measured."""
+    measured = sorted((r for r in rows if "images_per_s" in r),
+                      key=lambda r: r["images_per_s"], reverse=True)
+    if not measured:
+        return None
+    first = measured[0]
+    text = f"Fastest: `{first['loader']}`, {first['images_per_s']:.0f} images/s"
+    if len(measured) == 1:
+        return text + ", the only loader measured."
+    second = measured[1]
+    return (text + f", {first['images_per_s'] / second['images_per_s']:.2f}× the next, "
+            f"`{second['loader']}` ({second['images_per_s']:.0f} images/s).")
+
+
+def not_run(result, limit=160):
+    """Why a result has no images/s, in one line of at most `limit` characters."""
     if "skipped" in result:
         text = f"skipped: {result['skipped']}"
     else:
         text = f"error: {result.get('error', 'no result')}"
-    return text[:160].replace("|", "/")
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _cell(text):
+    return text.replace("|", "/")
 
 
 def _number(value, spec):
     return "–" if value is None else format(value, spec)
+
+
+def chart_rows(report, workload):
+    """The chart's bars for `workload`: `(loader, images/s, None)` for each one
+    measured, `(loader, 0, reason)` for each one not, its reason in one line
+    (`not_run`)."""
+    return [(r["loader"], r["images_per_s"], None) if "images_per_s" in r
+            else (r["loader"], 0, not_run(r, limit=80))
+            for r in report["results"] if r.get("workload") == workload]
 
 
 def chart(report, path):
@@ -241,13 +286,17 @@ def chart(report, path):
                  if any(r.get("workload") == w for r in report["results"])]
     ceilings = [r for r in report["results"]
                 if r.get("workload") == "decode" and "images_per_s" in r]
-    figure, axes = plt.subplots(1, len(workloads), figsize=(6 * len(workloads), 4), squeeze=False)
+    figure, axes = plt.subplots(1, len(workloads), figsize=(7.5 * len(workloads), 4),
+                                squeeze=False)
     for ax, workload in zip(axes[0], workloads):
-        rows = [r for r in report["results"] if r.get("workload") == workload and "images_per_s" in r]
-        names = [r["loader"] for r in rows]
-        values = [r["images_per_s"] for r in rows]
+        rows = chart_rows(report, workload)
+        names = [name for name, _, _ in rows]
+        values = [value for _, value, _ in rows]
         colors = ["tab:green" if n.startswith("dalipipe") else "tab:gray" for n in names]
         ax.barh(names, values, color=colors)
+        for y, (_, _, reason) in enumerate(rows):
+            if reason:
+                ax.text(0, y, " " + reason, color="tab:red", fontsize=6.5, va="center")
         for c in ceilings:
             ax.axvline(c["images_per_s"], linestyle="--", color="tab:red")
             ax.text(c["images_per_s"], len(names) - 0.5, " " + c["loader"].replace("dali_", ""),
