@@ -105,6 +105,43 @@ def test_the_check_and_gpu_decoder_settings_are_not_part_of_the_fingerprint(tagg
     assert differences(checked, other).startswith("seed")
 
 
+def test_a_refused_backup_says_in_a_few_words_what_differs(tagged_dir, tmp_path):
+    # A changed file list or labels list is named by its counts or its first
+    # differing item, not printed whole.
+    import shutil
+
+    from dalipipe.resume import fingerprint
+    from resume_job import tag_model
+
+    labels = [i % 3 for i in range(121)]
+    made = dalipipe.make_dali_pipeline(tagged_dir, labels=labels, **OPTIONS)
+    folder = tmp_path / "backup" / "backup-1"
+    folder.mkdir(parents=True)
+    tag_model().save_weights(str(folder / "model.weights.h5"))
+    (folder / "state.json").write_text(json.dumps(
+        {"epoch": 1, "batch": 3, "fingerprint": fingerprint(made)}))
+    relabelled = list(labels)
+    relabelled[7] = 2
+    dataset = dalipipe.make_dali_dataset(tagged_dir, format="pydataset", labels=relabelled,
+                                         **OPTIONS)
+    with pytest.raises(ValueError) as refused:
+        dalipipe.BackupAndRestore(str(tmp_path / "backup"), dataset)
+    assert "what differs: labels (labels: 121 items in both, the first differing at [7]: " \
+           "saved 1, dataset 2). Resume" in str(refused.value)
+    assert len(str(refused.value)) < 500, str(refused.value)
+    fewer = tmp_path / "fewer"
+    shutil.copytree(tagged_dir, fewer)
+    os.remove(fewer / "blue" / "tag_000.png")
+    dataset = dalipipe.make_dali_dataset(str(fewer), format="pydataset",
+                                         labels=labels[1:], **OPTIONS)
+    with pytest.raises(ValueError, match=r"what differs: files, labels, steps \(files: 121 "
+                                         r"files in the backup, 120 in the dataset; labels: "
+                                         r"121 items in the backup, 120 in the dataset, the "
+                                         r"first differing at \[0\]: saved 0, dataset 1; "
+                                         r"steps: saved 16, dataset 15\)"):
+        dalipipe.BackupAndRestore(str(tmp_path / "backup"), dataset)
+
+
 def test_bad_arguments_raise(tagged_dir, tmp_path):
     dataset = dalipipe.make_dali_dataset(tagged_dir, format="pydataset", **OPTIONS)
     blocker = tmp_path / "a_file"
