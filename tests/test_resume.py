@@ -73,7 +73,7 @@ def test_pydataset_set_position_gives_the_rest_then_whole_epochs(tagged_dir):
 
 
 def test_a_backup_of_another_dataset_raises_naming_what_differs(tagged_dir, tmp_path):
-    from dalipipe.resume import fingerprint
+    from dalipipe.fingerprint import fingerprint
     from resume_job import tag_model
 
     made = dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS)
@@ -95,7 +95,7 @@ def test_a_backup_of_another_dataset_raises_naming_what_differs(tagged_dir, tmp_
 def test_the_check_and_gpu_decoder_settings_are_not_part_of_the_fingerprint(tagged_dir):
     # They change neither the samples nor the crops; the size hints are filled from
     # what the check read, so they differ between runs with and without it.
-    from dalipipe.resume import differences, fingerprint
+    from dalipipe.fingerprint import differences, fingerprint
 
     checked = fingerprint(dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS))
     unchecked = fingerprint(dalipipe.make_dali_pipeline(
@@ -110,7 +110,7 @@ def test_a_refused_backup_says_in_a_few_words_what_differs(tagged_dir, tmp_path)
     # differing item, not printed whole.
     import shutil
 
-    from dalipipe.resume import fingerprint
+    from dalipipe.fingerprint import fingerprint
     from resume_job import tag_model
 
     labels = [i % 3 for i in range(121)]
