@@ -293,8 +293,8 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             values, held = _state_of(callback)
             entries.append({"position": position, "class": _class_name(callback),
                             "state": values, "arrays": sorted(held)})
-            for name, values in held.items():
-                arrays[f"{position}/{name}"] = values
+            for name, listed in held.items():
+                arrays[f"{position}/{name}"] = listed
         if arrays:
             with h5py.File(os.path.join(folder, _CALLBACK_ARRAYS), "w") as f:
                 for key, values in arrays.items():

@@ -129,21 +129,24 @@ def test_set_initial_epoch_skips_the_epochs_before_it():
 def test_the_state_of_keras_stateful_callbacks_is_read_as_keras_keeps_it(tmp_path):
     checkpoint = keras.callbacks.ModelCheckpoint(
         str(tmp_path / "best.weights.h5"), monitor="loss", save_best_only=True,
-        save_weights_only=True, save_freq=3)
+        save_weights_only=True)
+    counting = keras.callbacks.ModelCheckpoint(str(tmp_path / "every.weights.h5"),
+                                               save_weights_only=True, save_freq=4)
     stopping = keras.callbacks.EarlyStopping(monitor="loss", patience=10,
                                              restore_best_weights=True)
     plateau = keras.callbacks.ReduceLROnPlateau(monitor="loss", patience=10)
     model = small_model()
     history = model.fit(*data(), batch_size=8, epochs=3, verbose=0,
-                        callbacks=[checkpoint, stopping, plateau])
+                        callbacks=[checkpoint, counting, stopping, plateau])
     best = min(history.history["loss"])
     assert keras_hooks.STATEFUL_CALLBACKS == (keras.callbacks.ModelCheckpoint,
                                               keras.callbacks.EarlyStopping,
                                               keras.callbacks.ReduceLROnPlateau)
     values, arrays = keras_hooks.callback_state(checkpoint)
-    # 15 steps, a save every 3: none left to count since.
     assert values == {"best": pytest.approx(best), "_batches_seen_since_last_saving": 0}
     assert arrays == {}
+    # 15 steps, a save every 4: 3 counted since the last.
+    assert keras_hooks.callback_state(counting)[0]["_batches_seen_since_last_saving"] == 3
     values, arrays = keras_hooks.callback_state(stopping)
     assert values == {"best": pytest.approx(best), "wait": 0, "stopped_epoch": 0,
                       "best_epoch": 2}
