@@ -6,52 +6,73 @@ dataset, with a fingerprint of the dataset, in one folder written whole and then
 renamed into place. On a restart it reads the newest complete backup when it is
 made, tells the dataset where to go on (`set_position`), so that the dataset's
 length is the resumed epoch's remaining steps when `fit` reads it, and loads the
-weights at the start of training. Each epoch `e` loads what
+weights at the start of training, and the state of `fit`'s other callbacks
+(`ModelCheckpoint`'s best value, `EarlyStopping`'s and `ReduceLROnPlateau`'s
+counters, a user callback's `get_state()`) at the start of the resumed epoch. Each
+epoch `e` loads what
 `make_dali_pipeline(...).epoch(e)` loads (the order, crops and flips from `seed`
 and `e`), the resumed one from its next step (`start_batch`).
 
 Keras's `fit` reads the dataset's length once and makes every epoch that long, so
 after the shortened resumed epoch the callback sets the length of the epochs after
-it back to the whole epoch's, on `fit`'s epoch iterator and progress bar (found in
-`fit`'s frame: Keras 3 passes them to no callback). Keras and TensorFlow are not
-imported by `import dalipipe`: this module is loaded on first use of the name.
+it back to the whole epoch's, on `fit`'s epoch iterator and progress bar. Keras 3
+hands no callback `fit`'s epoch iterator or callbacks: what is read and written of
+Keras's private attributes is in `dalipipe.keras_hooks`. Keras and TensorFlow are
+not imported by `import dalipipe`: this module is loaded on first use of the name.
 """
 
-import hashlib
 import json
 import os
 import shutil
-import sys
 import tempfile
+import warnings
 
 import keras
 
-from dalipipe.options import DECODER_SIZES, Options
+from dalipipe import keras_hooks
+# `fingerprint` and `differences` are also asked for here (`grain_dataset`, the tests).
+from dalipipe.fingerprint import differences, fingerprint  # noqa: F401
 
 _STATE = "state.json"
 _WEIGHTS = "model.weights.h5"
+_CALLBACK_ARRAYS = "callbacks.h5"  # arrays of the callbacks' state (EarlyStopping's best weights)
 _PREFIX = "backup-"
-# Options that change neither which samples an epoch loads nor their crops. The GPU
-# decoder's settings are among them: its size hints are filled from what the check
-# read, so they differ between runs with and without the check.
-_NOT_IN_FINGERPRINT = ("verbose", "num_threads", "prefetch_queue_depth", "check",
-                       "on_bad_file", "device", "format", "hw_decoder_load", *DECODER_SIZES)
+
 
 
 class BackupAndRestore(keras.callbacks.BackupAndRestore):
     """Backs up the training state, and the position in a dalipipe dataset, so that a
-    run killed at any step goes on at the next one with the same batches.
+    run killed at any step goes on at the next one with the same batches and the
+    same callbacks' state.
 
     A subclass of `keras.callbacks.BackupAndRestore`, whose arguments it shares with
     their meaning. Each backup is a folder `backup-N` in `backup_dir` holding
     `model.weights.h5` (Keras's `save_weights`: the model's and the optimizer's
-    variables) and `state.json` (`{"epoch", "batch", "fingerprint"}`: the next step
-    to train and the dataset's identity), written in a temporary folder then renamed,
-    so that a kill during a write leaves the previous backup whole.
+    variables), `state.json` (`{"epoch", "batch", "fingerprint", "callbacks"}`: the
+    next step to train, the dataset's identity and the state of `fit`'s other
+    callbacks) and, when a callback holds weights (`EarlyStopping`'s best ones),
+    `callbacks.h5`. It is written in a temporary folder then renamed, so that a kill
+    during a write leaves the previous backup whole.
+
+    The callbacks whose state is saved are Keras's `ModelCheckpoint` (its best
+    value), `EarlyStopping` (its counters, best value and best weights) and
+    `ReduceLROnPlateau` (its counters and best value), and any callback that defines
+    `get_state()`, returning a dict of JSON values, and `set_state(state)`. They are
+    matched by class and position in `fit`'s `callbacks`; one that has no state in
+    the backup starts fresh, with a warning naming it.
+
+    A backup is written when the step or epoch after the one it follows begins (or
+    when `fit` ends, with `delete_checkpoint=False`), so that it holds what every
+    callback did at the end of that step or epoch (a learning rate that
+    `ReduceLROnPlateau` lowered, a best value). Put the callback first in
+    `callbacks`: then the backup is also written, and the state restored, before any
+    other callback begins the step or epoch.
 
     The position is restored when the callback is made (so the dataset already has
     the resumed epoch's length, `steps - batch`, when `fit` reads it, and the
-    progress bar shows the remaining steps); the weights at the start of `fit`.
+    progress bar shows the remaining steps); the weights at the start of `fit`; the
+    callbacks' state at the start of the resumed epoch, after every callback's
+    `on_train_begin` (where `EarlyStopping` and `ReduceLROnPlateau` reset theirs).
 
     Args:
         backup_dir: the folder of the backups, created if needed; it must be
@@ -73,6 +94,8 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             made with `strategy`), for a backup made with another dataset (naming
             what differs), or for an invalid `save_freq`.
         OSError: when `backup_dir` cannot be written.
+        TypeError: at a backup, when a callback's `get_state()` returns anything
+            but a dict of JSON values.
     """
 
     def __init__(self, backup_dir, dataset, save_freq="epoch", delete_checkpoint=True,
@@ -103,15 +126,19 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         _check_writable(backup_dir)
         self._backup, state = self._newest_backup()
         self.position = (0, 0)
+        self._restore = None  # (folder, saved callbacks' state) until the resumed epoch
         if state is not None:
             self._check_fingerprint(state["fingerprint"])
             epoch, batch = int(state["epoch"]), int(state["batch"])
             self.position = (epoch + 1, 0) if batch >= self.steps else (epoch, batch)
+            self._restore = (self._backup, state.get("callbacks", []))
         self._epoch, self._start = self.position
         self.dataset.set_position(*self.position)
         self._since_saved = 0
         self._last_seen = -1
+        self._pending = None  # the `(epoch, batch)` of the backup to write next
         self._fit_epoch_iterator = None
+        self._fit_callbacks = None
         self._lengthen = False  # whether the next epoch follows a shortened one
 
     def _newest_backup(self):
@@ -124,6 +151,9 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                     state = json.load(f)
                 with h5py.File(os.path.join(folder, _WEIGHTS), "r"):
                     pass
+                if os.path.exists(os.path.join(folder, _CALLBACK_ARRAYS)):
+                    with h5py.File(os.path.join(folder, _CALLBACK_ARRAYS), "r"):
+                        pass
                 return folder, state
             except (OSError, ValueError):
                 if not self.double_checkpoint:
@@ -147,16 +177,23 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                 f"you call `fit()`. Model {self.model} is unbuilt. You can build it "
                 "beforehand by calling it on a batch of data."
             )
-        self._fit_epoch_iterator = _fit_locals()
-        iterator = self._fit_epoch_iterator[0] if self._fit_epoch_iterator else None
-        if iterator is not None and iterator.steps_per_epoch not in (None, self.steps):
+        found = keras_hooks.fit_locals()
+        if found is None:
+            raise RuntimeError(
+                "dalipipe.BackupAndRestore cannot find the running `fit`'s epoch iterator "
+                f"and callbacks in this Keras {keras.__version__} (it is a callback of "
+                "`model.fit` only)."
+            )
+        iterator, self._fit_callbacks = found
+        self._fit_epoch_iterator = iterator
+        steps_per_epoch = keras_hooks.steps_per_epoch(iterator)
+        if steps_per_epoch not in (None, self.steps):
             raise ValueError(
                 "`dalipipe.BackupAndRestore` resumes epochs that are whole passes over "
                 "the dataset: `steps_per_epoch` must be None or its "
-                f"{self.steps} steps. Received: steps_per_epoch={iterator.steps_per_epoch}"
+                f"{self.steps} steps. Received: steps_per_epoch={steps_per_epoch}"
             )
-        adapter = getattr(iterator, "data_adapter", None)
-        trained = getattr(adapter, "_dataset", getattr(adapter, "py_dataset", self.dataset))
+        trained = keras_hooks.trained_dataset(iterator, self.dataset)
         if trained is not self.dataset:
             raise ValueError(
                 "`fit` must train on the `dataset` given to `dalipipe.BackupAndRestore`, "
@@ -164,34 +201,32 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                 "`make_dali_dataset(class_weight=...)` instead). Received: fit's data "
                 f"{trained!r}, the callback's {self.dataset!r}"
             )
-        if self._start and iterator is None:
-            raise RuntimeError(
-                "dalipipe.BackupAndRestore cannot find `fit`'s epoch iterator in this "
-                f"Keras {keras.__version__}, to make the epochs after the resumed one "
-                "whole again."
-            )
         if self._backup is not None:
             if self.model.optimizer is not None and not self.model.optimizer.built:
                 self.model.optimizer.build(self.model.trainable_variables)
             self.model.load_weights(os.path.join(self._backup, _WEIGHTS))
-            self.model._initial_epoch = self.position[0]
+            keras_hooks.set_initial_epoch(self.model, self.position[0])
 
     def on_epoch_begin(self, epoch, logs=None):
+        self._write_pending()
+        if self._restore is not None:
+            # After every callback's `on_train_begin`, where Keras's reset their state.
+            self._restore_callbacks(*self._restore)
+            self._restore = None
         if self._lengthen:
             # The epochs after the resumed one are whole again (set here, before the
             # progress bar of the epoch is made: it finalizes at `on_epoch_end`).
             self._lengthen = False
-            iterator, callbacks = self._fit_epoch_iterator
-            iterator._num_batches = self.steps
-            self.params["steps"] = self.steps
-            for callback in getattr(callbacks, "callbacks", ()):
-                if isinstance(callback, keras.callbacks.ProgbarLogger):
-                    callback.target = self.steps
+            keras_hooks.set_epoch_steps(self._fit_epoch_iterator, self._fit_callbacks,
+                                        self.steps)
         # The resumed epoch goes on from its next step; the others start at their first.
         self._start = self.position[1] if epoch == self.position[0] else 0
         self._epoch = epoch
         self._last_seen = -1
         self.dataset.set_position(epoch, self._start)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._write_pending()
 
     def on_train_batch_end(self, batch, logs=None):
         if self.save_freq in ("epoch", False):
@@ -201,18 +236,29 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         self._last_seen = batch
         if self._since_saved >= self.save_freq:
             self._since_saved = 0
-            self._save(self._epoch, self._start + batch + 1)
+            self._pending = (self._epoch, self._start + batch + 1)
 
     def on_epoch_end(self, epoch, logs=None):
         self._lengthen = bool(self._start)
         self._start = 0
         self.position = (epoch + 1, 0)
         if self.save_freq == "epoch":
-            self._save(epoch + 1, 0)
+            self._pending = (epoch + 1, 0)
 
     def on_train_end(self, logs=None):
-        if self.delete_checkpoint and os.path.exists(self.backup_dir):
-            shutil.rmtree(self.backup_dir)
+        if self.delete_checkpoint:
+            self._pending = None
+            if os.path.exists(self.backup_dir):
+                shutil.rmtree(self.backup_dir)
+        else:
+            self._write_pending()
+
+    def _write_pending(self):
+        """Writes the backup that the last step or epoch made due, if any: once every
+        callback has seen that step or epoch end."""
+        if self._pending is not None:
+            self._save(*self._pending)
+            self._pending = None
 
     def _save(self, epoch, batch):
         """Writes backup `(epoch, batch)` whole in a temporary folder, renames it into
@@ -238,44 +284,94 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         self._backup = folder
 
     def _write_backup(self, folder, state):
-        """Writes the weights and `state` into `folder`."""
+        """Writes the weights, the callbacks' state and `state` into `folder`."""
+        import h5py
+
         self.model.save_weights(os.path.join(folder, _WEIGHTS), overwrite=True)
+        entries, arrays = [], {}
+        for position, callback in self._stateful_callbacks():
+            values, held = _state_of(callback)
+            entries.append({"position": position, "class": _class_name(callback),
+                            "state": values, "arrays": sorted(held)})
+            for name, listed in held.items():
+                arrays[f"{position}/{name}"] = listed
+        if arrays:
+            with h5py.File(os.path.join(folder, _CALLBACK_ARRAYS), "w") as f:
+                for key, values in arrays.items():
+                    for i, value in enumerate(values):
+                        f.create_dataset(f"{key}/{i}", data=value)
         with open(os.path.join(folder, _STATE), "w") as f:
-            json.dump(state, f)
+            json.dump({**state, "callbacks": entries}, f)
+
+    def _stateful_callbacks(self):
+        """`(position, callback)` of `fit`'s callbacks whose state a backup holds."""
+        for position, callback in enumerate(keras_hooks.callbacks_of(self._fit_callbacks)):
+            if callback is self or isinstance(callback, keras.callbacks.BackupAndRestore):
+                continue
+            if _has_state_protocol(callback) or isinstance(callback,
+                                                           keras_hooks.STATEFUL_CALLBACKS):
+                yield position, callback
+
+    def _restore_callbacks(self, folder, saved):
+        """Sets on `fit`'s callbacks the state that the backup in `folder` holds for a
+        callback of their class at their position; warns naming those it has none for."""
+        import h5py
+
+        by_key = {(entry["position"], entry["class"]): entry for entry in saved}
+        for position, callback in self._stateful_callbacks():
+            entry = by_key.get((position, _class_name(callback)))
+            if entry is None:
+                held = ", ".join(f"{e['class'].rsplit('.', 1)[-1]} at {e['position']}"
+                                 for e in saved) or "none"
+                warnings.warn(
+                    f"{type(callback).__name__} (`callbacks[{position}]` of `fit`) starts "
+                    f"fresh: the backup in {folder} holds no state for a "
+                    f"{_class_name(callback)} at position {position} (callbacks are "
+                    f"matched by class and position; the backup holds: {held}).",
+                    stacklevel=2,
+                )
+                continue
+            if _has_state_protocol(callback):
+                callback.set_state(entry["state"])
+                continue
+            arrays = {}
+            if entry["arrays"]:
+                with h5py.File(os.path.join(folder, _CALLBACK_ARRAYS), "r") as f:
+                    for name in entry["arrays"]:
+                        group = f[f"{position}/{name}"]
+                        arrays[name] = [group[str(i)][()] for i in range(len(group))]
+            keras_hooks.set_callback_state(callback, entry["state"], arrays)
 
 
-def fingerprint(image_pipeline):
-    """What makes a dataset's epochs what they are, as JSON values: the files (their
-    number and a hash of their sorted paths), `seed`, `shuffle`, `batch_size`,
-    the steps and the shard, and the other options that change what is loaded."""
-    options = image_pipeline.options
-    paths = "\n".join(sorted(str(p) for p in image_pipeline.file_paths)).encode()
-    sharding = image_pipeline.sharding
-    found = {
-        "files": f"{len(image_pipeline.file_paths)} files, sha256 "
-                 f"{hashlib.sha256(paths).hexdigest()[:16]}",
-        "seed": options.seed,
-        "shuffle": options.shuffle,
-        "batch_size": options.batch_size,
-        "steps": image_pipeline.steps,
-        "shard": None if sharding is None else [sharding.num_replicas,
-                                                list(sharding.replica_ids)],
-    }
-    for name in Options.names():
-        if name not in found and name not in _NOT_IN_FINGERPRINT:
-            found[name] = repr(getattr(options, name))
-    return found
+def _has_state_protocol(callback):
+    """Whether `callback` saves its own state (`get_state()` and `set_state(state)`)."""
+    return callable(getattr(callback, "get_state", None)) and \
+        callable(getattr(callback, "set_state", None))
 
 
-def differences(saved, current):
-    """What differs between fingerprints `saved` and `current`, in words ("" if
-    nothing): the names, then each one's two values."""
-    differs = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
-    if not differs:
-        return ""
-    details = "; ".join(f"{k}: saved {saved.get(k)!r}, dataset {current.get(k)!r}"
-                        for k in differs)
-    return f"{', '.join(differs)} ({details})"
+def _state_of(callback):
+    """`(values, arrays)` of a callback's state: its `get_state()` (checked to be a
+    dict of JSON values), else what `keras_hooks.callback_state` reads."""
+    if not _has_state_protocol(callback):
+        return keras_hooks.callback_state(callback)
+    state = callback.get_state()
+    try:
+        if not isinstance(state, dict):
+            raise TypeError(f"a {type(state).__name__}")
+        json.dumps(state, allow_nan=True)
+    except (TypeError, ValueError) as e:
+        raise TypeError(
+            f"`get_state()` of the callback {_class_name(callback)} must return a dict of "
+            f"JSON values, for `dalipipe.BackupAndRestore` to save. Received: {state!r} "
+            f"({e})"
+        ) from e
+    return state, {}
+
+
+def _class_name(callback):
+    """The name a callback's state is saved under: its class's module and name."""
+    kind = type(callback)
+    return f"{kind.__module__}.{kind.__qualname__}"
 
 
 def _backups(backup_dir):
@@ -305,16 +401,3 @@ def _fsync(path):
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
-
-
-def _fit_locals():
-    """`(epoch_iterator, callbacks)` of the `fit` that is running, or None."""
-    from keras.src.trainers.epoch_iterator import EpochIterator
-
-    frame = sys._getframe(1)
-    while frame is not None:
-        iterator = frame.f_locals.get("epoch_iterator")
-        if frame.f_code.co_name == "fit" and isinstance(iterator, EpochIterator):
-            return iterator, frame.f_locals.get("callbacks")
-        frame = frame.f_back
-    return None

@@ -7,7 +7,8 @@ Trains `EPOCHS` epochs on `tagged_dir` (see `conftest.py`) with a backup every
 and appends to RECORDS one JSON line per step trained (the epoch, the step's batch
 number in the whole epoch, and the tags of its samples, read from the pixels the
 model saw), one per epoch begun (with the steps that `fit` announces for it), and a
-last line with Keras's "ran out of data" warnings. KILL `at:E,B` sends the process
+last line with Keras's "ran out of data" warnings and the steps that a `StepCount`
+callback, whose state the backups hold, counted. KILL `at:E,B` sends the process
 SIGKILL after step B of epoch E; `write:N` during the N-th backup's write, after its
 files and before the rename.
 """
@@ -82,6 +83,35 @@ class Recorder(keras.callbacks.Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+class StepCount(keras.callbacks.Callback):
+    """Counts the steps trained; its count is in the backups (`get_state` / `set_state`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.steps = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps += 1
+
+    def get_state(self):
+        return {"steps": self.steps}
+
+    def set_state(self, state):
+        self.steps = state["steps"]
+
+
+class Score(keras.callbacks.Callback):
+    """Adds `scores[epoch]` to the logs of each epoch's end, as `score`: a monitored
+    value known in advance (for the callbacks after it in `callbacks`)."""
+
+    def __init__(self, scores):
+        super().__init__()
+        self.scores = scores
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs["score"] = self.scores[epoch]
+
+
 def _metrics(model):
     for metric in model.metrics:
         yield metric
@@ -112,11 +142,13 @@ def main(tagged_dir, backup_dir, records, kill=""):
     model = tag_model()
     recorder = Recorder(records, train.image_pipeline.steps, kill_at)
     recorder.write({"start": list(backup.position)})
+    counter = StepCount()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model.fit(train, epochs=EPOCHS, verbose=2, callbacks=[backup, recorder])
+        model.fit(train, epochs=EPOCHS, verbose=2, callbacks=[backup, counter, recorder])
     recorder.write({"warnings": [str(w.message) for w in caught
-                                 if "ran out of data" in str(w.message)]})
+                                 if "ran out of data" in str(w.message)],
+                    "counted": counter.steps})
 
 
 if __name__ == "__main__":

@@ -73,7 +73,7 @@ def test_pydataset_set_position_gives_the_rest_then_whole_epochs(tagged_dir):
 
 
 def test_a_backup_of_another_dataset_raises_naming_what_differs(tagged_dir, tmp_path):
-    from dalipipe.resume import fingerprint
+    from dalipipe.fingerprint import fingerprint
     from resume_job import tag_model
 
     made = dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS)
@@ -95,7 +95,7 @@ def test_a_backup_of_another_dataset_raises_naming_what_differs(tagged_dir, tmp_
 def test_the_check_and_gpu_decoder_settings_are_not_part_of_the_fingerprint(tagged_dir):
     # They change neither the samples nor the crops; the size hints are filled from
     # what the check read, so they differ between runs with and without it.
-    from dalipipe.resume import differences, fingerprint
+    from dalipipe.fingerprint import differences, fingerprint
 
     checked = fingerprint(dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS))
     unchecked = fingerprint(dalipipe.make_dali_pipeline(
@@ -103,6 +103,43 @@ def test_the_check_and_gpu_decoder_settings_are_not_part_of_the_fingerprint(tagg
     assert differences(checked, unchecked) == ""
     other = fingerprint(dalipipe.make_dali_pipeline(tagged_dir, **dict(OPTIONS, seed=6)))
     assert differences(checked, other).startswith("seed")
+
+
+def test_a_refused_backup_says_in_a_few_words_what_differs(tagged_dir, tmp_path):
+    # A changed file list or labels list is named by its counts or its first
+    # differing item, not printed whole.
+    import shutil
+
+    from dalipipe.fingerprint import fingerprint
+    from resume_job import tag_model
+
+    labels = [i % 3 for i in range(121)]
+    made = dalipipe.make_dali_pipeline(tagged_dir, labels=labels, **OPTIONS)
+    folder = tmp_path / "backup" / "backup-1"
+    folder.mkdir(parents=True)
+    tag_model().save_weights(str(folder / "model.weights.h5"))
+    (folder / "state.json").write_text(json.dumps(
+        {"epoch": 1, "batch": 3, "fingerprint": fingerprint(made)}))
+    relabelled = list(labels)
+    relabelled[7] = 2
+    dataset = dalipipe.make_dali_dataset(tagged_dir, format="pydataset", labels=relabelled,
+                                         **OPTIONS)
+    with pytest.raises(ValueError) as refused:
+        dalipipe.BackupAndRestore(str(tmp_path / "backup"), dataset)
+    assert "what differs: labels (labels: 121 items in both, the first differing at [7]: " \
+           "saved 1, dataset 2). Resume" in str(refused.value)
+    assert len(str(refused.value)) < 500, str(refused.value)
+    fewer = tmp_path / "fewer"
+    shutil.copytree(tagged_dir, fewer)
+    os.remove(fewer / "blue" / "tag_000.png")
+    dataset = dalipipe.make_dali_dataset(str(fewer), format="pydataset",
+                                         labels=labels[1:], **OPTIONS)
+    with pytest.raises(ValueError, match=r"what differs: files, labels, steps \(files: 121 "
+                                         r"files in the backup, 120 in the dataset; labels: "
+                                         r"121 items in the backup, 120 in the dataset, the "
+                                         r"first differing at \[0\]: saved 0, dataset 1; "
+                                         r"steps: saved 16, dataset 15\)"):
+        dalipipe.BackupAndRestore(str(tmp_path / "backup"), dataset)
 
 
 def test_bad_arguments_raise(tagged_dir, tmp_path):
@@ -168,7 +205,8 @@ def check_resumed(backend, tagged_dir, tmp_path, kill):
         (e, STEPS) for e in range(start[0] + 1, EPOCHS)]
     bars = [tuple(map(int, bar)) for bar in re.findall(r"^(\d+)/(\d+) - ", printed, re.M)]
     assert bars == [(STEPS - start[1],) * 2] + [(STEPS, STEPS)] * (EPOCHS - 1 - start[0])
-    assert resumed[-1] == {"warnings": []}  # no "ran out of data"
+    # No "ran out of data"; the user's callback counted each step once.
+    assert resumed[-1] == {"warnings": [], "counted": EPOCHS * STEPS}
     assert not os.path.exists(tmp_path / "backup")  # delete_checkpoint=True
     return start, left
 
@@ -288,3 +326,145 @@ def test_the_rest_of_an_epoch_on_the_gpu(tagged_dir):
     got = [images.numpy() for images, _ in dataset]
     for a, b in zip(got, whole[9:], strict=True):
         np.testing.assert_allclose(a, b, atol=1)  # one decoder, the same crops
+
+
+# The callbacks' state. A program killed in epoch 3 (an exception stands for the
+# kill: the pending backup is lost and `on_train_end` is not called) and started again
+# with new callbacks, against the uninterrupted run. A `Score` callback gives each
+# epoch a known monitored value, the best at epoch 1, before the kill.
+SCORES = [3.0, 1.0, 2.0, 2.5, 2.7, 2.9]
+KILL_AT = (3, 5)  # after step 5 of epoch 3: the backup after its step 3 is restored
+
+
+class Killed(Exception):
+    """Stands for SIGKILL."""
+
+
+def score_callbacks(tmp_path):
+    """`Score`, then Keras's stateful callbacks monitoring it, then a user's."""
+    import keras
+
+    from resume_job import Score, StepCount
+
+    return [
+        Score(SCORES),
+        keras.callbacks.ModelCheckpoint(str(tmp_path / "best.weights.h5"), monitor="score",
+                                        mode="min", save_best_only=True,
+                                        save_weights_only=True),
+        keras.callbacks.EarlyStopping(monitor="score", mode="min", patience=3,
+                                      restore_best_weights=True),
+        keras.callbacks.ReduceLROnPlateau(monitor="score", mode="min", patience=1,
+                                          factor=0.5, cooldown=1),
+        StepCount(),
+    ]
+
+
+def fit_killed_or_not(tagged_dir, backup_dir, callbacks, kill_at=None):
+    """`fit` for `len(SCORES)` epochs in a new model and dataset, as a started
+    program does, with a backup every 4 steps; stopped at `kill_at` `(epoch, step)`."""
+    import keras
+
+    from resume_job import tag_model
+
+    class Kill(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
+        def on_train_batch_end(self, batch, logs=None):
+            if (self.epoch, batch) == kill_at:
+                raise Killed()
+
+    dataset = dalipipe.make_dali_dataset(tagged_dir, format="pydataset", **OPTIONS)
+    model = tag_model()
+    backup = dalipipe.BackupAndRestore(str(backup_dir), dataset, save_freq=4)
+    try:
+        model.fit(dataset, epochs=len(SCORES), verbose=0,
+                  callbacks=[backup, *callbacks, Kill()])
+    except Killed:
+        pass
+    return model
+
+
+@pytest.fixture(scope="module")
+def three_runs(tagged_dir, tmp_path_factory):
+    """The callbacks of the killed run, of the resumed one and of the uninterrupted one
+    (with the bytes of ModelCheckpoint's file after the kill, and each final model)."""
+    tmp_path = tmp_path_factory.mktemp("callbacks")
+    killed = score_callbacks(tmp_path)
+    killed_model = fit_killed_or_not(tagged_dir, tmp_path / "backup", killed, KILL_AT)
+    checkpointed = (tmp_path / "best.weights.h5").read_bytes()
+    resumed = score_callbacks(tmp_path)
+    resumed_model = fit_killed_or_not(tagged_dir, tmp_path / "backup", resumed)
+    (tmp_path / "whole").mkdir()
+    whole = score_callbacks(tmp_path / "whole")
+    whole_model = fit_killed_or_not(tagged_dir, tmp_path / "whole-backup", whole)
+    return dict(killed=killed, resumed=resumed, whole=whole, checkpointed=checkpointed,
+                checkpoint=(tmp_path / "best.weights.h5").read_bytes(), models=dict(
+                    killed=killed_model, resumed=resumed_model, whole=whole_model))
+
+
+def test_a_resumed_model_checkpoint_keeps_its_best_value_and_file(three_runs):
+    killed, resumed, whole = (three_runs[k][1] for k in ("killed", "resumed", "whole"))
+    assert killed.best == resumed.best == whole.best == 1.0
+    # Epoch 3's score, 2.5, is no improvement: the best epoch's weights stay.
+    assert three_runs["checkpoint"] == three_runs["checkpointed"]
+
+
+def test_a_resumed_early_stopping_stops_when_the_uninterrupted_one_does(three_runs):
+    resumed, whole = three_runs["resumed"][2], three_runs["whole"][2]
+    assert (resumed.stopped_epoch, resumed.wait, resumed.best, resumed.best_epoch) == \
+        (whole.stopped_epoch, whole.wait, whole.best, whole.best_epoch) == (4, 3, 1.0, 1)
+    # The best weights, of epoch 1 before the kill, are restored at the end.
+    best = three_runs["killed"][2].best_weights
+    final = three_runs["models"]["resumed"].get_weights()
+    assert len(final) == len(best)
+    for a, b in zip(final, best):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_resumed_reduce_lr_on_plateau_counts_as_the_uninterrupted_one(three_runs):
+    import keras
+
+    resumed, whole = three_runs["resumed"][3], three_runs["whole"][3]
+    assert (resumed.best, resumed.wait, resumed.cooldown_counter) == \
+        (whole.best, whole.wait, whole.cooldown_counter) == (1.0, 0, 1)
+    rates = [float(keras.ops.convert_to_numpy(three_runs["models"][k].optimizer.learning_rate))
+             for k in ("resumed", "whole")]
+    assert rates == [pytest.approx(0.05 / 8)] * 2  # lowered at epochs 2, 3 and 4
+
+
+def test_a_user_callback_with_get_state_counts_every_step_once(three_runs):
+    # The backup after step 3 of epoch 3 is written when step 4 begins: it holds the
+    # count of the callbacks after it in the list too.
+    assert three_runs["killed"][4].steps == 3 * STEPS + KILL_AT[1] + 1
+    assert three_runs["resumed"][4].steps == three_runs["whole"][4].steps == 5 * STEPS
+
+
+def test_a_callback_without_saved_state_starts_fresh_with_a_warning(tagged_dir, tmp_path):
+    import keras
+
+    callbacks = score_callbacks(tmp_path)
+    fit_killed_or_not(tagged_dir, tmp_path / "backup", callbacks[:2], kill_at=(1, 2))
+    # Restarted with EarlyStopping where ModelCheckpoint was: neither has state.
+    restarted = [callbacks[0], score_callbacks(tmp_path)[2], score_callbacks(tmp_path)[1]]
+    with pytest.warns(UserWarning) as caught:
+        fit_killed_or_not(tagged_dir, tmp_path / "backup", restarted, kill_at=(1, 5))
+    said = [str(w.message) for w in caught if "starts fresh" in str(w.message)]
+    assert len(said) == 2, said
+    assert said[0].startswith("EarlyStopping (`callbacks[2]` of `fit`) starts fresh: the "
+                              "backup in ")
+    assert "the backup holds: ModelCheckpoint at 2)" in said[0]
+    assert said[1].startswith("ModelCheckpoint (`callbacks[3]` of `fit`) starts fresh")
+    assert restarted[2].best is None and isinstance(restarted[1], keras.callbacks.EarlyStopping)
+
+
+def test_a_get_state_that_is_not_json_raises_naming_the_callback(tagged_dir, tmp_path):
+    from resume_job import StepCount
+
+    class Unsaveable(StepCount):
+        def get_state(self):
+            return {"steps": np.arange(3)}
+
+    with pytest.raises(TypeError, match=r"`get_state\(\)` of the callback .*Unsaveable "
+                                        r"must return a dict of JSON values"):
+        fit_killed_or_not(tagged_dir, tmp_path / "backup", [Unsaveable()])

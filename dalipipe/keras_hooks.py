@@ -1,0 +1,116 @@
+"""Every private Keras/TensorFlow attribute dalipipe touches, behind named functions.
+
+Keras 3 hands a callback neither `fit`'s epoch iterator nor its list of callbacks,
+and its stateful callbacks (`ModelCheckpoint`, `EarlyStopping`,
+`ReduceLROnPlateau`) keep their state in attributes that no API saves. What
+`dalipipe.BackupAndRestore` needs of them is read and written here only, so that a
+Keras release that renames one breaks one module, and `tests/test_keras_hooks.py`,
+which checks each of them on real Keras objects, says which.
+
+Imported only by modules that already import Keras (`import dalipipe` does not).
+Checked on Keras 3.15.
+"""
+
+import sys
+
+import keras
+
+# The state of Keras's stateful callbacks: JSON values (the attributes), and lists of
+# arrays (the weights `EarlyStopping(restore_best_weights=True)` holds).
+_CALLBACK_STATE = (
+    (keras.callbacks.ModelCheckpoint, ("best", "_batches_seen_since_last_saving"), ()),
+    (keras.callbacks.EarlyStopping,
+     ("best", "wait", "stopped_epoch", "best_epoch"), ("best_weights",)),
+    (keras.callbacks.ReduceLROnPlateau, ("best", "wait", "cooldown_counter"), ()),
+)
+STATEFUL_CALLBACKS = tuple(kind for kind, _, _ in _CALLBACK_STATE)
+
+
+def fit_locals():
+    """`(epoch_iterator, callbacks)` of the `fit` that is running, or None.
+
+    Found by walking up the stack to the frame of a `fit` whose `epoch_iterator`
+    local is a Keras `EpochIterator` (every backend's trainer names it so);
+    `callbacks` is that frame's `CallbackList`.
+    """
+    from keras.src.trainers.epoch_iterator import EpochIterator
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        iterator = frame.f_locals.get("epoch_iterator")
+        if frame.f_code.co_name == "fit" and isinstance(iterator, EpochIterator):
+            return iterator, frame.f_locals.get("callbacks")
+        frame = frame.f_back
+    return None
+
+
+def callbacks_of(callback_list):
+    """The callbacks of `fit`'s `CallbackList` in their order: the user's (a nested
+    list flattened), then the `History` and `ProgbarLogger` that `fit` adds."""
+    return list(getattr(callback_list, "callbacks", ()))
+
+
+def steps_per_epoch(epoch_iterator):
+    """The `steps_per_epoch` that `fit` was given (None when not given)."""
+    return epoch_iterator.steps_per_epoch
+
+
+def trained_dataset(epoch_iterator, default):
+    """The dataset that `fit`'s epoch iterator reads (the TensorFlow adapter's
+    `_dataset`, the `PyDataset` adapter's `py_dataset`), else `default`."""
+    adapter = getattr(epoch_iterator, "data_adapter", None)
+    return getattr(adapter, "_dataset", getattr(adapter, "py_dataset", default))
+
+
+def set_epoch_steps(epoch_iterator, callback_list, steps):
+    """Makes the next epochs of the running `fit` `steps` steps long: its epoch
+    iterator's count, the callbacks' `params["steps"]` and the progress bar's
+    `target` (read when the bar of an epoch is made, at its `on_epoch_begin`)."""
+    epoch_iterator._num_batches = steps
+    callback_list.params["steps"] = steps
+    for callback in callbacks_of(callback_list):
+        if isinstance(callback, keras.callbacks.ProgbarLogger):
+            callback.target = steps
+
+
+def set_initial_epoch(model, epoch):
+    """Makes the running `fit` start at `epoch` (read after `on_train_begin`)."""
+    model._initial_epoch = epoch
+
+
+def callback_state(callback):
+    """The state of one of Keras's stateful callbacks, or None for other callbacks.
+
+    Returns:
+        `(values, arrays)`: a dict of JSON values (the attributes of
+        `_CALLBACK_STATE`; NumPy scalars as Python floats and ints), and a dict of
+        lists of NumPy arrays (`EarlyStopping`'s `best_weights`, when it has them).
+    """
+    for kind, names, array_names in _CALLBACK_STATE:
+        if isinstance(callback, kind):
+            values = {name: _plain(getattr(callback, name)) for name in names}
+            arrays = {name: list(getattr(callback, name)) for name in array_names
+                      if getattr(callback, name) is not None}
+            return values, arrays
+    return None
+
+
+def set_callback_state(callback, values, arrays):
+    """Sets on `callback` the state that `callback_state` returned for a callback of
+    its class (the attributes of `_CALLBACK_STATE` only)."""
+    for kind, names, array_names in _CALLBACK_STATE:
+        if isinstance(callback, kind):
+            for name in names:
+                if name in values:
+                    setattr(callback, name, values[name])
+            for name in array_names:
+                if name in arrays:
+                    setattr(callback, name, list(arrays[name]))
+            return
+
+
+def _plain(value):
+    """`value` as a JSON value: a NumPy or tensor scalar as a Python float or int."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return keras.ops.convert_to_numpy(value).item()
