@@ -21,7 +21,9 @@ drains DALI at the end of a pass, and goes to any `(epoch, step)` asked for,
 restarting the pass there when it is not the next batch. No TensorFlow.
 """
 
+import queue
 import threading
+import weakref
 
 import numpy as np
 
@@ -60,56 +62,184 @@ class Cursor:
                 self._epoch, self._start = int(epoch) + 1, 0
 
 
+# Batches that a pass's feed prepares ahead of the one the training step takes.
+READ_AHEAD = 2
+
+
 class PassStream:
     """Batches of an `ImagePipeline`'s passes, run natively and converted to the
     tensors of a Keras backend, one pass at a time.
 
     `read(epoch, step)` gives step `step` of epoch `epoch`: the next batch of the pass
-    under way when it is that one, else the pass restarted at that step (DALI's
-    prefetched batches of the pass left are dropped). The batches are copies: they
-    stay valid after the next one is read.
+    under way when it is that one, else the pass restarted at that step (what was
+    read ahead of the pass left is dropped). A background thread, the pass's feed,
+    runs DALI and converts its batches `read_ahead` batches ahead of the one taken:
+    the inputs' reads (the check's `stat` of every file, TFRecord records, `gs://`
+    objects), DALI's host wait and the copies happen there, not in the thread that
+    calls `read`. The feed moves no cursor: only what `read` returns is read. Its
+    errors (a file that changed since the check, one DALI cannot decode) are raised
+    by the `read` of the batch they stopped. The batches are copies: they stay valid
+    after the next one is read.
+
+    Args:
+        image_pipeline: the pipeline to run.
+        backend: the Keras backend whose tensors the batches are (see `converter`).
+        read_ahead: the batches prepared ahead; 0 runs DALI in the caller's thread.
+            Defaults to `READ_AHEAD`.
     """
 
-    def __init__(self, image_pipeline, backend):
+    def __init__(self, image_pipeline, backend, read_ahead=None):
         self.image_pipeline = image_pipeline
-        self.convert = converter(backend, image_pipeline.device == "gpu")
+        self.read_ahead = READ_AHEAD if read_ahead is None else int(read_ahead)
+        gpu = image_pipeline.device == "gpu"
+        self._convert = _batch_converter(
+            converter(backend, gpu, image_pipeline.device_id), image_pipeline.unbatched)
+        self._receive = receiver(backend, gpu)
         self._runner = native.Runner(image_pipeline)
-        self._stream = None
-        self._at = None  # (epoch, step) of the batch the stream gives next
+        self._feed = [None]  # the pass under way's `_Feed`, stopped when this is collected
+        self._at = None  # (epoch, step) of the batch the feed gives next
+        weakref.finalize(self, _Feed.stop_held, self._feed)
 
     def read(self, epoch, step):
         """Step `step` of epoch `epoch`, a tuple of the backend's tensors (see the
         adapters for their shapes and dtypes)."""
-        pipeline = self.image_pipeline
-        if self._stream is None or self._at != (epoch, step):
-            inputs = pipeline.epoch_inputs(epoch, start_batch=step)
-            self._stream = self._runner.run(*inputs, copy_to_host=False)
-        outputs = next(self._stream)
-        batch = tuple(self.convert(out[0] if pipeline.unbatched else out.as_tensor())
-                      for out in outputs)
+        steps = self.image_pipeline.steps
+        if self._feed[0] is None or self._at != (epoch, step):
+            self.close()
+            inputs = self.image_pipeline.epoch_inputs(epoch, start_batch=step)
+            self._feed[0] = _Feed(self._runner, inputs, self._convert, steps - step,
+                                  self.read_ahead)
+        try:
+            batch = self._feed[0].next()
+        except BaseException:
+            self.close()
+            raise
         self._at = (epoch, step + 1)
-        if step + 1 == pipeline.steps:
-            # The pass is whole: let the runner see DALI's end of epoch.
-            for _ in self._stream:
+        if step + 1 == steps:
+            self.close()
+        return tuple(self._receive(t) for t in batch)
+
+    def close(self):
+        """Ends the pass under way, dropping what was read ahead."""
+        _Feed.stop_held(self._feed)
+        self._at = None
+
+
+class _Feed:
+    """`count` batches of a `native.Runner`'s run of `inputs`, each converted by
+    `convert`: in a background thread `depth` batches ahead, or in the caller's
+    thread (`depth=0`). DALI's run must end with them."""
+
+    def __init__(self, runner, inputs, convert, count, depth):
+        self._batches = self._produce(runner.run(*inputs, copy_to_host=False), convert, count)
+        self._depth = depth
+        if depth:
+            self._queue = queue.Queue(maxsize=depth)
+            self._stopped = threading.Event()
+            self._thread = threading.Thread(target=self._run, name="dalipipe-feed",
+                                            daemon=True)
+            self._thread.start()
+
+    @staticmethod
+    def _produce(stream, convert, count):
+        for number, outputs in enumerate(stream):
+            if number == count:
                 raise RuntimeError("DALI gave more batches than the epoch has")
-            self._stream = self._at = None
-        return batch
+            yield convert(outputs)
+
+    def next(self):
+        if not self._depth:
+            return next(self._batches)
+        kind, value = self._queue.get()
+        if kind == "error":
+            raise value
+        return value
+
+    def _run(self):
+        try:
+            for batch in self._batches:
+                if not self._put(("batch", batch)):
+                    return
+        except BaseException as e:  # raised by the `next` that would take the batch
+            self._put(("error", e))
+
+    def _put(self, item):
+        """Puts `item` in the queue unless the feed is stopped first; whether it did."""
+        while not self._stopped.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def stop(self):
+        """Stops the pass (a pass left before its end builds DALI's pipeline again)."""
+        if self._depth:
+            self._stopped.set()
+            self._thread.join()
+        self._batches.close()
+
+    @staticmethod
+    def stop_held(held):
+        """Stops the feed in the list `held`, if any, and empties it."""
+        feed, held[0] = held[0], None
+        if feed is not None:
+            feed.stop()
 
 
-def converter(backend, gpu):
+def _batch_converter(convert, unbatched):
+    """A batch of DALI outputs as a tuple of `convert`ed dense tensors (one sample each
+    for `unbatched`)."""
+    def convert_batch(outputs):
+        return tuple(convert(out[0] if unbatched else out.as_tensor()) for out in outputs)
+
+    return convert_batch
+
+
+def converter(backend, gpu, device_id=None):
     """The function that copies one dense DALI tensor into `backend`'s tensor: a torch
-    tensor, a jax array, or a NumPy array on other backends (on the host)."""
+    tensor, a jax array, or a NumPy array on other backends (on the host). Called in a
+    pass's feed thread: a GPU copy is complete when it returns (torch's on a stream of
+    its own, CUDA device `device_id`)."""
     if backend == "torch":
         from nvidia.dali.plugin.pytorch.torch_utils import to_torch_tensor
 
-        return lambda tensor: to_torch_tensor(tensor, copy=True)
+        if not gpu:
+            return lambda tensor: to_torch_tensor(tensor, copy=True)
+        import torch
+
+        stream = torch.cuda.Stream(device=device_id)
+
+        def to_torch(tensor):
+            with torch.cuda.stream(stream):
+                copied = to_torch_tensor(tensor, copy=True)
+            stream.synchronize()
+            return copied
+
+        return to_torch
     if backend == "jax":
         import jax
         import jax.dlpack
 
         if gpu:
-            return lambda tensor: jax.dlpack.from_dlpack(tensor).copy()
+            return lambda tensor: jax.dlpack.from_dlpack(tensor).copy().block_until_ready()
         return lambda tensor: jax.device_put(np.array(tensor))
     if gpu:
         return lambda tensor: np.array(tensor.as_cpu())
     return np.array
+
+
+def receiver(backend, gpu):
+    """What the thread that takes a batch does with each of its tensors: a torch GPU
+    tensor, made on the feed's stream, is recorded as used on the taker's stream
+    (so that PyTorch's allocator does not reuse its memory while it is in use)."""
+    if backend == "torch" and gpu:
+        import torch
+
+        def receive(tensor):
+            tensor.record_stream(torch.cuda.current_stream())
+            return tensor
+
+        return receive
+    return lambda tensor: tensor

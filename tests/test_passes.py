@@ -174,3 +174,36 @@ def test_a_run_killed_twice_trains_on_what_a_run_never_killed_trains_on(backend,
     for run, until in zip(runs, [*starts[1:], None]):
         seen += steps_of(run, before=until)
     assert seen == steps_of(whole)
+
+
+def test_the_feed_reads_ahead_in_its_own_thread_and_raises_at_the_batch(tmp_path, tagged_dir):
+    """The pass's feed prepares `READ_AHEAD` batches beyond the one taken, moving no
+    cursor; a file replaced after the check is named by the read of its batch."""
+    import shutil
+    import time
+
+    from dalipipe.passes import READ_AHEAD
+
+    folder = tmp_path / "copy"
+    shutil.copytree(tagged_dir, folder)
+    pipeline = dalipipe.make_dali_pipeline(str(folder), shuffle=False, **OPTIONS)
+    dataset = dalipipe.make_dali_dataset(str(folder), shuffle=False, format="pydataset",
+                                         **OPTIONS)
+    first = dataset[0]
+    feed = dataset._stream._feed[0]
+    deadline = time.monotonic() + 60
+    while feed._queue.qsize() < READ_AHEAD and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert feed._queue.qsize() == READ_AHEAD and feed._thread.is_alive()
+    assert tags([first]) == tags(pipeline.epoch(0))[:1]
+    # Batch 10's first file, replaced: the batches before the ones DALI prefetches
+    # with it come (the read-ahead raises nothing sooner), then a read names it.
+    victim = dataset.file_paths[10 * 8]
+    with open(victim, "wb") as f:
+        f.write(b"not an image any more")
+    depth = pipeline.options.prefetch_queue_depth
+    for i in range(1, 10 - depth):
+        dataset[i]
+    with pytest.raises(RuntimeError, match=f"{victim} changed after the check"):
+        for i in range(10 - depth, 11):
+            dataset[i]
