@@ -5,7 +5,7 @@
 graph runs natively (`dalipipe.native`); each batch is copied into the backend's
 tensors (`dalipipe.passes`). An iterator is one pass over the dataset, and
 its state (`get_state()` / `set_state()`) is plain data: the epoch, the next batch
-and the dataset's fingerprint (`dalipipe.resume.fingerprint`).
+and the dataset's fingerprint (`dalipipe.fingerprint`).
 """
 
 try:
@@ -18,7 +18,8 @@ except ImportError as e:
         f"Install it with: {pip_extra('grain')}"
     ) from e
 
-from dalipipe import passes, resume
+from dalipipe import passes
+from dalipipe.fingerprint import differences, fingerprint
 
 
 class DALIGrainDataset(grain.IterDataset):
@@ -56,7 +57,7 @@ class DALIGrainDataset(grain.IterDataset):
         self.backend = backend
         self.class_names = image_pipeline.class_names
         self.file_paths = list(image_pipeline.file_paths)
-        self.fingerprint = resume.fingerprint(image_pipeline)
+        self.fingerprint = fingerprint(image_pipeline)
         self.cursor = passes.Cursor(image_pipeline)
         self.stream = passes.PassStream(image_pipeline, backend)
 
@@ -116,7 +117,7 @@ class DALIGrainIterator(grain.DatasetIterator):
             ValueError: for a state of another dataset (naming what differs) or
                 an invalid position.
         """
-        differs = resume.differences(state.get("fingerprint", {}), self._dataset.fingerprint)
+        differs = differences(state.get("fingerprint", {}), self._dataset.fingerprint)
         if differs:
             raise ValueError(
                 f"`state` was saved from another dataset: what differs: {differs}. "

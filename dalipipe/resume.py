@@ -31,7 +31,7 @@ import keras
 
 from dalipipe import keras_hooks
 # `fingerprint` and `differences` are also asked for here (`grain_dataset`, the tests).
-from dalipipe.fingerprint import differences, fingerprint  # noqa: F401
+from dalipipe.fingerprint import differences, fingerprint
 
 _STATE = "state.json"
 _WEIGHTS = "model.weights.h5"
