@@ -15,10 +15,11 @@ and its peeks at the element spec start and count nothing.
 TensorFlow, the inputs of the pass's last batch taken by DALI's dataset, which
 prefetches (`dalipipe.tf_inputs`).
 
-`PassStream` runs passes natively for the PyDataset and Grain adapters: it runs
-the graph (`dalipipe.native`), converts each batch to the backend's tensors,
-drains DALI at the end of a pass, and goes to any `(epoch, step)` asked for,
-restarting the pass there when it is not the next batch. No TensorFlow.
+`PassStream` runs passes natively for the PyDataset and Grain adapters: its feed
+thread runs the graph (`dalipipe.native`) `READ_AHEAD` batches ahead, converts each
+batch to the backend's tensors and drains DALI at the end of a pass; it goes to
+any `(epoch, step)` asked for, restarting the pass there when it is not the next
+batch. No TensorFlow.
 """
 
 import queue
