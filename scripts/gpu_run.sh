@@ -6,14 +6,14 @@
 #   2. plain `pytest -m gpu -rP` (this checkout's dalipipe, not installed: pytest's
 #      `pythonpath` setting), each test's prints written to the log as they come
 #      (--capture=tee-sys); at 150 s a SIGINT stops it (pytest still prints its
-#      summary), and a SIGKILL 15 s later;
+#      summary), and a SIGKILL 10 s later;
 #   3. benchmarks/gpu_bench.py, which writes its results as each section ends; at
 #      300 s a SIGTERM stops it (it kills its measurement processes and writes the
-#      summary of what it measured), and a SIGKILL 30 s later.
+#      summary of what it measured), and a SIGKILL 20 s later.
 # Logs and results go to $OUT (the run's folder that comes back), or
 # benchmarks/results/gpu without it, as they are written: a step stopped at its limit,
 # or the whole run stopped, leaves there what it had printed and written. At most
-# 9 minutes by the limits (unpacking about 0.5, tests 2.75, gpu_bench 5.5; gpu_bench's
+# 8.5 minutes by the limits (unpacking about 0.5, tests 2.7, gpu_bench 5.3; gpu_bench's
 # budgets end it in about 4.5); not yet timed on an H200.
 # PY3 and PYTEST name the interpreter and pytest's console script (the rehearsal's).
 set -uo pipefail
@@ -47,14 +47,14 @@ else  # not the plain entry point, which the run means to show working
     say "no $PYTEST on PATH: $PY3 -m pytest instead"
     run_pytest=("$PY3" -m pytest)
 fi
-timeout -s INT -k 15 150 "${run_pytest[@]}" -m gpu -rP -v --capture=tee-sys \
+timeout -s INT -k 10 150 "${run_pytest[@]}" -m gpu -rP -v --capture=tee-sys \
     -p no:cacheprovider > "$OUT/pytest_gpu.log" 2>&1
 tests=$?
 tail -n 25 "$OUT/pytest_gpu.log"
 say "pytest exit status $tests$(stopped "$tests" 150): $OUT/pytest_gpu.log"
 
 say "gpu_bench"
-timeout -k 30 300 "$PY3" benchmarks/gpu_bench.py --out "$OUT/bench" > "$OUT/gpu_bench.log" 2>&1
+timeout -k 20 300 "$PY3" benchmarks/gpu_bench.py --out "$OUT/bench" > "$OUT/gpu_bench.log" 2>&1
 bench=$?
 tail -n 60 "$OUT/gpu_bench.log"
 say "gpu_bench exit status $bench$(stopped "$bench" 300): $OUT/gpu_bench.log, $OUT/bench/"
