@@ -267,6 +267,7 @@ def test_a_section_that_raises_is_recorded_and_the_next_runs(tmp_path, monkeypat
 
     monkeypatch.setattr(gpu_bench, "keras_fit_section", fails)
     out = tmp_path / "out"
+    handler = signal.getsignal(signal.SIGTERM)
     status = gpu_bench.main(["--quick", "--num-images", "8", "--out", str(out),
                              "--data", str(tmp_path / "data"), "--time-budget", "0",
                              "--setups-budget", "0", "--sweep-budget", "0"])
@@ -280,7 +281,7 @@ def test_a_section_that_raises_is_recorded_and_the_next_runs(tmp_path, monkeypat
     assert "3. Keras fit failed after 0 s (RuntimeError: no fit here)" in \
         (out / "results.md").read_text()
     assert "section 3. Keras fit failed: RuntimeError: no fit here" in capsys.readouterr().out
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert signal.getsignal(signal.SIGTERM) is handler  # put back
 
 
 @pytest.fixture(scope="module")
