@@ -15,12 +15,16 @@
 # or the whole run stopped, leaves there what it had printed and written. At most
 # 8.5 minutes by the limits (unpacking about 0.5, tests 2.7, gpu_bench 5.3; gpu_bench's
 # budgets end it in about 4.5); not yet timed on an H200.
-# PY3 and PYTEST name the interpreter and pytest's console script (the rehearsal's).
+# PY3 and PYTEST name the interpreter and pytest's console script (the rehearsal's);
+# PYTEST_LIMIT and BENCH_LIMIT change the two time limits (a rehearsal of a step
+# stopped at its limit).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-benchmarks/results/gpu}
 PY3=${PY3:-python3}
 PYTEST=${PYTEST:-pytest}
+PYTEST_LIMIT=${PYTEST_LIMIT:-150}
+BENCH_LIMIT=${BENCH_LIMIT:-300}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/gpu_run.log") 2>&1
 started=$SECONDS
@@ -47,17 +51,17 @@ else  # not the plain entry point, which the run means to show working
     say "no $PYTEST on PATH: $PY3 -m pytest instead"
     run_pytest=("$PY3" -m pytest)
 fi
-timeout -s INT -k 10 150 "${run_pytest[@]}" -m gpu -rP -v --capture=tee-sys \
+timeout -s INT -k 10 "$PYTEST_LIMIT" "${run_pytest[@]}" -m gpu -rP -v --capture=tee-sys \
     -p no:cacheprovider > "$OUT/pytest_gpu.log" 2>&1
 tests=$?
 tail -n 25 "$OUT/pytest_gpu.log"
-say "pytest exit status $tests$(stopped "$tests" 150): $OUT/pytest_gpu.log"
+say "pytest exit status $tests$(stopped "$tests" "$PYTEST_LIMIT"): $OUT/pytest_gpu.log"
 
 say "gpu_bench"
-timeout -k 20 300 "$PY3" benchmarks/gpu_bench.py --out "$OUT/bench" > "$OUT/gpu_bench.log" 2>&1
+timeout -k 20 "$BENCH_LIMIT" "$PY3" benchmarks/gpu_bench.py --out "$OUT/bench" > "$OUT/gpu_bench.log" 2>&1
 bench=$?
 tail -n 60 "$OUT/gpu_bench.log"
-say "gpu_bench exit status $bench$(stopped "$bench" 300): $OUT/gpu_bench.log, $OUT/bench/"
+say "gpu_bench exit status $bench$(stopped "$bench" "$BENCH_LIMIT"): $OUT/gpu_bench.log, $OUT/bench/"
 on_gpu=$(nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader \
          2> /dev/null)
 say "processes on the GPU now: ${on_gpu:-none}"
