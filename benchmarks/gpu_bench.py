@@ -39,12 +39,13 @@ about 0.5 on 16 cores, section 1 1.7, 2 0.4, 3 1, 4 0.8; not yet timed on an H20
 
 Writes `results.json` (every setting under `settings`, each section's status under
 `sections`, the summary under `summary`) and `results.md` to `--out` at the start and
-again as each section ends; while section 1 runs, it rewrites `results.json` after each
-of its measurements, with its own results only. A section that raises is recorded as failed, with the exception as one
-line (its traceback goes to stderr), and the next one runs. A SIGTERM (what `timeout`
-sends) kills the measurement processes, each with its process group (psutil), stops
-the section in progress, keeps what it had measured, writes both files with the
-summary, and exits with status 143; a failed section makes it 1.
+again as each section ends; while section 1 runs, it rewrites `results.json` after
+each of its measurements, with its own results only. A section that raises is
+recorded as failed, with the exception as one line (its traceback goes to stderr),
+and the next one runs. A SIGTERM (what `timeout` sends) kills the measurement
+processes, each with its process group (psutil), stops the section in progress,
+keeps what it had measured, writes both files with the summary, and exits with
+status 143; a failed section makes it 1.
 
 Above 400 lines: the four sections, their summary and tables, and the run that keeps
 what it measured whatever ends it, which `scripts/gpu_run.sh` relies on.

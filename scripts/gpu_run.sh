@@ -58,10 +58,12 @@ tail -n 25 "$OUT/pytest_gpu.log"
 say "pytest exit status $tests$(stopped "$tests" "$PYTEST_LIMIT"): $OUT/pytest_gpu.log"
 
 say "gpu_bench"
-timeout -k 20 "$BENCH_LIMIT" "$PY3" benchmarks/gpu_bench.py --out "$OUT/bench" > "$OUT/gpu_bench.log" 2>&1
+timeout -k 20 "$BENCH_LIMIT" "$PY3" benchmarks/gpu_bench.py --out "$OUT/bench" \
+    > "$OUT/gpu_bench.log" 2>&1
 bench=$?
 tail -n 60 "$OUT/gpu_bench.log"
-say "gpu_bench exit status $bench$(stopped "$bench" "$BENCH_LIMIT"): $OUT/gpu_bench.log, $OUT/bench/"
+say "gpu_bench exit status $bench$(stopped "$bench" "$BENCH_LIMIT"):" \
+    "$OUT/gpu_bench.log, $OUT/bench/"
 on_gpu=$(nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader \
          2> /dev/null)
 say "processes on the GPU now: ${on_gpu:-none}"

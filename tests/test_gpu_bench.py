@@ -1,8 +1,8 @@
 """`benchmarks/gpu_bench.py --quick` rehearsed where only the GPU machine's packages can
 be imported, as on that machine; its GPU sections skip here. Stopped by SIGTERM as
 `timeout` stops it, it keeps what it measured, writes its summary and leaves no
-process behind; a section that raises is recorded and the next one runs. Also the harness's GPU
-measurements that the CPU can run: the decode-only ceilings with dalipipe's decoder
+process behind; a section that raises is recorded and the next one runs. Also the
+harness's GPU measurements that the CPU can run: the decode-only ceilings with dalipipe's decoder
 set-up, the sweep's one process per thread count, and the decoder log behind the
 count of images decoded on the CPU.
 
