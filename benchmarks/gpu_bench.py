@@ -33,11 +33,22 @@ GPU preprocessing images/s (section 1) and end-to-end `fit` images/s (section 3)
 reported apart. Each measurement runs in a fresh process; each section has its time
 limit, and what is not started in time is recorded as skipped, as is one whose
 requirements are absent (torch, a GPU), so the script also runs on a CPU-only machine
-as a rehearsal. Writes `results.json` (every setting under `settings`) and
-`results.md` to `--out`. The default run is sized for the GPU machine's whole run of
-8 minutes (`scripts/gpu_run.sh`): at most about 4.5 minutes, by its budgets (making
-1000 images about 0.5 on 16 cores, section 1 1.7, 2 0.4, 3 1, 4 0.8; not yet timed on
-an H200).
+as a rehearsal. The default run is sized for the GPU machine's whole run
+(`scripts/gpu_run.sh`): at most about 4.5 minutes, by its budgets (making 1000 images
+about 0.5 on 16 cores, section 1 1.7, 2 0.4, 3 1, 4 0.8; not yet timed on an H200).
+
+Writes `results.json` (every setting under `settings`, each section's status under
+`sections`, the summary under `summary`) and `results.md` to `--out` at the start and
+again as each section ends; while section 1 runs, it rewrites `results.json` after
+each of its measurements, with its own results only. A section that raises is
+recorded as failed, with the exception as one line (its traceback goes to stderr),
+and the next one runs. A SIGTERM (what `timeout` sends) kills the measurement
+processes, each with its process group (psutil), stops the section in progress,
+keeps what it had measured, writes both files with the summary, and exits with
+status 143; a failed section makes it 1.
+
+Above 400 lines: the four sections, their summary and tables, and the run that keeps
+what it measured whatever ends it, which `scripts/gpu_run.sh` relies on.
 
     python benchmarks/gpu_bench.py [--out DIR] [--num-images 1000] [--batch-size 128]
         [--threads N] [--data DIR] [--quick]
@@ -47,13 +58,19 @@ import argparse
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
 
 # The checkout this script belongs to: its dalipipe is the one measured.
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO_ROOT not in sys.path:  # `python benchmarks/gpu_bench.py` puts benchmarks/ there
+    sys.path.insert(0, REPO_ROOT)
+from dalipipe.bench.harness import error_line  # noqa: E402
+
 LOADERS = ("dalipipe_native_gpu", "dalipipe_native_gpu_on_device", "torchvision_gpu",
            "torch_dataloader", "dalipipe_native_cpu")
 WORKLOADS = ("train", "eval", "randaugment")
@@ -107,51 +124,182 @@ def parse_args(argv=None):
     return args
 
 
+SECTIONS = {"loaders": "1. loaders", "crop_setups": "2. crop set-ups", "keras_fit": "3. Keras fit",
+            "sweep": "4. sweep"}
+
+
+class Stopped(BaseException):
+    """SIGTERM while measuring. Not an `Exception`, so that no section records it as its
+    failure; the section in progress unwinds, killing its measurement process on the way
+    (`harness.run_task_in_subprocess`, `subprocess.run`)."""
+
+
+class Sigterm:
+    """While installed (`with Sigterm() as sigterm:`), the first SIGTERM kills every
+    process this one started (`end_descendants`) and, while `measuring`, raises
+    `Stopped`; later ones, and any while writing, are only counted in `received`."""
+
+    def __init__(self):
+        self.received, self.measuring, self._previous = 0, True, None
+
+    def __enter__(self):
+        self._previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def __exit__(self, *exc_info):
+        signal.signal(signal.SIGTERM, self._previous)
+
+    def _handle(self, signum, frame):
+        self.received += 1
+        if self.received == 1:
+            end_descendants()
+            if self.measuring:
+                self.measuring = False
+                raise Stopped("SIGTERM")
+
+
+def end_descendants():
+    """Kills every process this one started and theirs, each measurement process with
+    its process group: they run in sessions of their own, which the SIGTERM that
+    `timeout` sends to this process's group misses. Needs psutil; without it, only
+    the measurement process in progress is killed (as `Stopped` unwinds)."""
+    try:
+        import psutil
+    except ImportError:
+        return
+    own = os.getpgrp()
+    for process in psutil.Process().children(recursive=True):
+        try:
+            group = os.getpgid(process.pid)
+            if group == own:
+                process.kill()
+            else:
+                os.killpg(group, signal.SIGKILL)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            continue  # ended meanwhile
+
+
 def main(argv=None):
     args = parse_args(argv)
-    if REPO_ROOT not in sys.path:  # `python benchmarks/gpu_bench.py` puts benchmarks/ there
-        sys.path.insert(0, REPO_ROOT)
-    from dalipipe.bench import report
     from dalipipe.devices import default_num_threads
 
     threads = args.threads or default_num_threads("gpu")
     sweep_threads, sweep_loads = sweep_points(args)
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="gpu_bench_") as scratch:
-        data = args.data or os.path.join(scratch, "data")
-        result = report.run_bench(
-            data=data, out=args.out, loaders=LOADERS, workloads=WORKLOADS,
-            batch_size=args.batch_size, num_images=args.num_images, runs=args.runs,
-            train_steps=0, threads=threads, quick=args.quick, reference="dalipipe_native_gpu",
-            timeout=args.section_timeout, time_budget=args.time_budget, stream=sys.stdout,
-        )
-        common = task_common(result, data, threads)
-        result["crop_setups"] = crop_setups_section(common, args)
-        result["keras_fit"] = keras_fit_section(args, data=data, threads=threads)
-        result["sweep"] = sweep_section(common, args, sweep_threads, sweep_loads)
+    result = {"sections": {name: {"status": "not started"} for name in SECTIONS}}
     result["settings"] = {**vars(args), "threads": threads, "workloads": list(WORKLOADS),
                           "loaders": list(LOADERS), "sweep_threads": list(sweep_threads),
                           "sweep_hw_decoder_loads": list(sweep_loads),
                           "environment": {k: v for k, v in os.environ.items()
                                           if k.startswith(("DALI", "KERAS", "CUDA"))}}
-    result["summary"] = summary(result)
+    os.makedirs(args.out, exist_ok=True)
+    write_results(result, args.out, started)  # replaces an earlier run's files
+    with Sigterm() as sigterm:
+        with tempfile.TemporaryDirectory(prefix="gpu_bench_") as scratch:
+            data = args.data or os.path.join(scratch, "data")
+            try:
+                for name, run in sections(result, args, data, threads,
+                                          sweep_threads, sweep_loads).items():
+                    run_section(result, name, run)
+                    write_results(result, args.out, started)
+            except Stopped:
+                print("SIGTERM: measuring stopped; writing what was measured", flush=True)
+                for status in result["sections"].values():
+                    if status["status"] == "running":
+                        status["status"] = "stopped by SIGTERM"
+            finally:
+                sigterm.measuring = False
+        write_results(result, args.out, started)
+        print(results_markdown(result))
+        print(f"wrote {args.out}/results.json and results.md in {result['seconds_total']:.0f} s")
+        if sigterm.received:
+            return 128 + signal.SIGTERM
+    return 1 if any(s["status"] == "failed" for s in result["sections"].values()) else 0
+
+
+def sections(result, args, data, threads, sweep_threads, sweep_loads):
+    """Each section as a function of no arguments that records its results in `result`
+    (a list of them as each measurement ends), in the order they run."""
+    def common():
+        return task_common(result, data, threads)
+
+    def keras_fit():
+        result["keras_fit"] = keras_fit_section(args, data=data, threads=threads)
+
+    return {
+        "loaders": lambda: loaders_section(result, args, data, threads),
+        "crop_setups": lambda: crop_setups_section(
+            result.setdefault("crop_setups", []), common(), args),
+        "keras_fit": keras_fit,
+        "sweep": lambda: sweep_section(
+            result.setdefault("sweep", []), common(), args, sweep_threads, sweep_loads),
+    }
+
+
+def run_section(result, name, run):
+    """Runs section `name` and records its status in `result["sections"]`: done, failed
+    (the exception as one line, its traceback to stderr; the next section runs) or
+    stopped (`Stopped`, raised on)."""
+    started = time.perf_counter()
+    status = result["sections"][name]
+    status.update(status="running")
+    try:
+        run()
+    except Stopped:
+        status.update(status="stopped by SIGTERM", seconds=time.perf_counter() - started)
+        raise
+    except Exception as e:  # recorded; the later sections still run
+        traceback.print_exc()
+        status.update(status="failed", error=error_line(e), seconds=time.perf_counter() - started)
+        print(f"section {SECTIONS[name]} failed: {status['error']}", flush=True)
+    else:
+        status.update(status="done", seconds=time.perf_counter() - started)
+
+
+def loaders_section(result, args, data, threads):
+    """Section 1, `dalipipe.bench.report.run_bench`, which rewrites results.json after
+    each measurement: what it wrote there is kept when it is stopped or fails."""
+    from dalipipe.bench import report
+
+    try:
+        result.update(report.run_bench(
+            data=data, out=args.out, loaders=LOADERS, workloads=WORKLOADS,
+            batch_size=args.batch_size, num_images=args.num_images, runs=args.runs,
+            train_steps=0, threads=threads, quick=args.quick, reference="dalipipe_native_gpu",
+            timeout=args.section_timeout, time_budget=args.time_budget, stream=sys.stdout))
+    except BaseException:
+        try:
+            with open(os.path.join(args.out, "results.json")) as f:
+                written = json.load(f)
+        except (OSError, ValueError):
+            written = {}
+        if "config" in written:  # run_bench's, not the one main wrote before it
+            result.update({k: v for k, v in written.items() if k not in ("sections", "settings")})
+        raise
+
+
+def write_results(result, out, started):
+    """results.json (atomically) and results.md, with the summary of what has been
+    measured so far."""
+    try:
+        result["summary"] = summary(result)
+    except Exception as e:  # the figures are written all the same
+        result["summary"] = {"error": error_line(e)}
     result["seconds_total"] = time.perf_counter() - started
-    with open(os.path.join(args.out, "results.json"), "w") as f:
+    path = os.path.join(out, "results.json")
+    with open(path + ".tmp", "w") as f:
         json.dump(result, f, indent=2)
-    table = "\n".join([summary_markdown(result["summary"]), report.markdown(result),
-                       setups_markdown(result["crop_setups"]), fit_markdown(result["keras_fit"]),
-                       sweep_markdown(result["sweep"])])
-    with open(os.path.join(args.out, "results.md"), "w") as f:
-        f.write(table)
-    print(table)
-    print(f"wrote {args.out}/results.json and results.md in {result['seconds_total']:.0f} s")
-    return 0
+    os.replace(path + ".tmp", path)
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write(results_markdown(result))
 
 
 def task_common(result, data, threads):
     """The task fields of every measurement, from section 1's config and dataset."""
     from dalipipe import sources
 
+    if "config" not in result:
+        raise RuntimeError("section 1 recorded no config: the data and batch are unknown")
     index = sources.index_source(data)
     config = result["config"]
     return dict(files=index.file_paths, labels=index.labels.tolist(), threads=threads,
@@ -161,11 +309,12 @@ def task_common(result, data, threads):
 
 def run_tasks(tasks, budget, timeout):
     """Each task in a fresh process (`harness.run_task_in_subprocess`), within `budget`
-    seconds: a result dict each, `{"skipped": reason}` for one that cannot run here
-    or is not started in time. Tasks carry their own `env` and `options`."""
+    seconds: yields each task with its result dict as it ends, `{"skipped": reason}`
+    for one that cannot run here or is not started in time. Tasks carry their own
+    `env` and `options`."""
     from dalipipe.bench import harness, loaders as loaders_lib
 
-    started, results, reasons = time.perf_counter(), [], {}
+    started, reasons = time.perf_counter(), {}
     for task in tasks:
         name = harness.task_name(task)
         requirement = task["loader"] if task["kind"] == "sweep" else \
@@ -173,23 +322,24 @@ def run_tasks(tasks, budget, timeout):
         if requirement not in reasons:
             reasons[requirement] = loaders_lib.unavailable(requirement)
         left = budget - (time.perf_counter() - started)
-        fields = {k: task[k] for k in ("workload", "threads", "options", "env") if k in task}
+        fields = {k: task[k] for k in ("workload", "threads", "options", "env", "setup")
+                  if k in task}
         if reasons[requirement]:
-            results.append({"loader": name, **fields, "skipped": reasons[requirement]})
+            found = {"loader": name, **fields, "skipped": reasons[requirement]}
         elif left <= 0:
-            results.append({"loader": name, **fields, "skipped": f"time budget of {budget:g} s spent"})
+            found = {"loader": name, **fields, "skipped": f"time budget of {budget:g} s spent"}
         else:
-            found = harness.run_task_in_subprocess(task, timeout=min(timeout, left))
-            results.append({**fields, **found})
-        print(f"  {name} {fields}: " + (f"{results[-1]['images_per_s']:.0f} images/s"
-              if "images_per_s" in results[-1] else str({k: v for k, v in results[-1].items()
-                                                         if k not in fields})[:200]), flush=True)
-    return results
+            found = {**fields, **harness.run_task_in_subprocess(task, timeout=min(timeout, left))}
+        print(f"  {name} {fields}: " + (f"{found['images_per_s']:.0f} images/s"
+              if "images_per_s" in found else str({k: v for k, v in found.items()
+                                                   if k not in fields})[:200]), flush=True)
+        yield task, found
 
 
-def crop_setups_section(common, args):
+def crop_setups_section(results, common, args):
     """Section 2: per crop set-up, the train workload's GPU graph, the crop
-    decode-only ceiling and the decoders nvImageCodec used."""
+    decode-only ceiling and the decoders nvImageCodec used; appended to `results`
+    as each ends."""
     print("crop set-ups (train workload):", flush=True)
     tasks = []
     for setup, env in SETUPS.items():
@@ -200,10 +350,8 @@ def crop_setups_section(common, args):
             dict(kind="decoders", workload="train", setup=setup, **common,
                  env={**env, "DALI_NVIMGCODEC_LOG_LEVEL": "5"}),
         ]
-    results = run_tasks(tasks, args.setups_budget, args.section_timeout)
-    for task, found in zip(tasks, results):
-        found["setup"] = task["setup"]
-    return results
+    for _, found in run_tasks(tasks, args.setups_budget, args.section_timeout):
+        results.append(found)
 
 
 def sweep_points(args):
@@ -213,11 +361,11 @@ def sweep_points(args):
     return SWEEP_THREADS, SWEEP_LOADS
 
 
-def sweep_section(common, args, thread_counts, loads):
+def sweep_section(results, common, args, thread_counts, loads):
     """Section 4: `thread_counts` × `loads` (hw_decoder_load) on the train and eval
-    workloads (`SWEEP_WORKLOADS`), batches
-    left on the GPU; one process per thread count (`harness.sweep`), its points a
-    result each."""
+    workloads (`SWEEP_WORKLOADS`), batches left on the GPU; one process per thread
+    count (`harness.sweep`), its points a result each, appended to `results` as each
+    process ends."""
     print("sweep of threads × hw_decoder_load:", flush=True)
     runs = 1 if args.quick else min(args.runs, 2)
     points = [dict(workload=workload, options={"hw_decoder_load": load})
@@ -225,15 +373,13 @@ def sweep_section(common, args, thread_counts, loads):
     tasks = [dict(kind="sweep", loader=PREPROCESSING, train_steps=0, points=points,
                   **{**common, "threads": threads, "runs": runs})
              for threads in thread_counts]
-    results = []
-    for task, found in zip(tasks, run_tasks(tasks, args.sweep_budget, args.sweep_timeout)):
+    for task, found in run_tasks(tasks, args.sweep_budget, args.sweep_timeout):
         if "points" in found:
             results += found["points"]
         else:  # skipped or failed: each of its points says so
             why = {k: found[k] for k in ("skipped", "error") if k in found}
             results += [{"loader": PREPROCESSING, "threads": task["threads"], **point, **why}
                         for point in points]
-    return results
 
 
 def keras_fit_section(args, *, data, threads):
@@ -260,12 +406,13 @@ def keras_fit_section(args, *, data, threads):
 
 
 def summary(result):
-    """GPU preprocessing images/s (train, eval) and end-to-end fit images/s, apart."""
-    by_key = {(r.get("loader"), r.get("workload")): r for r in result["results"]}
-    fit = result["keras_fit"]
+    """GPU preprocessing images/s (train, eval) and end-to-end fit images/s, apart, of
+    what has been measured; and each section's status."""
+    by_key = {(r.get("loader"), r.get("workload")): r for r in result.get("results", [])}
+    fit = result.get("keras_fit") or {}
     return {
-        "gpu": result["machine"]["gpu"],
-        "threads": result["config"]["threads"],
+        "gpu": result.get("machine", {}).get("gpu"),
+        "threads": result["settings"]["threads"],
         "gpu_preprocessing_images_per_s": {
             w: by_key.get((PREPROCESSING, w), {}).get("images_per_s") for w in WORKLOADS},
         "torchvision_randaugment_images_per_s":
@@ -274,20 +421,51 @@ def summary(result):
         "fit_images_per_s_in_memory": fit.get("images_per_s_in_memory"),
         "input_efficiency": fit.get("input_efficiency"),
         "fit_model": fit.get("model"),
-        "cpu_decoded": {r["setup"]: r.get("cpu_decoded") for r in result["crop_setups"]
+        "cpu_decoded": {r["setup"]: r.get("cpu_decoded") for r in result.get("crop_setups", [])
                         if r.get("loader") == "decoders_used"},
+        "sections": {name: s["status"] for name, s in result["sections"].items()},
     }
+
+
+def results_markdown(result):
+    """results.md: the summary, then each section's tables, of what has been measured.
+    A part that cannot be drawn says why, and the others are drawn."""
+    from dalipipe.bench import report
+
+    parts = [
+        ("Summary", lambda: summary_markdown(result["summary"], result["sections"])),
+        ("Loaders", lambda: report.markdown(result) if "config" in result else
+         "## Loaders\n\nNo result.\n"),
+        ("Crop set-ups", lambda: setups_markdown(result.get("crop_setups", []))),
+        ("Keras fit", lambda: fit_markdown(result.get("keras_fit"))),
+        ("Sweep", lambda: sweep_markdown(result.get("sweep", []))),
+    ]
+    texts = []
+    for title, draw in parts:
+        try:
+            texts.append(draw())
+        except Exception as e:  # a drawing bug loses one table, not the file
+            texts.append(f"## {title}\n\nNot drawn: {error_line(e)}\n")
+    return "\n".join(texts)
 
 
 def _cell(value, spec=".0f"):
     return "–" if value is None else format(value, spec)
 
 
-def summary_markdown(s):
+def summary_markdown(s, sections):
+    if "error" in s:
+        return f"## Summary\n\nNot computed: {s['error']}\n"
     pre = s["gpu_preprocessing_images_per_s"]
+    done = "; ".join(
+        f"{SECTIONS[name]} {status['status']}"
+        + (f" after {status['seconds']:.0f} s" if "seconds" in status else "")
+        + (f" ({status['error']})" if "error" in status else "")
+        for name, status in sections.items())
     return (
         "## Summary\n\n"
         f"GPU: {s['gpu']}; {s['threads']} DALI threads in every section but the sweep.\n\n"
+        f"Sections: {done}.\n\n"
         "| measure | images/s |\n|---|---|\n"
         f"| GPU preprocessing, train (`{PREPROCESSING}`) | {_cell(pre.get('train'))} |\n"
         f"| GPU preprocessing, eval | {_cell(pre.get('eval'))} |\n"
@@ -337,6 +515,8 @@ def sweep_markdown(results):
 def fit_markdown(fit):
     """The Keras fit section's lines for results.md."""
     head = "## Keras fit, torch backend: input efficiency\n\n"
+    if fit is None:
+        return head + "No result.\n"
     if "skipped" in fit or "failed" in fit:
         reason = fit.get("skipped") or "failed: " + fit["failed"].strip().splitlines()[-1]
         return head + f"{reason}\n"

@@ -1,6 +1,8 @@
 """`benchmarks/gpu_bench.py --quick` rehearsed where only the GPU machine's packages can
-be imported, as on that machine; its GPU sections skip here. Also the harness's GPU
-measurements that the CPU can run: the decode-only ceilings with dalipipe's decoder
+be imported, as on that machine; its GPU sections skip here. Stopped by SIGTERM as
+`timeout` stops it, it keeps what it measured, writes its summary and leaves no
+process behind; a section that raises is recorded and the next one runs. Also the
+harness's GPU measurements that the CPU can run: the decode-only ceilings with dalipipe's decoder
 set-up, the sweep's one process per thread count, and the decoder log behind the
 count of images decoded on the CPU.
 
@@ -11,9 +13,12 @@ count of images decoded on the CPU.
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
+import psutil
 import pytest
 
 from dalipipe import sources
@@ -22,6 +27,7 @@ from dalipipe.bench.loaders import unavailable
 from dalipipe.devices import dali_gpu_count
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.join(ROOT, "benchmarks", "gpu_bench.py")
 # What the GPU machine's Python imports (top-level names): its own numpy, pytest,
 # Pillow, torch and torchvision with what they import; the bundle's DALI,
 # nvImageCodec and nvJPEG (under `nvidia`), Keras and what they import
@@ -98,7 +104,7 @@ def test_the_gpu_machine_env_blocks_what_that_machine_lacks(tmp_path):
 def test_gpu_bench_runs_without_tensorflow_and_records_what_it_skipped(tmp_path):
     out = tmp_path / "out"
     completed = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "benchmarks", "gpu_bench.py"), "--quick",
+        [sys.executable, BENCH, "--quick",
          "--num-images", "20", "--out", str(out), "--data", str(tmp_path / "data")],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
         env=gpu_machine_env(tmp_path / "site"),
@@ -107,6 +113,9 @@ def test_gpu_bench_runs_without_tensorflow_and_records_what_it_skipped(tmp_path)
     assert {"results.json", "results.md"} <= set(os.listdir(out))
     report = json.loads((out / "results.json").read_text())
     table = (out / "results.md").read_text()
+    assert report["summary"]["sections"] == dict.fromkeys(
+        ("loaders", "crop_setups", "keras_fit", "sweep"), "done")
+    assert all(s["seconds"] >= 0 for s in report["sections"].values())
 
     machine = report["machine"]
     assert machine["cpu"] == harness.cpu_model() and machine["cores"] >= 1
@@ -161,6 +170,118 @@ def test_gpu_bench_runs_without_tensorflow_and_records_what_it_skipped(tmp_path)
             fit["images_per_s_dalipipe"] / fit["images_per_s_in_memory"])
         assert report["summary"]["input_efficiency"] == fit["input_efficiency"]
         assert "| make_dali_dataset |" in table and "Input efficiency:" in table
+
+
+def start_bench(tmp_path, *args):
+    """`gpu_bench.py --quick` on 12 images, where only the GPU machine's packages can be
+    imported, in a session of its own as under `timeout`; its output goes to
+    tmp_path/bench.log. Returns the process and its `--out` folder."""
+    out = tmp_path / "out"
+    with open(tmp_path / "bench.log", "w") as log:
+        bench = subprocess.Popen(
+            [sys.executable, BENCH, "--quick", "--num-images", "12", "--out", str(out),
+             "--data", str(tmp_path / "data"), *args],
+            stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True,
+            env=gpu_machine_env(tmp_path / "site"))
+    return bench, out
+
+
+def sigterm_while_running(bench, command, ready=lambda: True, limit=600):
+    """Once `ready()` holds and `bench` runs a process whose command line holds
+    `command`, suspends that process (it can then neither finish nor exit by itself)
+    and sends SIGTERM to bench's process group, as `timeout` does.
+
+    Returns:
+        That process and every process bench had started then.
+    """
+    parent = psutil.Process(bench.pid)
+    deadline = time.monotonic() + limit  # a hang's guard, not a timing
+    while time.monotonic() < deadline:
+        assert bench.poll() is None, f"gpu_bench ended (status {bench.returncode}) first"
+        for child in parent.children(recursive=True) if ready() else ():
+            try:
+                if command in " ".join(child.cmdline()):
+                    child.suspend()
+                    started = parent.children(recursive=True)
+                    os.killpg(bench.pid, signal.SIGTERM)
+                    return child, started
+            except psutil.NoSuchProcess:
+                continue  # ended meanwhile: the next one
+        time.sleep(0.05)
+    pytest.fail(f"gpu_bench ran no {command} within {limit} s")
+
+
+def stopped_bench(bench, out, started):
+    """Waits for `bench` after its SIGTERM: it exits with 143 (128 + SIGTERM), every
+    process it had started is gone, and both result files are there. Returns its
+    results.json and results.md."""
+    assert bench.wait(timeout=300) == 128 + signal.SIGTERM
+    _, alive = psutil.wait_procs(started, timeout=60)
+    assert alive == [], alive
+    return json.loads((out / "results.json").read_text()), (out / "results.md").read_text()
+
+
+@pytest.mark.slow
+def test_sigterm_mid_section_kills_its_process_group_and_keeps_what_was_measured(tmp_path):
+    bench, out = start_bench(tmp_path)
+    # A measurement of section 1 after its first (the CPU decode ceiling) is on disk.
+    first_written = lambda: "config" in json.loads(  # noqa: E731
+        (out / "results.json").read_text() if (out / "results.json").exists() else "{}")
+    child, started = sigterm_while_running(bench, "dalipipe.bench.harness", first_written)
+    # In a session of its own: the SIGTERM sent to gpu_bench's group missed it.
+    assert os.getsid(child.pid) != os.getsid(bench.pid)
+    report, table = stopped_bench(bench, out, started)
+    assert report["sections"]["loaders"]["status"] == "stopped by SIGTERM"
+    assert [report["sections"][s]["status"] for s in ("crop_setups", "keras_fit", "sweep")] \
+        == ["not started"] * 3
+    ceiling = next(r for r in report["results"] if r["loader"] == "dali_decode_only_cpu")
+    assert ceiling["images_per_s"] > 0
+    assert report["summary"]["sections"]["loaders"] == "stopped by SIGTERM"
+    assert "## Summary" in table and "1. loaders stopped by SIGTERM" in table
+    assert "Decode-only ceiling (dali_decode_only_cpu)" in table
+    assert "SIGTERM: measuring stopped" in (tmp_path / "bench.log").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+def test_sigterm_in_a_later_section_leaves_the_earlier_sections_on_disk(tmp_path):
+    # Sections 1 and 2 record their measurements as not started (no time budget), and
+    # the Keras fit's process (in gpu_bench's process group) is the one stopped.
+    bench, out = start_bench(tmp_path, "--time-budget", "0", "--setups-budget", "0")
+    _, started = sigterm_while_running(bench, "benchmarks.keras_fit")
+    report, table = stopped_bench(bench, out, started)
+    assert report["summary"]["sections"] == {"loaders": "done", "crop_setups": "done",
+                                             "keras_fit": "stopped by SIGTERM",
+                                             "sweep": "not started"}
+    assert len(report["results"]) == 17 and len(report["crop_setups"]) == 6
+    assert all("skipped" in r for r in report["results"] + report["crop_setups"])
+    assert "keras_fit" not in report and "sweep" not in report
+    assert "3. Keras fit stopped by SIGTERM" in table and "## Crop set-ups" in table
+
+
+def test_a_section_that_raises_is_recorded_and_the_next_runs(tmp_path, monkeypatch, capsys):
+    from benchmarks import gpu_bench
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("no fit here\nnor on this line")
+
+    monkeypatch.setattr(gpu_bench, "keras_fit_section", fails)
+    out = tmp_path / "out"
+    handler = signal.getsignal(signal.SIGTERM)
+    status = gpu_bench.main(["--quick", "--num-images", "8", "--out", str(out),
+                             "--data", str(tmp_path / "data"), "--time-budget", "0",
+                             "--setups-budget", "0", "--sweep-budget", "0"])
+    assert status == 1
+    report = json.loads((out / "results.json").read_text())
+    assert report["summary"]["sections"] == {"loaders": "done", "crop_setups": "done",
+                                             "keras_fit": "failed", "sweep": "done"}
+    assert report["sections"]["keras_fit"]["error"] == "RuntimeError: no fit here"
+    # The section after it ran: its 4 points, skipped here (no GPU, or no time).
+    assert len(report["sweep"]) == 4 and all("skipped" in r for r in report["sweep"])
+    assert "3. Keras fit failed after 0 s (RuntimeError: no fit here)" in \
+        (out / "results.md").read_text()
+    assert "section 3. Keras fit failed: RuntimeError: no fit here" in capsys.readouterr().out
+    assert signal.getsignal(signal.SIGTERM) is handler  # put back
 
 
 @pytest.fixture(scope="module")

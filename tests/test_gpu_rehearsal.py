@@ -69,3 +69,12 @@ def test_the_gpu_run_script_and_its_run_calls():
     assert carried[-1][1:] == [".gpu/unpack.sh", ".gpu/extras"] and \
         all(len(c) == 1 for c in carried[:-1])
     assert calls[-1][0] == '"bash scripts/gpu_run.sh"' and int(calls[-1][2]) <= 600
+    # Its steps' time limits and kill graces (pytest's, gpu_bench's), with a minute
+    # to unpack the bundle, end within that call's limit: the call never cuts the run.
+    with open(script, encoding="utf-8") as f:
+        text = f.read()
+    defaults = dict(re.findall(r"^(\w+_LIMIT)=\$\{\1:-(\d+)\}$", text, re.MULTILINE))
+    limits = re.findall(r'^timeout (?:-s \w+ )?-k (\d+) "\$(\w+_LIMIT)" ', text, re.MULTILINE)
+    assert len(limits) == 2 and {name for _, name in limits} == set(defaults), limits
+    worst = sum(int(grace) + int(defaults[name]) for grace, name in limits)
+    assert worst + 60 <= int(calls[-1][2]), worst
