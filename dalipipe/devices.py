@@ -21,8 +21,8 @@ as arguments, so that tests can give them every answer a framework may give.
 """
 
 import os
-import warnings
 
+from dalipipe.calls import warn
 from dalipipe.install import DALI_FIX, pip_extra
 from dalipipe.utils import usable_cores
 
@@ -93,8 +93,7 @@ def choose_device(device, framework_gpus, dali_gpus, *, framework, framework_fix
             f"Use device='cpu' or device='auto'.{fix}"
         )
     if fix:
-        # The caller of make_dali_dataset: through the adapter's make and the resolver.
-        warnings.warn(f"`device='auto'` runs DALI on the CPU: {counts}{fix}", stacklevel=5)
+        warn(f"`device='auto'` runs DALI on the CPU: {counts}{fix}")
     return "cpu"
 
 
