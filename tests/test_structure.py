@@ -127,8 +127,8 @@ def test_only_the_tensorflow_side_imports_tensorflow():
     # The TensorFlow adapter and its parts, the command line and the baselines; the
     # device module asks TensorFlow inside its functions only.
     on_import = {"dalipipe.tf_dataset", "dalipipe.tf_inputs", "dalipipe.tf_keras_dataset",
-                 "dalipipe.cli", "dalipipe.doctor", "dalipipe.bench.harness",
-                 "dalipipe.bench.loaders"}
+                 "dalipipe.tf_hooks", "dalipipe.cli", "dalipipe.doctor",
+                 "dalipipe.bench.harness", "dalipipe.bench.loaders"}
     importers = importers_of("tensorflow")
     assert importers <= on_import | {"dalipipe.devices"}, importers - on_import
     top_level = importers_of("tensorflow", top_level_only=True)
