@@ -76,3 +76,23 @@ def test_without_dali_dalipipe_imports_and_doctor_says_dali_does_not_import():
     assert "make_dali_dataset cannot run:\n  nvidia-dali-" in done.stdout
     assert "is installed but does not import" in done.stdout
     assert "dataset (cpu)" not in done.stdout
+
+
+def test_doctor_says_when_keras_is_outside_the_versions_dalipipe_requires():
+    from dalipipe.doctor import keras_outside_range
+
+    requires = ["tensorflow<2.22,>=2.16", "keras<3.16,>=3.11", 'grain>=0.2; extra == "grain"']
+    for version in ("3.11.0", "3.15.1"):
+        assert keras_outside_range(version, requires) is None
+    for version in ("3.10.0", "3.16.0", "4.0.0"):
+        said = keras_outside_range(version, requires)
+        assert said.startswith(f"Keras {version} is installed") and \
+            "pip install 'keras<3.16,>=3.11'" in said, said
+    assert keras_outside_range("3.0.0", ["keras>=3"]) is None
+    # The installed package's own requirements by default.
+    import importlib.metadata
+
+    import keras
+
+    assert keras_outside_range(keras.__version__) == keras_outside_range(
+        keras.__version__, importlib.metadata.requires("dalipipe"))
