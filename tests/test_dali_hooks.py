@@ -28,3 +28,31 @@ def test_shut_down_stops_the_pipelines_threads():
     assert os_threads() >= before + 4
     dali_hooks.shut_down(pipeline)
     assert os_threads() <= before
+
+
+def test_auto_augment_tables_hold_each_sub_policy_stage_by_stage():
+    from nvidia.dali import pipeline_def
+    from nvidia.dali.auto_aug import auto_augment
+
+    policy = auto_augment.get_image_net_policy()
+    found = {}
+
+    @pipeline_def(batch_size=1, num_threads=1, device_id=None)
+    def tables():
+        probabilities, bins, ids, found["augmentations"] = \
+            dali_hooks.auto_augment_tables(policy)
+        return probabilities, bins, ids
+
+    pipeline = tables()
+    pipeline.build()
+    probabilities, bins, ids = (out.as_array()[0] for out in pipeline.run())
+    dali_hooks.shut_down(pipeline)
+    augmentations = found["augmentations"]
+    stages = max(len(sub_policy) for sub_policy in policy.sub_policies)
+    assert probabilities.shape == bins.shape == ids.shape == (len(policy.sub_policies), stages)
+    for row, sub_policy in enumerate(policy.sub_policies):
+        for stage, (augmentation, probability, magnitude_bin) in enumerate(sub_policy):
+            assert probabilities[row, stage] == pytest.approx(probability)
+            if magnitude_bin is not None:
+                assert bins[row, stage] == magnitude_bin
+            assert augmentations[stage][ids[row, stage]].name == augmentation.name
