@@ -211,10 +211,12 @@ def default_memory_growth(environ, modules):
 
 
 def _tensorflow_started(modules):
-    # TensorFlow creates its devices with its eager context; it reads the variable then.
-    context = modules.get("tensorflow.python.eager.context")
-    current = context.context_safe() if context is not None else None
-    return getattr(current, "_context_handle", None) is not None
+    # TensorFlow reads the variable when it creates its devices, after its import.
+    if "tensorflow" not in modules:
+        return False
+    from dalipipe import tf_hooks  # imports nothing more than TensorFlow's own
+
+    return tf_hooks.devices_created()
 
 
 def enable_memory_growth(gpus):

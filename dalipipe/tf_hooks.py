@@ -3,18 +3,29 @@ classes.
 
 `tf.data` has no public way to give a dataset another Python view of the same graph
 (`KerasDataset`: Keras's cardinality, a GPU guard), nor to make an iterator whose
-resource is created at its first use. Both rest on `tf.data` internals, all of them
-here, so that a TensorFlow release that changes one breaks one module, and
-`tests/test_tf_hooks.py`, which checks each on real datasets and iterators, says
-which. (Keras's internals are in `dalipipe.keras_hooks`, which loads no TensorFlow
+resource is created at its first use, and TensorFlow does not say whether it has
+created its devices (after which `TF_FORCE_GPU_ALLOW_GROWTH` is read). These rest on
+TensorFlow's internals, all of them here, so that a TensorFlow release that changes
+one breaks one module, and `tests/test_tf_hooks.py`, which checks each on real
+datasets, iterators and processes, says which. (Keras's internals are in `dalipipe.keras_hooks`, which loads no TensorFlow
 on torch and JAX; DALI's in `dalipipe.dali_hooks`.)
 
-Imports TensorFlow: only the TensorFlow adapter imports it. Checked on TensorFlow 2.21.
+Imports TensorFlow: the TensorFlow adapter imports it, and `dalipipe.devices` where
+TensorFlow is imported already. Checked on TensorFlow 2.21.
 """
 
 import tensorflow as tf
 from tensorflow.python.data.ops import iterator_ops
 from tensorflow.python.data.util import structure
+from tensorflow.python.eager import context
+
+
+def devices_created():
+    """Whether TensorFlow has created its devices (its eager context holds its handle,
+    `_context_handle`): it has read `TF_FORCE_GPU_ALLOW_GROWTH`, and memory growth can
+    no longer be turned on. Listing the physical devices creates none."""
+    current = context.context_safe()
+    return current is not None and current._context_handle is not None
 
 
 class DatasetOver(tf.data.Dataset):

@@ -1,7 +1,8 @@
 """`dalipipe.tf_hooks`: each `tf.data` internal that dalipipe relies on, checked on
 real datasets and iterators, so that a TensorFlow release that changes one fails
 here by name: a dataset that is another's graph (`DatasetOver`), iterators made at
-their first use (`LazyIterator`, on `OwnedIterator`'s internals)."""
+their first use (`LazyIterator`, on `OwnedIterator`'s internals), whether TensorFlow
+has created its devices (`devices_created`)."""
 
 import pytest
 
@@ -75,3 +76,23 @@ def test_a_dataset_over_another_is_its_graph_with_its_options():
 
 def test_tf_data_asks_a_dataset_for_its_element_spec_and_inputs_only():
     assert tf.data.Dataset.__abstractmethods__ == {"_inputs", "element_spec"}
+
+
+def test_devices_created_once_tensorflow_has_made_its_context():
+    import subprocess
+    import sys
+
+    from dalipipe.utils import child_env
+
+    code = ("import tensorflow as tf\n"
+            "from dalipipe import tf_hooks\n"
+            "said = [tf_hooks.devices_created()]\n"
+            "tf.config.list_physical_devices()\n"
+            "said.append(tf_hooks.devices_created())\n"
+            "tf.constant(1)\n"
+            "said.append(tf_hooks.devices_created())\n"
+            "print(said)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=child_env(), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1] == "[False, False, True]"
