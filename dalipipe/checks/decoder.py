@@ -150,7 +150,7 @@ def _verdicts(images, tests, *, device, device_id, sizes=None):
     if nvimgcodec is None:
         if any(test == "full" for test, _ in tests):
             warn("nvImageCodec is not installed, so the check decodes with PIL, "
-                          "which accepts some files that DALI's decoder rejects.")
+                 "which accepts some files that DALI's decoder rejects.")
         return [_pil_verdict(data, label) if test == "full" else None
                 for data, (test, label) in zip(images, tests)]
     reasons = [None] * len(images)
