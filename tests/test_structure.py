@@ -154,3 +154,19 @@ def test_the_package_shows_its_public_names_only():
     assert [n for n in dir(dalipipe) if not n.startswith("_")] == public
     for name in public:
         assert getattr(dalipipe, name).__name__ == name
+
+
+def test_framework_internals_are_reached_from_their_hooks_module_only():
+    """Keras's private modules from `keras_hooks`, TensorFlow's from `tf_hooks`, DALI's
+    private attributes from `dali_hooks`; the stack is walked by `keras_hooks` (fit's
+    frame) and `calls.warn` (the user's line) only."""
+    owners = {
+        r"\bkeras\.src\b": {"dalipipe/keras_hooks.py"},
+        r"\btensorflow\.python\b": {"dalipipe/tf_hooks.py"},
+        r"\bauto_augment\._|\b_shutdown\(": {"dalipipe/dali_hooks.py"},
+        r"\b_getframe\b|\bf_back\b": {"dalipipe/keras_hooks.py", "dalipipe/calls.py"},
+    }
+    for pattern, allowed in owners.items():
+        found = {path.relative_to(ROOT).as_posix() for path in PACKAGE.rglob("*.py")
+                 if re.search(pattern, path.read_text(encoding="utf-8"))}
+        assert found <= allowed, (pattern, found - allowed)
