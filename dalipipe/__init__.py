@@ -5,9 +5,9 @@
 arrays on torch and JAX (which never load TensorFlow). `make_dali_pipeline` builds
 the same DALI graph without Keras.
 
-`import dalipipe` loads DALI when it is installed, before anything else can load
-TensorFlow (DALI's S3 client needs that order: see `dalipipe.dali_import`), and runs
-without it, so that `dalipipe doctor` can say what to install.
+`import dalipipe` loads DALI when DALI imports (its S3 client needs DALI loaded
+before TensorFlow: see `dalipipe.dali_import`), and succeeds without it, so that
+`dalipipe doctor` can say what to install.
 """
 
 import os as _os
