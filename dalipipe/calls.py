@@ -1,10 +1,10 @@
 """What both public functions do with a call: the first argument's two names
-(`first_argument`), and warnings given at the caller's line (`warnings_at_caller`).
+(`first_argument`), and dalipipe's warnings given at the user's line (`warn`).
 
-`make_dali_dataset` and `make_dali_pipeline` warn from deep inside dalipipe (the
-index, the check, the device choice), at depths that differ between them;
-`warnings_at_caller` gives every such warning again at the first line outside the
-package, the user's.
+dalipipe warns from deep inside (the index, the check, the device choice), at
+depths that differ between the public functions and their adapters; `warn` names
+the first frame outside the package, the line that called dalipipe, so that no
+`warnings.warn` in dalipipe counts its own `stacklevel`.
 """
 
 import os
@@ -34,41 +34,28 @@ def first_argument(function, directory, source):
     return source if directory is None else directory
 
 
-def warnings_at_caller(make, *args):
-    """`make(*args)`, with every warning that dalipipe gives in it reported at the
-    line outside dalipipe that called it (the user's line), whatever the depth it
-    came from.
+def warn(message, category=UserWarning):
+    """Gives warning `message` of `category` at the first frame outside the dalipipe
+    package: the user's line that called dalipipe, whose module the warning filters
+    match. Every warning of dalipipe goes through here.
 
-    Only dalipipe's own warnings move: the others (TensorFlow's, DALI's) go through
-    the filters as they are given and are shown where they were given.
+    Python 3.12's `skip_file_prefixes` skips the package's frames; before 3.12 the
+    `stacklevel` that does the same is counted by walking the stack.
     """
-    caught = []
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            # Every dalipipe warning is held; the filters decide again at the user's line.
-            warnings.filterwarnings("always", module=r"dalipipe(\.|$)")
-            return make(*args)
-    finally:
-        level = _caller_stacklevel()
-        for warning in caught:
-            if _in_package(warning.filename):
-                warnings.warn(warning.message, warning.category, stacklevel=level)
-            else:  # passed the filters already
-                warnings.showwarning(warning.message, warning.category, warning.filename,
-                                     warning.lineno, warning.file, warning.line)
+    if sys.version_info >= (3, 12):
+        warnings.warn(message, category, skip_file_prefixes=_PACKAGE_PREFIXES)
+        return
+    # stacklevel=2 names warn's caller, sys._getframe(1); each frame in the package, one more.
+    frame, level = sys._getframe(1), 2
+    while frame is not None and _in_package(frame.f_code.co_filename):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# The package's folder as its frames name their files: absolute, and as imported.
+_PACKAGE_PREFIXES = tuple(sorted({_PACKAGE_DIR, os.path.dirname(__file__) + os.sep}))
 
 
 def _in_package(filename):
     return os.path.abspath(filename).startswith(_PACKAGE_DIR)
-
-
-def _caller_stacklevel():
-    """The `stacklevel` that names, for a `warnings.warn` in this function's caller,
-    the first frame outside the dalipipe package."""
-    frame, level = sys._getframe(1), 1
-    while frame is not None and _in_package(frame.f_code.co_filename):
-        frame, level = frame.f_back, level + 1
-    return level

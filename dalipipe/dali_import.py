@@ -8,7 +8,8 @@ exports BoringSSL under OpenSSL's names. When TensorFlow comes first, s2n binds 
 TensorFlow's copy, finds the wrong OpenSSL version at its first S3 request, and
 aborts the whole process ("s2n_init() failed", from `Aws::InitAPI` on a DALI thread).
 
-So `import dalipipe` imports `nvidia.dali` before anything imports TensorFlow; when
+So `import dalipipe` imports `nvidia.dali` (when it imports: without DALI, dalipipe
+imports, and building a pipeline raises), before anything imports TensorFlow; when
 TensorFlow is already imported, s2n is loaded first with `RTLD_DEEPBIND`, so that
 it keeps its own OpenSSL. Where both were already imported, TensorFlow first,
 nothing can mend it: `s3_error()` says so before DALI is asked to read a URI.
@@ -28,7 +29,11 @@ _LOADED = False
 
 def load_dali():
     """Imports `nvidia.dali` so that its S3 client keeps its own OpenSSL (see above);
-    `import dalipipe` calls it. Returns `s3_error()`."""
+    `import dalipipe` calls it. Returns `s3_error()`.
+
+    Raises:
+        ImportError: where DALI does not import (`import dalipipe` goes on without it).
+    """
     global _S3_PROBLEM, _LOADED
     if not _LOADED:
         _LOADED = True

@@ -6,7 +6,7 @@ TensorFlow plugin) or `dalipipe.py_dataset` (a `keras.utils.PyDataset` for torch
 JAX). Nothing here imports TensorFlow, so that Keras on torch or JAX never loads it.
 """
 
-from dalipipe.calls import first_argument, warnings_at_caller
+from dalipipe.calls import first_argument
 from dalipipe.devices import resolve_device
 from dalipipe.keras_config import keras_backend
 from dalipipe.options import Options
@@ -179,7 +179,7 @@ def make_dali_dataset(
     """
     options = Options.from_arguments(locals())
     source = first_argument("make_dali_dataset", directory, source)
-    return warnings_at_caller(_make, source, options, strategy)
+    return _make(source, options, strategy)
 
 
 def _make(source, options, strategy):

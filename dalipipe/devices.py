@@ -21,8 +21,8 @@ as arguments, so that tests can give them every answer a framework may give.
 """
 
 import os
-import warnings
 
+from dalipipe.calls import warn
 from dalipipe.install import DALI_FIX, pip_extra
 from dalipipe.utils import usable_cores
 
@@ -93,8 +93,7 @@ def choose_device(device, framework_gpus, dali_gpus, *, framework, framework_fix
             f"Use device='cpu' or device='auto'.{fix}"
         )
     if fix:
-        # The caller of make_dali_dataset: through the adapter's make and the resolver.
-        warnings.warn(f"`device='auto'` runs DALI on the CPU: {counts}{fix}", stacklevel=5)
+        warn(f"`device='auto'` runs DALI on the CPU: {counts}{fix}")
     return "cpu"
 
 
@@ -212,10 +211,12 @@ def default_memory_growth(environ, modules):
 
 
 def _tensorflow_started(modules):
-    # TensorFlow creates its devices with its eager context; it reads the variable then.
-    context = modules.get("tensorflow.python.eager.context")
-    current = context.context_safe() if context is not None else None
-    return getattr(current, "_context_handle", None) is not None
+    # TensorFlow reads the variable when it creates its devices, after its import.
+    if "tensorflow" not in modules:
+        return False
+    from dalipipe import tf_hooks  # imports nothing more than TensorFlow's own
+
+    return tf_hooks.devices_created()
 
 
 def enable_memory_growth(gpus):

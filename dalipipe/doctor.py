@@ -7,6 +7,7 @@ DALI's TensorFlow plugin, memory growth. Then `make_dali_dataset` runs on a few 
 is 0 when it ran, 1 otherwise, with the reasons.
 """
 
+import importlib.metadata
 import io
 import os
 import platform
@@ -189,7 +190,8 @@ def _hardware_jpeg(dali_gpus):
     return "yes (GPU 0 decoded a test JPEG in hardware)"
 
 
-def _keras(problems, advice):
+def _keras(problems, advice, requirements=None):
+    """The Keras row; `requirements` are dalipipe's (its package metadata's when None)."""
     try:
         import keras
     except ImportError as e:
@@ -199,10 +201,42 @@ def _keras(problems, advice):
     if int(keras.__version__.split(".")[0]) < 3:
         problems.append(f"dalipipe needs Keras 3 or later: pip install 'keras>=3'. "
                         f"Found {keras.__version__}")
+    else:
+        outside = keras_outside_range(keras.__version__, requirements)
+        if outside:
+            advice.append(outside)
     if backend != "tensorflow":
         advice.append(f"Keras's backend is {backend!r}: dalipipe's datasets are tf.data "
                       "datasets, which Keras trains from with KERAS_BACKEND=tensorflow.")
     return f"{keras.__version__}, backend {backend}"
+
+
+def keras_outside_range(version, requirements=None):
+    """What to do when Keras `version` is outside the versions dalipipe requires
+    (`pyproject.toml`'s `keras` dependency, which `dalipipe.keras_hooks` is tested on),
+    else None.
+
+    Args:
+        version: the installed Keras's version, such as "3.15.1".
+        requirements: dalipipe's requirements as `importlib.metadata.requires` lists
+            them; None reads the installed package's (none found: nothing to say).
+    """
+    from packaging.requirements import Requirement
+
+    if requirements is None:
+        try:
+            requirements = importlib.metadata.requires("dalipipe") or []
+        except importlib.metadata.PackageNotFoundError:  # a checkout, not installed
+            return None
+    for line in requirements:
+        requirement = Requirement(line)
+        if requirement.name == "keras" and requirement.marker is None:
+            if requirement.specifier.contains(version, prereleases=True):
+                return None
+            return (f"Keras {version} is installed, and dalipipe reads Keras's internals "
+                    f"as the versions it requires have them ({requirement}): "
+                    f"pip install '{requirement}'.")
+    return None
 
 
 def _memory_growth(tf, tf_gpus):

@@ -1,14 +1,18 @@
-"""Every private Keras/TensorFlow attribute dalipipe touches, behind named functions.
+"""Every private Keras attribute dalipipe touches, behind named functions.
 
 Keras 3 hands a callback neither `fit`'s epoch iterator nor its list of callbacks,
-and its stateful callbacks (`ModelCheckpoint`, `EarlyStopping`,
-`ReduceLROnPlateau`) keep their state in attributes that no API saves. What
-`dalipipe.BackupAndRestore` needs of them is read and written here only, so that a
-Keras release that renames one breaks one module, and `tests/test_keras_hooks.py`,
-which checks each of them on real Keras objects, says which.
+exports no way to read a `PyDataset` with its workers outside `fit` (the
+benchmark's baseline does), and its stateful callbacks (`ModelCheckpoint`,
+`EarlyStopping`, `ReduceLROnPlateau`) keep their state in attributes that no API
+saves. What dalipipe needs of them is read and written here only, so that a Keras
+release that changes one breaks one module, and `tests/test_keras_hooks.py`, which
+checks each of them on real Keras objects, says which. TensorFlow's internals are in
+`dalipipe.tf_hooks` (this module loads no TensorFlow on torch and JAX), DALI's in
+`dalipipe.dali_hooks`.
 
 Imported only by modules that already import Keras (`import dalipipe` does not).
-Checked on Keras 3.15.
+Checked on Keras 3.11 and 3.15: the range `pyproject.toml` gives, which
+`dalipipe doctor` reads.
 """
 
 import sys
@@ -107,6 +111,21 @@ def set_callback_state(callback, values, arrays):
                 if name in arrays:
                     setattr(callback, name, list(arrays[name]))
             return
+
+
+def py_dataset_batches(py_dataset):
+    """One epoch of `py_dataset`'s batches, as NumPy, read as `fit` reads them: by
+    Keras's `PyDatasetAdapter`, which runs the dataset's workers (Keras 3 exports
+    neither it nor its enqueuer, and `PyDataset.__iter__` calls `__getitem__` in the
+    calling thread). A generator: the workers stop when it ends or is closed."""
+    from keras.src.trainers.data_adapters.py_dataset_adapter import PyDatasetAdapter
+
+    adapter = PyDatasetAdapter(py_dataset, shuffle=False)
+    adapter.on_epoch_begin()
+    try:
+        yield from adapter.get_numpy_iterator()
+    finally:
+        adapter.on_epoch_end()
 
 
 def _plain(value):

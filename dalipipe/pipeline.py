@@ -15,12 +15,11 @@ epoch's inputs, shards) that the native runner and both adapters read.
 
 import os
 import struct
-import warnings
 
 import numpy as np
 
 from dalipipe import checks, graph, mixing, sampling, sources, tfrecord
-from dalipipe.calls import first_argument, warnings_at_caller
+from dalipipe.calls import first_argument, warn
 from dalipipe.devices import dali_device
 from dalipipe.options import TARGET_MODES, Options, is_inferred
 from dalipipe.sharding import Sharding, check_global_batch
@@ -82,7 +81,7 @@ def make_dali_pipeline(
     """
     options = Options.from_arguments(locals())
     source = first_argument("make_dali_pipeline", directory, source)
-    return warnings_at_caller(image_pipelines, source, options)
+    return image_pipelines(source, options)
 
 
 def image_pipelines(source, options, device_id=0, sharding=None):
@@ -127,11 +126,10 @@ def image_pipelines(source, options, device_id=0, sharding=None):
     if index.labels is None:
         options = options.replace(labels=None, label_mode=None, class_names=None)
         if options.shuffle and len(index) > 1:
-            warnings.warn(
+            warn(
                 "Images without labels, and `shuffle=True`: every pass reads them in a new "
                 "random order, so the rows of `model.predict` follow neither `file_paths` "
                 "nor the source's order. To predict, pass `shuffle=False`.",
-                stacklevel=2,
             )
     elif options.label_mode == "binary" and len(index.class_names) != 2:
         raise ValueError(

@@ -21,6 +21,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from dalipipe import dali_hooks
 from dalipipe.utils import is_int
 
 # augment= names -> the recipe with its defaults (`parse_augment`).
@@ -236,16 +237,14 @@ class AutoAugment:
         """`images` (uint8 HWC graph node) with the policy applied per sample, as
         DALI's `auto_aug.auto_augment.apply_auto_augment` does, from `draws`."""
         from nvidia.dali import fn, types
-        from nvidia.dali.auto_aug import auto_augment
         from nvidia.dali.auto_aug.core import signed_bin
 
         policy, stages = self.dali_policy(), self.stages
         sub_policy = _columns(draws, 0, 1)[0]
         signs = fn.cast(draws[1 + stages:1 + 2 * stages], dtype=types.INT32)
-        probabilities = auto_augment._sub_policy_to_probability_map(policy)[sub_policy]
-        bins = auto_augment._sub_policy_to_magnitude_bin_map(policy)[sub_policy]
-        ids, augmentations = auto_augment._sub_policy_to_augmentation_map(policy)
-        ids = ids[sub_policy]
+        probabilities, bins, ids, augmentations = dali_hooks.auto_augment_tables(policy)
+        probabilities, bins, ids = (probabilities[sub_policy], bins[sub_policy],
+                                    ids[sub_policy])
         if any(aug.randomly_negate for aug in policy.augmentations.values()):
             bins = signed_bin(bins, random_sign=signs)
         for stage in range(stages):

@@ -25,11 +25,11 @@ import json
 import os
 import shutil
 import tempfile
-import warnings
 
 import keras
 
 from dalipipe import keras_hooks
+from dalipipe.calls import warn
 # `fingerprint` and `differences` are also asked for here (`grain_dataset`, the tests).
 from dalipipe.fingerprint import differences, fingerprint
 
@@ -323,12 +323,11 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             if entry is None:
                 held = ", ".join(f"{e['class'].rsplit('.', 1)[-1]} at {e['position']}"
                                  for e in saved) or "none"
-                warnings.warn(
+                warn(
                     f"{type(callback).__name__} (`callbacks[{position}]` of `fit`) starts "
                     f"fresh: the backup in {folder} holds no state for a "
                     f"{_class_name(callback)} at position {position} (callbacks are "
                     f"matched by class and position; the backup holds: {held}).",
-                    stacklevel=2,
                 )
                 continue
             if _has_state_protocol(callback):

@@ -16,12 +16,12 @@ table's raw and multi-hot targets are `dalipipe.targets`.
 import csv
 import os
 import sys
-import warnings
 from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
 from dalipipe import tfrecord
+from dalipipe.calls import warn
 from dalipipe.options import is_inferred
 from dalipipe.targets import class_order, is_missing, table_targets, warn_numeric_classes
 from dalipipe.storage import index as remote
@@ -447,10 +447,9 @@ def _warn_ignored(ignored, directory):
         why.append(f"DALI does not decode {', '.join(undecodable)} files")
     if loose:
         why.append(f"{loose} lie outside the class subfolders (no class)")
-    warnings.warn(
+    warn(
         f"Ignored {len(ignored)} image file(s) in {directory!r}: {'; '.join(why)}. "
         f"Ignored: {listing(ignored)}",
-        stacklevel=2,
     )
 
 

@@ -16,10 +16,10 @@ the distinct values of a numeric column into classes. Pure Python and NumPy.
 """
 
 import math
-import warnings
 
 import numpy as np
 
+from dalipipe.calls import warn
 from dalipipe.utils import MAX_LISTED, listing
 
 # Separates the class names of one cell of a multi-hot column given as text.
@@ -95,12 +95,11 @@ def warn_numeric_classes(values, name, what):
     if any(_number(v) is None for v in present) or all(_is_integer(v) for v in present):
         return
     found = sorted({str(v) for v in present})
-    warnings.warn(
+    warn(
         f"Column {name!r} of {what} holds numbers, and `labels={name!r}` makes each "
         f"distinct value a class: {len(found)} classes, {listing(found)}. For numeric "
         f'targets, pass `label_columns={name!r}, label_mode="raw"`; for classes, make '
         "the column integers or text.",
-        stacklevel=2,
     )
 
 

@@ -9,6 +9,7 @@ transformations on a GPU, is `dalipipe.tf_keras_dataset`; the device choice is
 
 import tensorflow as tf
 
+from dalipipe import dali_hooks
 from dalipipe.devices import resolve_tensorflow_device, strategy_device, tf_gpu_cuda_ordinal
 from dalipipe.install import import_dali_tf
 from dalipipe.pipeline import image_pipelines
@@ -214,8 +215,7 @@ def _dali_dataset(feed, numbers, batch_size, *, join, device):
     # The plugin builds the Python pipeline only to read its inputs; every iterator
     # builds its own from the serialized graph. Release this one's threads and GPU
     # state now rather than when the dataset is collected.
-    if hasattr(pipeline, "_shutdown"):
-        pipeline._shutdown()
+    dali_hooks.shut_down(pipeline)
     return dataset
 
 

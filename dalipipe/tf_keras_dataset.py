@@ -8,12 +8,14 @@ ValueError, naming what to do instead, rather than fail inside TensorFlow.
 
 Its iterators are made at their first use (`LazyIterator`): an iterator of DALI's
 dataset builds a DALI pipeline and prefetches when it is made, and Keras makes
-iterators that it never reads (one at the end of every epoch).
+iterators that it never reads (one at the end of every epoch). Both it and the
+dataset's view of DALI's graph (`DatasetOver`) rest on `tf.data` internals, which
+`dalipipe.tf_hooks` holds.
 """
 
 import tensorflow as tf
-from tensorflow.python.data.ops import iterator_ops
-from tensorflow.python.data.util import structure
+
+from dalipipe.tf_hooks import DatasetOver, LazyIterator
 
 # Instance methods of `tf.data.Dataset` whose ops run on the CPU only.
 _CPU_TRANSFORMATIONS = (
@@ -24,7 +26,7 @@ _CPU_TRANSFORMATIONS = (
 )
 
 
-class KerasDataset(tf.data.Dataset):
+class KerasDataset(DatasetOver):
     """The dataset `make_dali_dataset` returns: `dataset` with Keras's view of it.
 
     `cardinality()` is the number of steps per epoch (DALI reports an infinite one;
@@ -47,11 +49,7 @@ class KerasDataset(tf.data.Dataset):
         self.image_pipeline = image_pipeline
         self.class_names = image_pipeline.class_names
         self.file_paths = list(image_pipeline.file_paths)
-        self._input_dataset = dataset
-        super().__init__(dataset._variant_tensor)
-
-    def _inputs(self):
-        return [self._input_dataset]
+        super().__init__(dataset)
 
     @property
     def element_spec(self):
@@ -88,42 +86,6 @@ class KerasDataset(tf.data.Dataset):
         _, dataset = self._resumed
         self._resumed = None
         return iter(dataset)
-
-
-class LazyIterator(iterator_ops.OwnedIterator):
-    """A `tf.data` iterator of `dataset` whose TensorFlow iterator is made when it is
-    first used: its first `next()`, or the first `tf.function` call that takes it
-    (Keras's train, test and predict steps). An iterator never used makes nothing.
-
-    TensorFlow's `OwnedIterator` makes its iterator resource in `__init__`
-    (`_create_iterator`); this one defers that call to the first read of
-    `_iterator_resource`, through which every use of the iterator goes
-    (`tests/test_tf_keras_dataset.py` fails when TensorFlow changes that).
-    """
-
-    def __init__(self, dataset):  # pylint: disable=super-init-not-called
-        self._pending = dataset
-        self._element_spec = dataset.element_spec
-        self._flat_output_types = structure.get_flat_tensor_types(self._element_spec)
-        self._flat_output_shapes = structure.get_flat_tensor_shapes(self._element_spec)
-        self._get_next_call_count = 0
-
-    @property
-    def made(self):
-        """Whether the TensorFlow iterator has been made."""
-        return self._pending is None
-
-    @property
-    def _iterator_resource(self):
-        if self._pending is not None:
-            dataset, self._pending = self._pending, None
-            with tf.init_scope():  # eagerly, also when first used while tracing
-                self._create_iterator(dataset)
-        return self._resource
-
-    @_iterator_resource.setter
-    def _iterator_resource(self, resource):
-        self._resource = resource
 
 
 def _cpu_transformation(name):

@@ -10,9 +10,10 @@ import contextlib
 import os
 import sys
 import tempfile
-import warnings
 
 import numpy as np
+
+from dalipipe.calls import warn
 
 # What DALI's image decoders read, by extension. GIF is not among them.
 IMAGE_EXTENSIONS = (
@@ -89,12 +90,12 @@ def warn_without_cache(place, why):
     if place in _WARNED:
         return
     _WARNED.add(place)
-    warnings.warn(
+    warn(
         f"dalipipe cannot write its cache at {place} ({why}), so it goes on without the "
         "cache: files are checked again on every run, bad-file reports go to stderr "
         "and TFRecord indexes are kept in memory. Set DALIPIPE_CACHE_DIR to a writable "
         "folder, or DALIPIPE_NO_CACHE=1 to turn the cache off.",
-        RuntimeWarning, stacklevel=3,
+        RuntimeWarning,
     )
 
 

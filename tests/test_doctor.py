@@ -63,3 +63,36 @@ def test_nvml_names_the_gpus_dali_sees_or_none_without_a_driver():
     assert all(isinstance(name, str) and used >= 0 for name, used in gpus)
     assert harness.gpu_name().splitlines()[0] == f"{gpus[0][0]}, {driver}"
     assert harness.gpu_memory_used_mb() >= 0
+
+
+def test_without_dali_dalipipe_imports_and_doctor_says_dali_does_not_import():
+    script = ('import sys; sys.modules["nvidia.dali"] = None\n'
+              "import dalipipe\n"
+              'from dalipipe.cli import main\nsys.exit(main(["doctor"]))')
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=child_env(), timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    assert re.search(r"^DALI +not importable \(import of nvidia.dali halted", done.stdout, re.M)
+    assert "make_dali_dataset cannot run:\n  nvidia-dali-" in done.stdout
+    assert "is installed but does not import" in done.stdout
+    assert "dataset (cpu)" not in done.stdout
+
+
+def test_doctor_says_when_keras_is_outside_the_versions_dalipipe_requires():
+    from dalipipe.doctor import keras_outside_range
+
+    requires = ["tensorflow<2.22,>=2.16", "keras<3.16,>=3.11", 'grain>=0.2; extra == "grain"']
+    for version in ("3.11.0", "3.15.1"):
+        assert keras_outside_range(version, requires) is None
+    for version in ("3.10.0", "3.16.0", "4.0.0"):
+        said = keras_outside_range(version, requires)
+        assert said.startswith(f"Keras {version} is installed") and \
+            "pip install 'keras<3.16,>=3.11'" in said, said
+    assert keras_outside_range("3.0.0", ["keras>=3"]) is None
+    # The installed package's own requirements by default.
+    import importlib.metadata
+
+    import keras
+
+    assert keras_outside_range(keras.__version__) == keras_outside_range(
+        keras.__version__, importlib.metadata.requires("dalipipe"))

@@ -14,6 +14,7 @@ import zipfile
 import pytest
 
 from dalipipe import install
+from dalipipe.doctor import keras_outside_range
 from helpers import BLOCK_PLUGIN
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -43,7 +44,10 @@ def test_the_wheel_holds_every_module_and_declares_requirements_extras_and_comma
     core = {re.match(r"[\w.-]+", r).group(0) for r in requires if "extra ==" not in r}
     assert core == {"tensorflow", "keras", "numpy", "pillow", "protobuf", "google-crc32c", "tqdm",
                     "nvidia-ml-py"}
-    assert "keras>=3" in requires
+    # The Keras versions keras_hooks is tested on, which `dalipipe doctor` reads.
+    assert "keras<3.16,>=3.11" in requires
+    assert keras_outside_range("3.15.1", requires) is None
+    assert "pip install 'keras<3.16,>=3.11'" in keras_outside_range("3.16.0", requires)
     assert set(metadata.get_all("Provides-Extra")) == {
         "cuda12", "cuda13", "gpu", "sample", "bench", "pandas", "torch", "jax", "s3", "gcs",
         "grain", "test"}

@@ -203,3 +203,29 @@ def test_keras_callbacks_act_on_the_state_that_is_set(tmp_path):
             set_at_first_epoch(plateau, values), plateau])
         rates.append(float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)))
     assert rates == [pytest.approx(0.005), pytest.approx(0.01)]
+
+
+def test_py_dataset_batches_reads_an_epoch_with_the_datasets_workers():
+    import threading
+
+    readers = set()
+
+    class Batches(keras.utils.PyDataset):
+        def __init__(self):
+            super().__init__(workers=2, use_multiprocessing=False, max_queue_size=2)
+
+        def __len__(self):
+            return STEPS
+
+        def __getitem__(self, i):
+            readers.add(threading.get_ident())
+            x, y = data()
+            return x[i * 8:(i + 1) * 8], y[i * 8:(i + 1) * 8]
+
+    batches = list(keras_hooks.py_dataset_batches(Batches()))
+    x, y = data()
+    assert len(batches) == STEPS
+    for i, (got_x, got_y) in enumerate(batches):
+        np.testing.assert_array_equal(got_x, x[i * 8:(i + 1) * 8])
+        np.testing.assert_array_equal(got_y, y[i * 8:(i + 1) * 8])
+    assert readers and threading.get_ident() not in readers  # the workers read

@@ -127,8 +127,8 @@ def test_only_the_tensorflow_side_imports_tensorflow():
     # The TensorFlow adapter and its parts, the command line and the baselines; the
     # device module asks TensorFlow inside its functions only.
     on_import = {"dalipipe.tf_dataset", "dalipipe.tf_inputs", "dalipipe.tf_keras_dataset",
-                 "dalipipe.cli", "dalipipe.doctor", "dalipipe.bench.harness",
-                 "dalipipe.bench.loaders"}
+                 "dalipipe.tf_hooks", "dalipipe.cli", "dalipipe.doctor",
+                 "dalipipe.bench.harness", "dalipipe.bench.loaders"}
     importers = importers_of("tensorflow")
     assert importers <= on_import | {"dalipipe.devices"}, importers - on_import
     top_level = importers_of("tensorflow", top_level_only=True)
@@ -142,3 +142,31 @@ def test_devices_sharding_and_keras_config_import_no_framework_on_import(package
     light = {"dalipipe.devices", "dalipipe.sharding", "dalipipe.keras_config",
              "dalipipe.options", "dalipipe.pipeline", "dalipipe.graph", "dalipipe.native"}
     assert not light & importers_of(package, top_level_only=True)
+
+
+def test_the_package_shows_its_public_names_only():
+    import dalipipe
+
+    public = ["AutoAugment", "BackupAndRestore", "CutMix", "ImagePipeline", "MixUp",
+              "RandAugment", "TrivialAugmentWide", "make_dali_dataset", "make_dali_pipeline",
+              "make_sample_dataset"]
+    assert sorted(dalipipe.__all__) == public
+    assert [n for n in dir(dalipipe) if not n.startswith("_")] == public
+    for name in public:
+        assert getattr(dalipipe, name).__name__ == name
+
+
+def test_framework_internals_are_reached_from_their_hooks_module_only():
+    """Keras's private modules from `keras_hooks`, TensorFlow's from `tf_hooks`, DALI's
+    private attributes from `dali_hooks`; the stack is walked by `keras_hooks` (fit's
+    frame) and `calls.warn` (the user's line) only."""
+    owners = {
+        r"\bkeras\.src\b": {"dalipipe/keras_hooks.py"},
+        r"\btensorflow\.python\b": {"dalipipe/tf_hooks.py"},
+        r"\bauto_augment\._|\b_shutdown\(": {"dalipipe/dali_hooks.py"},
+        r"\b_getframe\b|\bf_back\b": {"dalipipe/keras_hooks.py", "dalipipe/calls.py"},
+    }
+    for pattern, allowed in owners.items():
+        found = {path.relative_to(ROOT).as_posix() for path in PACKAGE.rglob("*.py")
+                 if re.search(pattern, path.read_text(encoding="utf-8"))}
+        assert found <= allowed, (pattern, found - allowed)

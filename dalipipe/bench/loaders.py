@@ -132,12 +132,7 @@ def make_pydataset(files, labels, *, workload, batch_size, threads, seed):
     """`keras.utils.PyDataset` with `workers=threads` and `use_multiprocessing=True`."""
     import keras
 
-    # Private on purpose: Keras 3 exports only `keras.utils.PyDataset` (and its alias
-    # `Sequence`). Its public `__iter__` calls `__getitem__` in the calling thread,
-    # without the workers; the enqueuer that runs them (`OrderedEnqueuer`, public in
-    # Keras 2) and this adapter, which `fit` uses to run it for one epoch, are not
-    # exported. `fit` itself drives the workers but yields no batches to time.
-    from keras.src.trainers.data_adapters.py_dataset_adapter import PyDatasetAdapter
+    from dalipipe import keras_hooks
 
     class ImageFiles(keras.utils.PyDataset):
         def __init__(self):
@@ -154,13 +149,8 @@ def make_pydataset(files, labels, *, workload, batch_size, threads, seed):
     dataset = ImageFiles()
 
     def epoch():
-        # The adapter Keras's `fit` uses: it runs the worker pool for one epoch.
-        adapter = PyDatasetAdapter(dataset, shuffle=False)
-        adapter.on_epoch_begin()
-        try:
-            yield from adapter.get_numpy_iterator()
-        finally:
-            adapter.on_epoch_end()
+        # As Keras's `fit` reads it, with its worker pool, for one epoch.
+        yield from keras_hooks.py_dataset_batches(dataset)
 
     return Loader(epoch, settings=f"PyDataset(workers={threads}, use_multiprocessing=True, "
                                   f"max_queue_size=4), PIL bilinear, batch_size={batch_size}")

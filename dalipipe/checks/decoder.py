@@ -25,8 +25,8 @@ import subprocess
 import sys
 import tempfile
 import threading
-import warnings
 
+from dalipipe.calls import warn
 from dalipipe.checks.structure import FORMAT_NAMES, sniff
 from dalipipe.utils import captured_stderr, child_env, usable_cores
 
@@ -149,8 +149,8 @@ def _verdicts(images, tests, *, device, device_id, sizes=None):
     nvimgcodec = _nvimgcodec()
     if nvimgcodec is None:
         if any(test == "full" for test, _ in tests):
-            warnings.warn("nvImageCodec is not installed, so the check decodes with PIL, "
-                          "which accepts some files that DALI's decoder rejects.", stacklevel=5)
+            warn("nvImageCodec is not installed, so the check decodes with PIL, "
+                 "which accepts some files that DALI's decoder rejects.")
         return [_pil_verdict(data, label) if test == "full" else None
                 for data, (test, label) in zip(images, tests)]
     reasons = [None] * len(images)

@@ -6,10 +6,10 @@ during training (`verify_unchanged`).
 import os
 import sys
 import time
-import warnings
 
 import numpy as np
 
+from dalipipe.calls import warn
 from dalipipe.checks.driver import check_file
 from dalipipe.storage import is_remote
 from dalipipe.utils import cache_disabled, writable_cache_dir
@@ -40,11 +40,10 @@ def apply_policy(index, bad, *, on_bad_file, keep_classes):
     if not len(kept):
         raise ValueError(f"All {len(index)} files are bad. Report: {report}\n{listed}{more}")
     dropped = sorted(set(index.class_names or []) - set(kept.class_names or []))
-    warnings.warn(
+    warn(
         f"Left out {len(bad)} of {len(index)} files that cannot be loaded"
         + (f"; classes left without images: {dropped}" if dropped else "")
         + f". Report: {report}",
-        stacklevel=4,
     )
     return kept
 
