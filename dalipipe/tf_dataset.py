@@ -122,7 +122,7 @@ def _check_strategy(strategy, options):
 def to_dataset(image_pipeline, device=None, *, nested=None):
     """Wraps an `ImagePipeline` in DALI's TensorFlow dataset (see `make_dali_dataset`).
 
-    Every iterator is made at its first use (`tf_keras_dataset.LazyIterator`), with
+    Every iterator is made at its first use (`tf_hooks.LazyIterator`), with
     its DALI pipeline, so that the iterators Keras makes and never reads (one at the
     end of every `fit` epoch and every validation pass) cost nothing. On the CPU, DALI's
     dataset is also nested in a `flat_map` (see `_pass_dataset`), so that the
