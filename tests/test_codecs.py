@@ -368,3 +368,24 @@ def test_the_walk_sees_a_slice_shape_on_the_gpu():
     pipe = sliced()
     pipe._build_graph()
     assert ("Slice", "input shape") in host_inputs_on_the_gpu(pipe)
+
+
+def test_preallocation_hints_follow_the_typical_large_image_not_the_largest():
+    """`decoder_hints`: the 99th percentile of the widths and of the heights, at most
+    4,096 pixels; hints given are kept."""
+    from dalipipe.pipeline import decoder_hints
+
+    def hints(sizes, **options):
+        found = decoder_hints(Options(**options), sizes)
+        return found.preallocate_width_hint, found.preallocate_height_hint
+
+    # ImageNet-like: one 6,000 x 6,000 photograph among many 500 x 375 ones.
+    assert hints([(500, 375)] * 999 + [(6000, 6000)]) == (500, 375)
+    # The percentile is an image's own width and height, by nearest rank.
+    assert hints([(w, 1001 - w) for w in range(1, 1001)]) == (990, 990)
+    assert hints([(64, 20), (40, 30), (25, 50)]) == (64, 50)  # few: the largest
+    # More than 1 % of huge images: the bound.
+    assert hints([(8000, 6000)] * 50 + [(500, 375)] * 50) == (4096, 4096)
+    assert hints([(8000, 300)] * 10, preallocate_width_hint=7000) == (7000, 300)
+    assert hints([]) == (None, None)
+    assert hints([(500, 375)] * 100 + [(900, 600)] * 5) == (900, 600)
