@@ -91,7 +91,8 @@ def list_objects(uri, *, max_workers=None):
     level is listed with a delimiter, then each of its folders on the process's pool
     of threads (`max_workers` at a time, default `MAX_WORKERS`): a listing request
     returns at most 1,000 keys, so the 100,000 objects of 100 class folders take
-    about 100 requests, in parallel rather than in a row. Folder markers (keys ending in `/`) are left out.
+    about 100 requests, in parallel rather than in a row. Folder markers (keys ending
+    in `/`) are left out.
 
     Returns:
         A list of `ObjectInfo` with keys relative to the prefix, sorted as a local
@@ -338,7 +339,8 @@ def _in_pool(function, items, max_workers=None, done=None):
         submit()
     failure = None
     while running:
-        finished, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+        finished, _ = concurrent.futures.wait(running,
+                                              return_when=concurrent.futures.FIRST_COMPLETED)
         for future in finished:
             i = running.pop(future)
             try:
