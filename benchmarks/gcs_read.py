@@ -14,10 +14,15 @@ made with `git archive COMMIT dalipipe | tar -x -C /tmp/before`), sets the read 
 times `--rounds` epochs after one warm-up; the roots alternate for each width.
 
 The emulator is an HTTP/1.0 server: it closes the connection after each answer, so
-no client reuses a connection here, however many it keeps; what the figures show is
-how the reads overlap the latency.
+no client reuses a connection, however many it keeps; what the figures show is how
+the reads overlap the latency. With `--keep-alive` it keeps connections open
+(HTTP/1.1), as GCS does, and `--handshake-ms` holds the first request of each new
+connection that much longer (TCP and TLS handshakes with a distant endpoint): there
+the connections a client keeps count. `connections` in the results is the number
+of connections the proxy accepted during one figure's process.
 
     python benchmarks/gcs_read.py --roots after=.,before=/tmp/before [--latency-ms 20]
+        [--keep-alive --handshake-ms 40]
 """
 
 import argparse
@@ -37,20 +42,26 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # request per latency at most) and drop the connections past the fifth (a second's
 # SYN retry). Run with a thread per connection and a longer backlog, it answers as
 # an endpoint does, many requests at once.
+# With `keep_alive`, it speaks HTTP/1.1 (every answer it writes has a Content-Length),
+# and keeps a connection open for the next request, as GCS does.
 _EMULATOR = """
 import sys
 from http import server
 server.ThreadingHTTPServer.request_queue_size = 256
 server.HTTPServer = server.ThreadingHTTPServer
+if sys.argv.pop(1) == "keep-alive":
+    from gcp_storage_emulator.server import RequestHandler
+    RequestHandler.protocol_version = "HTTP/1.1"
 from gcp_storage_emulator.__main__ import main
 main(sys.argv[1:])
 """
 
 
-def start_emulator(port, log):
+def start_emulator(port, log, keep_alive=False):
     """gcp-storage-emulator on 127.0.0.1:`port` with the bucket `bench` (a process)."""
     server = subprocess.Popen(
-        [sys.executable, "-c", _EMULATOR, "start", "--host", "127.0.0.1",
+        [sys.executable, "-c", _EMULATOR, "keep-alive" if keep_alive else "close",
+         "start", "--host", "127.0.0.1",
          "--port", str(port), "--in-memory", "--default-bucket", "bench"],
         stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 30
@@ -111,6 +122,10 @@ def main():
     parser.add_argument("--num-threads", type=int, default=2, help="DALI's num_threads")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--latency-ms", type=float, default=20)
+    parser.add_argument("--keep-alive", action="store_true",
+                        help="the emulator keeps connections open (HTTP/1.1)")
+    parser.add_argument("--handshake-ms", type=float, default=0,
+                        help="milliseconds added to the first request of a connection")
     parser.add_argument("--out", default="benchmarks/results/gcs_read_latency20.json")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--read-threads", type=int, help=argparse.SUPPRESS)
@@ -130,8 +145,10 @@ def main():
     results = {"machine": machine_info(), "images": args.images, "jpeg_side": args.size,
                "latency_ms": args.latency_ms, "batch_size": 32,
                "dali_num_threads": args.num_threads, "rounds": args.rounds,
-               "server": "gcp-storage-emulator, a thread per connection (HTTP/1.0: one "
-                         "request per connection)",
+               "handshake_ms": args.handshake_ms,
+               "server": "gcp-storage-emulator, a thread per connection, "
+                         + ("HTTP/1.1 keep-alive" if args.keep_alive
+                            else "HTTP/1.0: one request per connection"),
                "roots": {name: {"folder": root, "commit": commit_of(root)}
                          for name, root in roots.items()},
                "load_average_start": round(os.getloadavg()[0], 2),
@@ -139,10 +156,10 @@ def main():
     with tempfile.TemporaryDirectory() as scratch, \
             open(os.path.join(scratch, "gcs.log"), "ab") as log:
         port = free_port()
-        server = start_emulator(port, log)
+        server = start_emulator(port, log, args.keep_alive)
         try:
             endpoint = f"http://127.0.0.1:{port}"
-            proxy = LatencyProxy(endpoint, args.latency_ms / 1000)
+            proxy = LatencyProxy(endpoint, args.latency_ms / 1000, args.handshake_ms / 1000)
             local = os.path.join(scratch, "images")
             write_images(local, args.images, args.size)
             client = gcs.Client(project="bench", credentials=AnonymousCredentials(),
@@ -163,8 +180,10 @@ def main():
             for threads in [int(t) for t in args.threads.split(",")]:
                 row = {"read_threads": threads}
                 for name, root in roots.items():
+                    opened = proxy.connections
                     row[f"images_per_s_{name}"] = measure(root, threads, args,
                                                           environment)["images_per_s"]
+                    row[f"connections_{name}"] = proxy.connections - opened
                 row["load_average"] = round(os.getloadavg()[0], 2)
                 results["epochs"].append(row)
                 print(row, file=sys.stderr)
