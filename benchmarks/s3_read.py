@@ -69,6 +69,8 @@ class LatencyProxy:
                 return
             self.connections += 1
             upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            for end in (client, upstream):  # each chunk passed on as it comes
+                end.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             threading.Thread(target=self._pump,
                              args=(client, upstream, self.latency_s, self.handshake_s),
                              daemon=True).start()
