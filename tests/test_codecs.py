@@ -242,9 +242,10 @@ def test_gpu_decode_ceiling_decodes_as_the_gpu_graph(cpu_pipe, crop, setup, monk
     assert [a["hw_decoder_load"] for _, a in decoder_arguments(pipe)] == [0.35]
 
 
-def test_preallocation_hints_default_to_the_largest_image_the_check_read(tmp_path, fresh_cache):
+def test_preallocation_hints_default_to_the_sizes_the_check_read(tmp_path, fresh_cache):
     """The check's header parse gives each image's size, kept in its cache: the
-    hints left None become the widest width and the tallest height, cached runs too."""
+    hints left None come from them (`decoder_hints`: of three images, the widest width
+    and the tallest height), cached runs too."""
     import sqlite3
 
     from PIL import Image
