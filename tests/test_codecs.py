@@ -1,8 +1,10 @@
 """codecs: the nvJPEG that nvImageCodec loads, the crop set-up chosen for it, and the
-GPU graph's decoders against what the installed nvImageCodec accepts on the GPU.
+GPU graph's decoders against what the installed nvImageCodec accepts on the GPU; the
+decoders' preallocation hints; and, in every GPU graph set-up, no input that an
+operator reads on the host placed on the GPU.
 
 A GPU graph cannot be built here (DALI needs CUDA to build or serialize it), but it
-can be defined: the tests read its operators and their arguments.
+can be defined: the tests read its operators, their arguments and their inputs.
 """
 
 import importlib.metadata
