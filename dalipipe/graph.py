@@ -32,8 +32,9 @@ fancy upsampling on the GPU (nvJPEG 13.2 or newer), else the whole image is deco
 on the GPU and cropped there (`codecs.crop_setup`, `_crop_and_resize`).
 
 Inputs that an operator reads on the host (a slice's anchor and shape, a resize's
-size) are CPU nodes in both graphs (`on_cpu`): a GPU one would cost a copy back and
-a synchronization every batch.
+size) are CPU nodes in both graphs, constants included (`on_cpu`): a GPU one would
+cost a copy back and a synchronization every batch (`tests/test_codecs.py` walks
+every GPU graph set-up for one).
 """
 
 import math
