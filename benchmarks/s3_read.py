@@ -47,11 +47,16 @@ def write_images(folder, count, size):
 class LatencyProxy:
     """A TCP proxy on 127.0.0.1 in front of `target` (`"http://127.0.0.1:PORT"`): what
     a client sends is held `latency_s` before it is passed on, and the answers come
-    back at once. `endpoint` is the proxy's URL. One thread pair per connection."""
+    back at once. With `handshake_s`, the first chunk of each connection is held that
+    much longer, as a distant endpoint's TCP and TLS handshakes would hold it.
+    `endpoint` is the proxy's URL; `connections` counts the connections accepted. One
+    thread pair per connection."""
 
-    def __init__(self, target, latency_s):
+    def __init__(self, target, latency_s, handshake_s=0.0):
         self.target_port = int(target.rsplit(":", 1)[1])
         self.latency_s = latency_s
+        self.handshake_s = handshake_s
+        self.connections = 0
         self.listener = socket.create_server(("127.0.0.1", 0), backlog=128)
         self.endpoint = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
         threading.Thread(target=self._accept, daemon=True).start()
@@ -62,21 +67,26 @@ class LatencyProxy:
                 client, _ = self.listener.accept()
             except OSError:  # closed
                 return
+            self.connections += 1
             upstream = socket.create_connection(("127.0.0.1", self.target_port))
-            threading.Thread(target=self._pump, args=(client, upstream, self.latency_s),
+            for end in (client, upstream):  # each chunk passed on as it comes
+                end.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            threading.Thread(target=self._pump,
+                             args=(client, upstream, self.latency_s, self.handshake_s),
                              daemon=True).start()
             threading.Thread(target=self._pump, args=(upstream, client, 0.0),
                              daemon=True).start()
 
     @staticmethod
-    def _pump(source, sink, delay):
+    def _pump(source, sink, delay, first_delay=0.0):
         with contextlib.suppress(OSError):
             while True:
                 chunk = source.recv(1 << 16)
                 if not chunk:
                     break
-                if delay:
-                    time.sleep(delay)
+                if delay or first_delay:
+                    time.sleep(delay + first_delay)
+                    first_delay = 0.0
                 sink.sendall(chunk)
         for end in (source, sink):
             with contextlib.suppress(OSError):

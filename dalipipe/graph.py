@@ -30,6 +30,11 @@ On a GPU the mixed decoders upsample JPEG chroma as the CPU decoder does
 random-resized crop is decoded as a region only where nvImageCodec accepts that with
 fancy upsampling on the GPU (nvJPEG 13.2 or newer), else the whole image is decoded
 on the GPU and cropped there (`codecs.crop_setup`, `_crop_and_resize`).
+
+Inputs that an operator reads on the host (a slice's anchor and shape, a resize's
+size) are CPU nodes in both graphs, constants included (`on_cpu`): a GPU one would
+cost a copy back and a synchronization every batch (`tests/test_codecs.py` walks
+every GPU graph set-up for one).
 """
 
 import math
@@ -241,7 +246,8 @@ def decode(options, encoded, window=None):
         images = decode(dali_types.ANY_DATA)
     else:
         rgb = decode(dali_types.RGB)
-        opaque = fn.cast(fn.slice(rgb, [0], [1], axes=[2]) * 0 + 255, dtype=dali_types.UINT8)
+        opaque = fn.cast(fn.slice(rgb, on_cpu([0]), on_cpu([1]), axes=[2]) * 0 + 255,
+                         dtype=dali_types.UINT8)
         images = fn.cat(rgb, opaque, axis=2)
     return images
 
@@ -269,7 +275,7 @@ def _png_with_alpha(encoded):
     from nvidia.dali import fn
 
     def byte(i):
-        found = fn.slice(encoded, [i], [1], axes=[0], out_of_bounds_policy="pad")
+        found = fn.slice(encoded, on_cpu([i]), on_cpu([1]), axes=[0], out_of_bounds_policy="pad")
         return fn.reshape(found, shape=[])
 
     return (byte(0) == 0x89) & (byte(25) == 6)
@@ -287,9 +293,19 @@ def _letterbox(images, encoded, options, resize):
     fit_h, fit_w = shape[0] / ratio, shape[1] / ratio
     images = fn.resize(images, size=fn.stack(dmath.floor(fit_h), dmath.floor(fit_w)), **resize)
     top, left = dmath.floor((height - fit_h) / 2), dmath.floor((width - fit_w) / 2)
-    return fn.slice(images, fn.stack(0 - top, 0 - left), [float(height), float(width)], axes=[0, 1],
-                    normalized_anchor=False, normalized_shape=False,
+    return fn.slice(images, fn.stack(0 - top, 0 - left), on_cpu([float(height), float(width)]),
+                    axes=[0, 1], normalized_anchor=False, normalized_shape=False,
                     out_of_bounds_policy="pad", fill_values=0)
+
+
+def on_cpu(values):
+    """`values` (a list) as a constant node on the CPU, for an input that an operator
+    reads on the host, such as `fn.slice`'s anchor and shape. Given as a Python list,
+    DALI places it on the device of the operator's data: in a GPU graph on the GPU,
+    and the operator then copies it back and synchronizes every batch."""
+    from nvidia.dali import types as dali_types
+
+    return dali_types.Constant(values, device="cpu")
 
 
 def dali_ops():

@@ -74,10 +74,12 @@ class Runner:
             returned += 1
             if not copy_to_host:
                 yield tuple(outputs)
-            elif self.image_pipeline.unbatched:  # batches of one: single samples
-                yield tuple(_to_numpy(out)[0] for out in outputs)
-            else:
-                yield tuple(_to_numpy(out) for out in outputs)
+                continue
+            reused = not self.pipe.exec_dynamic
+            arrays = tuple(_to_numpy(out, reused=reused) for out in outputs)
+            if self.image_pipeline.unbatched:  # batches of one: single samples
+                arrays = tuple(array[0] for array in arrays)
+            yield arrays
 
     def decode_failure(self, error, batch):
         """The message for DALI's decoder `error` in batch number `batch`, naming the
@@ -142,7 +144,20 @@ class Runner:
         return next_batch
 
 
-def _to_numpy(tensor_list):
-    if hasattr(tensor_list, "as_cpu"):
-        tensor_list = tensor_list.as_cpu()
-    return np.array(tensor_list.as_tensor())
+def _to_numpy(tensor_list, *, reused):
+    """A dense batch of DALI's as a NumPy array that stays valid after the next batch,
+    copied once at most.
+
+    A GPU batch: `as_cpu()` copies it into a new host buffer, which the array views
+    (the one copy). A CPU batch: DALI's default executor (`exec_dynamic`) gives each
+    batch buffers of its own, kept while the array views them, so it is not copied;
+    with `reused` (the older executor, which writes later batches into the same
+    buffers) it is copied.
+    """
+    from nvidia.dali.tensors import TensorListCPU
+
+    if not isinstance(tensor_list, TensorListCPU):
+        return np.asarray(tensor_list.as_cpu().as_tensor())
+    if reused:
+        return np.array(tensor_list.as_tensor())
+    return np.asarray(tensor_list.as_tensor())

@@ -171,14 +171,27 @@ def _check_sharding(options, replica_ids, num_replicas):
     return Sharding(num_replicas, tuple(int(r) for r in replica_ids))
 
 
-def decoder_hints(options, sizes):
+def decoder_hints(options, sizes, *, percentile=99, limit=4096):
     """`options` with each preallocation hint left None set from `sizes`, the
-    `(width, height)` of the images the check read: the widest width, the tallest
-    height. Unchanged without sizes (the hints stay None: DALI's 0, no hint)."""
+    `(width, height)` of the images the check read: the `percentile`th percentile of
+    the widths and of the heights (nearest rank: a width and a height that some image
+    has), at most `limit` pixels. Unchanged without sizes (the hints stay None:
+    DALI's 0, no hint).
+
+    The hardware decoder preallocates a batch of images of the hinted size, and an
+    image larger than the hint still decodes (its buffer grows): the hint follows the
+    typical large image, not the single largest (one 6,000 x 6,000 photograph among a
+    million would cost gigabytes per pipeline), and a hint a user gives is kept as
+    given.
+    """
     if not sizes:
         return options
-    hints = {"preallocate_width_hint": max(w for w, _ in sizes),
-             "preallocate_height_hint": max(h for _, h in sizes)}
+
+    def hint(values):
+        return min(int(np.percentile(values, percentile, method="inverted_cdf")), limit)
+
+    hints = {"preallocate_width_hint": hint([w for w, _ in sizes]),
+             "preallocate_height_hint": hint([h for _, h in sizes])}
     return options.replace(**{k: v for k, v in hints.items() if getattr(options, k) is None})
 
 

@@ -1,8 +1,10 @@
 """codecs: the nvJPEG that nvImageCodec loads, the crop set-up chosen for it, and the
-GPU graph's decoders against what the installed nvImageCodec accepts on the GPU.
+GPU graph's decoders against what the installed nvImageCodec accepts on the GPU; the
+decoders' preallocation hints; and, in every GPU graph set-up, no input that an
+operator reads on the host placed on the GPU.
 
 A GPU graph cannot be built here (DALI needs CUDA to build or serialize it), but it
-can be defined: the tests read its operators and their arguments.
+can be defined: the tests read its operators, their arguments and their inputs.
 """
 
 import importlib.metadata
@@ -242,9 +244,10 @@ def test_gpu_decode_ceiling_decodes_as_the_gpu_graph(cpu_pipe, crop, setup, monk
     assert [a["hw_decoder_load"] for _, a in decoder_arguments(pipe)] == [0.35]
 
 
-def test_preallocation_hints_default_to_the_largest_image_the_check_read(tmp_path, fresh_cache):
+def test_preallocation_hints_default_to_the_sizes_the_check_read(tmp_path, fresh_cache):
     """The check's header parse gives each image's size, kept in its cache: the
-    hints left None become the widest width and the tallest height, cached runs too."""
+    hints left None come from them (`decoder_hints`: of three images, the widest width
+    and the tallest height), cached runs too."""
     import sqlite3
 
     from PIL import Image
@@ -278,3 +281,114 @@ def test_preallocation_hints_default_to_the_largest_image_the_check_read(tmp_pat
                             .dali_pipeline())
     assert [(a["preallocate_width_hint"], a["preallocate_height_hint"]) for _, a in gpu] == \
         [(64, 50)]
+
+
+# --- what a GPU graph reads on the host ------------------------------------------------
+
+# Options that change the graph beyond its decode part (`graph_option_sets`), each set
+# on its own; `padded` (a shard's weights) and `feeds_bytes` (records, `gs://`) are
+# `graph.define`'s own arguments.
+GRAPH_VARIANTS = [
+    {}, {"label_mode": None}, {"label_mode": "categorical"}, {"label_mode": "binary"},
+    {"label_mode": "categorical", "mix": "mixup"}, {"label_mode": "categorical", "mix": "cutmix"},
+    {"augment": "randaugment"}, {"augment": "trivialaugment"}, {"augment": "autoaugment"},
+    {"class_weight": {0: 2.0, 2: 0.5}}, {"dtype": "float16"}, {"dtype": "uint8"},
+    {"data_format": "channels_first"}, {"padded": True}, {"feeds_bytes": True},
+]
+
+
+def every_gpu_graph_setup():
+    """`(options changes, define arguments, crop set-up)` of every GPU graph set-up: the
+    decode combinations with each crop set-up where they crop, then `GRAPH_VARIANTS`."""
+    setups = []
+    for changes in graph_option_sets():
+        for setup in ((codecs.ROI_DECODE, codecs.FULL_DECODE) if changes["augment"]
+                      else (codecs.FULL_DECODE,)):
+            setups.append((changes, {}, setup))
+    for variant in GRAPH_VARIANTS:
+        arguments = {k: variant[k] for k in ("padded", "feeds_bytes") if k in variant}
+        changes = {k: v for k, v in variant.items() if k not in arguments}
+        setups.append((changes, arguments, codecs.FULL_DECODE))
+    return setups
+
+
+def defined_graph(options, padded=False, feeds_bytes=False, num_classes=3):
+    """The DALI graph of `options` (device "gpu"), defined, not built (see `decoder_ops`)."""
+    from nvidia.dali import pipeline_def
+
+    @pipeline_def(batch_size=4, num_threads=1, device_id=0, seed=0,
+                  enable_conditionals=options.color_mode == "rgba" or options.recipe is not None)
+    def define():
+        return graph.define(options, feed=None, padded=padded, feeds_bytes=feeds_bytes,
+                            num_classes=num_classes)
+
+    pipe = define()
+    pipe._build_graph()
+    return pipe
+
+
+def host_inputs_on_the_gpu(pipe):
+    """`(operator, input)` of each input of `pipe`'s defined graph that its operator
+    reads on the host but that is on the GPU, each a copy back and a synchronization
+    per batch: named argument inputs, and positional inputs that the schema names as
+    parameters (`fn.slice`'s `anchor` and `shape`: every documented input after the
+    first). A constant on the GPU as data (DALI's recipes index a table of
+    magnitudes on the GPU) is read there, and is not one."""
+    found = []
+    for instance in pipe._ops:
+        op, spec = instance._op, instance._spec
+        name = getattr(op, "schema_name", type(op).__name__)
+        schema = op.schema
+        for i in range(spec.NumInput()):
+            if spec.InputDevice(i) != "gpu":
+                continue
+            if i >= spec.NumRegularInput():
+                found.append((name, f"argument input {spec.InputName(i)}"))
+            elif i > 0 and schema.HasInputDox():
+                found.append((name, f"input {schema.GetInputName(i)}"))
+    return found
+
+
+@pytest.mark.parametrize("changes, arguments, setup", every_gpu_graph_setup(),
+                         ids=lambda v: "-".join(f"{k}={x}" for k, x in v.items())
+                         if isinstance(v, dict) else str(v))
+def test_gpu_graph_reads_no_host_input_from_the_gpu(cpu_pipe, changes, arguments, setup,
+                                                     monkeypatch):
+    monkeypatch.setattr(graph, "_crop_setup", lambda options: setup)
+    options = cpu_pipe.options.replace(device="gpu", **changes)
+    assert host_inputs_on_the_gpu(defined_graph(options, **arguments)) == []
+
+
+def test_the_walk_sees_a_slice_shape_on_the_gpu():
+    """A Python list as `fn.slice`'s shape in a GPU graph is what the walk finds."""
+    from nvidia.dali import fn, pipeline_def, types
+
+    @pipeline_def(batch_size=1, num_threads=1, device_id=0)
+    def sliced():
+        data = fn.external_source(name="x", dtype=types.UINT8, ndim=1).gpu()
+        return fn.slice(data, types.Constant([0], device="cpu"), [1], axes=[0])
+
+    pipe = sliced()
+    pipe._build_graph()
+    assert ("Slice", "input shape") in host_inputs_on_the_gpu(pipe)
+
+
+def test_preallocation_hints_follow_the_typical_large_image_not_the_largest():
+    """`decoder_hints`: the 99th percentile of the widths and of the heights, at most
+    4,096 pixels; hints given are kept."""
+    from dalipipe.pipeline import decoder_hints
+
+    def hints(sizes, **options):
+        found = decoder_hints(Options(**options), sizes)
+        return found.preallocate_width_hint, found.preallocate_height_hint
+
+    # ImageNet-like: one 6,000 x 6,000 photograph among many 500 x 375 ones.
+    assert hints([(500, 375)] * 999 + [(6000, 6000)]) == (500, 375)
+    # The percentile is an image's own width and height, by nearest rank.
+    assert hints([(w, 1001 - w) for w in range(1, 1001)]) == (990, 990)
+    assert hints([(64, 20), (40, 30), (25, 50)]) == (64, 50)  # few: the largest
+    # More than 1 % of huge images: the bound.
+    assert hints([(8000, 6000)] * 50 + [(500, 375)] * 50) == (4096, 4096)
+    assert hints([(8000, 300)] * 10, preallocate_width_hint=7000) == (7000, 300)
+    assert hints([]) == (None, None)
+    assert hints([(500, 375)] * 100 + [(900, 600)] * 5) == (900, 600)

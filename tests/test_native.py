@@ -137,3 +137,40 @@ def test_other_errors_are_not_taken_for_a_decoder_s(indexed_dir):
     runner = Runner(indexed_pipeline(indexed_dir))
     list(runner.run(np.arange(8)))
     assert runner.decode_failure("File mapping failed: /some/file.png", 0) is None
+
+
+def test_batches_stay_valid_after_the_next_ones_and_cpu_ones_are_not_copied(indexed_dir):
+    """DALI's default executor gives each batch buffers of its own: the NumPy batches
+    view them, and the next batches, or the next run, leave them as they were."""
+    runner = Runner(indexed_pipeline(indexed_dir))
+    held, copies = [], []
+    for batch in runner.run(np.arange(NUM_INDEXED)):
+        held.append(batch)
+        copies.append(tuple(np.copy(output) for output in batch))
+    list(runner.run(np.arange(NUM_INDEXED)[::-1]))
+    for batch, copy in zip(held, copies):
+        for output, expected in zip(batch, copy):
+            np.testing.assert_array_equal(output, expected)
+            assert not output.flags.owndata and output.flags.writeable  # DALI's buffer
+
+
+@pytest.mark.parametrize("exec_dynamic", [True, False])
+def test_to_numpy_copies_where_dali_reuses_its_buffers(exec_dynamic):
+    """With `exec_dynamic=False` DALI writes later batches into the same buffers: there
+    the batch is copied, and stays as it was."""
+    from nvidia.dali import fn, pipeline_def, types
+
+    from dalipipe.native import _to_numpy
+
+    @pipeline_def(batch_size=2, num_threads=1, device_id=None, exec_dynamic=exec_dynamic)
+    def numbered():
+        batch = fn.external_source(
+            source=lambda info: [np.full((3, 3), info.iteration, np.uint8)] * 2,
+            batch=True, batch_info=True)
+        return fn.cast(batch, dtype=types.UINT8)
+
+    pipe = numbered()
+    pipe.build()
+    batches = [_to_numpy(pipe.run()[0], reused=not pipe.exec_dynamic) for _ in range(6)]
+    assert [int(b[0, 0, 0]) for b in batches] == list(range(6))
+    assert all(b.flags.owndata for b in batches) == (not exec_dynamic)

@@ -195,6 +195,65 @@ def test_map_objects_reads_each_object_once(photos):
     assert storage.read_objects(uris[:2]) == [_jpeg(*IMAGES[k]) for k in list(IMAGES)[:2]]
 
 
+def test_reads_share_one_pool_of_threads(photos):
+    """Every read runs on the process's storage pool, whose threads outlive a batch of
+    reads, at most `max_workers` at once."""
+    import threading
+
+    uris = [_uri(key) for key in IMAGES] * 8
+    running, most, lock = [0], [0], threading.Lock()
+
+    def thread_of(uri, data):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        name = threading.current_thread().name
+        with lock:
+            running[0] -= 1
+        return name
+
+    first = storage.map_objects(uris, thread_of, max_workers=3, verbose=False)
+    alive = {t.name for t in threading.enumerate()}
+    second = storage.map_objects(uris, thread_of, verbose=False)
+    assert all(name.startswith("dalipipe-storage") for name in first + second)
+    assert set(first) <= alive
+    assert most[0] <= storage.MAX_WORKERS
+    most[0] = 0
+    storage.map_objects(uris, thread_of, max_workers=2, verbose=False)
+    assert most[0] <= 2
+    assert len([t for t in threading.enumerate()
+                if t.name.startswith("dalipipe-storage")]) <= storage.MAX_WORKERS
+
+
+@pytest.mark.parametrize("max_workers", [0, storage.MAX_WORKERS + 1])
+def test_max_workers_is_bounded_by_the_pool(photos, max_workers):
+    with pytest.raises(ValueError, match=f"`max_workers` must be between 1 and "
+                                         f"{storage.MAX_WORKERS} .* max_workers={max_workers}"):
+        storage.read_objects([_uri("cats/1.jpg")], max_workers=max_workers)
+
+
+def test_a_failed_read_stops_the_reads_not_started(photos, monkeypatch):
+    """The first failure is raised; the objects after it are not read."""
+    uris = [_uri(key) for key in IMAGES] * 4
+    calls = []
+
+    def fail_on_the_second(uri, data):
+        calls.append(uri)
+        if len(calls) == 2:
+            raise PermissionError("denied")
+        return uri
+
+    with pytest.raises(PermissionError, match="denied"):
+        storage.map_objects(uris, fail_on_the_second, max_workers=1, verbose=False)
+    assert len(calls) == 2
+
+
+def test_s3_client_keeps_a_connection_per_thread_and_more(photos):
+    storage.read_object(_uri("cats/1.jpg"))
+    client = storage._backend("s3").client
+    assert client.meta.config.max_pool_connections == storage.CONNECTIONS >= storage.MAX_WORKERS
+
+
 def test_unreachable_endpoint_fails_fast(photos, monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
     storage.reset_clients()
@@ -383,6 +442,15 @@ def test_gcs_listing_and_reads_on_an_emulator(gcs_emulator):
             pipe.run()
     assert gcs_emulator.read_text().count("/o/data%2Fdogs%2F5.jpg%00 ") >= 2
     assert "/o/data%2Fdogs%2F5.jpg " not in gcs_emulator.read_text()  # never the right name
+
+
+def test_gcs_client_keeps_a_connection_per_thread_and_more(gcs_emulator):
+    """requests keeps 10 connections per host unless told: the GCS client's session
+    keeps `storage.CONNECTIONS`, for the pool's `MAX_WORKERS` threads."""
+    session = storage._backend("gs").client._http
+    for prefix in ("http://", "https://"):
+        pool = session.get_adapter(prefix + "127.0.0.1").poolmanager
+        assert pool.connection_pool_kw["maxsize"] == storage.CONNECTIONS >= storage.MAX_WORKERS
 
 
 def _upload_gcs(folder, prefix):

@@ -7,6 +7,12 @@ objects (many at once, on a bounded pool of threads), streams and byte ranges of
 them. `uris` parses URIs; `s3` and `gcs` hold the two clients, `errors` turns their
 answers into the errors below.
 
+The parallel requests of a process share one pool of `MAX_WORKERS` threads, made at
+the first and kept (a forked child makes its own): reading a batch starts no thread.
+Each client keeps `CONNECTIONS` connections open per endpoint, more than the pool's
+threads, so a request finds an open connection rather than opening one (S3:
+botocore's `max_pool_connections`; GCS: the pool size of its requests session).
+
 The clients are imported only when a remote URI is used: boto3 for `s3://` (the
 `s3` extra), google-cloud-storage for `gs://` (the `gcs` extra). They find
 credentials, regions and endpoints where DALI's SDKs find them:
@@ -47,8 +53,12 @@ _CLIENT_PACKAGES = {"s3": ("boto3", "s3"), "gs": ("google-cloud-storage", "gcs")
 CONNECT_TIMEOUT = 10
 READ_TIMEOUT = 20
 ATTEMPTS = 3
-# Requests in flight at once when many objects are read or listed.
+# Requests in flight at once when many objects are read or listed: the threads of
+# the process's pool (read when the pool is made).
 MAX_WORKERS = 32
+# Connections each client keeps open per endpoint: the pool's threads, and as many
+# again for requests made on the callers' own threads.
+CONNECTIONS = 2 * MAX_WORKERS
 
 
 class ObjectInfo(NamedTuple):
@@ -73,15 +83,16 @@ class ObjectInfo(NamedTuple):
         return self.size, int.from_bytes(digest, "little", signed=True)
 
 
-def list_objects(uri, *, max_workers=MAX_WORKERS):
+def list_objects(uri, *, max_workers=None):
     """Every object under the prefix `uri`, recursively, with its size and ETag.
 
     `uri` names a folder: `"s3://bucket/photos"` and `"s3://bucket/photos/"` both list
     the keys that start with `photos/` (`"s3://bucket"` lists the bucket). The first
-    level is listed with a delimiter, then each of its folders on its own thread
-    (`max_workers` at a time): a listing request returns at most 1,000 keys, so the
-    100,000 objects of 100 class folders take about 100 requests, in parallel rather
-    than in a row. Folder markers (keys ending in `/`) are left out.
+    level is listed with a delimiter, then each of its folders on the process's pool
+    of threads (`max_workers` at a time, default `MAX_WORKERS`): a listing request
+    returns at most 1,000 keys, so the 100,000 objects of 100 class folders take
+    about 100 requests, in parallel rather than in a row. Folder markers (keys ending
+    in `/`) are left out.
 
     Returns:
         A list of `ObjectInfo` with keys relative to the prefix, sorted as a local
@@ -96,9 +107,9 @@ def list_objects(uri, *, max_workers=MAX_WORKERS):
     backend = _backend(scheme)
     with _errors(uri, listing=True):
         found, folders = backend.list(bucket, prefix, delimiter=True)
-        with concurrent.futures.ThreadPoolExecutor(min(max_workers, max(1, len(folders)))) as pool:
-            for part in pool.map(lambda folder: backend.list(bucket, folder)[0], folders):
-                found += part
+        for part in _in_pool(lambda folder: backend.list(bucket, folder)[0], folders,
+                             max_workers):
+            found += part
     objects = [
         ObjectInfo(name[len(prefix):], size, etag.strip('"'))
         for name, size, etag in found if not name.endswith("/")
@@ -184,19 +195,20 @@ class _Stream(io.RawIOBase):
         super().close()
 
 
-def map_objects(uris: Sequence[str], function: Callable, *, max_workers=MAX_WORKERS,
+def map_objects(uris: Sequence[str], function: Callable, *, max_workers=None,
                 verbose=None, description="objects read"):
     """`function(uri, data)` for each of `uris`, each object read once, `max_workers`
-    at a time.
+    at a time, on the process's pool of threads.
 
     `data` is the object's bytes, or None when it does not exist. At most
     `max_workers` objects are held at once: `function` runs on the reading thread,
-    so it should keep only what it needs (a verdict, not the bytes).
+    so it should keep only what it needs (a verdict, not the bytes), and must not
+    call this module's parallel functions (it would wait for the pool it runs on).
 
     Args:
         uris: object URIs (`s3://` or `gs://`, mixed buckets allowed).
         function: called as `function(uri, data)`; its results are returned.
-        max_workers: requests in flight at once.
+        max_workers: requests in flight at once, at most `MAX_WORKERS` (its default).
         verbose: show a progress bar on stderr (default: when stderr is a terminal).
         description: the progress bar's label.
 
@@ -204,8 +216,9 @@ def map_objects(uris: Sequence[str], function: Callable, *, max_workers=MAX_WORK
         A list of `function`'s results, in the order of `uris`.
 
     Raises:
+        ValueError: for `max_workers` outside 1 to `MAX_WORKERS`.
         PermissionError, ConnectionError, ImportError: see the module's doc (the
-            first failure; the reads still in flight are abandoned).
+            first failure; the reads not yet started are not started).
     """
     def one(uri):
         try:
@@ -214,22 +227,11 @@ def map_objects(uris: Sequence[str], function: Callable, *, max_workers=MAX_WORK
             data = None
         return function(uri, data)
 
-    results = [None] * len(uris)
-    with progress(len(uris), description, enabled=verbose) as bar, \
-            concurrent.futures.ThreadPoolExecutor(max(1, min(max_workers, len(uris)))) as pool:
-        futures = {pool.submit(one, uri): i for i, uri in enumerate(uris)}
-        try:
-            for future in concurrent.futures.as_completed(futures):
-                results[futures[future]] = future.result()
-                bar.update(1)
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            raise
-    return results
+    with progress(len(uris), description, enabled=verbose) as bar:
+        return _in_pool(one, uris, max_workers, done=lambda: bar.update(1))
 
 
-def read_objects(uris, *, max_workers=MAX_WORKERS, verbose=None):
+def read_objects(uris, *, max_workers=None, verbose=None):
     """The bytes of each of `uris` (None for a missing object), read in parallel.
 
     Holds every object in memory: for many objects, `map_objects`.
@@ -240,7 +242,7 @@ def read_objects(uris, *, max_workers=MAX_WORKERS, verbose=None):
     return map_objects(uris, lambda uri, data: data, max_workers=max_workers, verbose=verbose)
 
 
-def stat_objects(uris, *, max_workers=MAX_WORKERS):
+def stat_objects(uris, *, max_workers=None):
     """`stat` of each of `uris`, in parallel: an `ObjectInfo` (key = the URI), or None
     for a missing object. One HEAD request per object: for the objects under one
     prefix, `list_objects` is about 1,000 times cheaper."""
@@ -250,11 +252,10 @@ def stat_objects(uris, *, max_workers=MAX_WORKERS):
         except FileNotFoundError:
             return None
 
-    with concurrent.futures.ThreadPoolExecutor(max(1, min(max_workers, len(uris)))) as pool:
-        return list(pool.map(one, uris))
+    return _in_pool(one, uris, max_workers)
 
 
-def find_objects(uris, *, max_workers=MAX_WORKERS):
+def find_objects(uris, *, max_workers=None):
     """`stat_objects` for many URIs, by listing where that is cheaper.
 
     The URIs of each bucket are found by listing their longest common folder when
@@ -298,6 +299,61 @@ def missing_client_message(scheme):
 
 _CLIENTS = {}
 _CLIENTS_LOCK = threading.Lock()
+_POOLS = {}
+
+
+def _pool():
+    """This process's pool of `MAX_WORKERS` threads (made once; a forked child, whose
+    copy of the parent's pool has no threads, makes its own)."""
+    pid = os.getpid()
+    with _CLIENTS_LOCK:
+        if pid not in _POOLS:
+            _POOLS[pid] = (concurrent.futures.ThreadPoolExecutor(
+                MAX_WORKERS, thread_name_prefix="dalipipe-storage"), MAX_WORKERS)
+        return _POOLS[pid]
+
+
+def _in_pool(function, items, max_workers=None, done=None):
+    """`[function(item) for item in items]`, run on the process's pool, at most
+    `max_workers` at once (default `MAX_WORKERS`); `done()` after each.
+
+    The first failure is raised once the calls in flight have ended; the calls not yet
+    started are not started.
+    """
+    pool, threads = _pool()
+    width = threads if max_workers is None else max_workers
+    if not 1 <= width <= threads:
+        raise ValueError(f"`max_workers` must be between 1 and {threads} (the threads of "
+                         f"dalipipe's storage pool). Received: max_workers={max_workers}")
+    items = list(items)
+    results = [None] * len(items)
+    pending = iter(enumerate(items))
+    running = {}
+
+    def submit():
+        for i, item in pending:
+            running[pool.submit(function, item)] = i
+            return
+
+    for _ in range(width):
+        submit()
+    failure = None
+    while running:
+        finished, _ = concurrent.futures.wait(running,
+                                              return_when=concurrent.futures.FIRST_COMPLETED)
+        for future in finished:
+            i = running.pop(future)
+            try:
+                results[i] = future.result()
+            except BaseException as e:
+                failure = failure or e
+            if done is not None:
+                done()
+            if failure is None:
+                submit()
+    if failure is not None:
+        raise failure
+    return results
 
 
 def _backend(scheme):
@@ -311,7 +367,7 @@ def _backend(scheme):
                 else:
                     from dalipipe.storage.gcs import GCS as client
                 _CLIENTS[key] = client(connect_timeout=CONNECT_TIMEOUT, read_timeout=READ_TIMEOUT,
-                                       attempts=ATTEMPTS, connections=2 * MAX_WORKERS)
+                                       attempts=ATTEMPTS, connections=CONNECTIONS)
             except ImportError as e:
                 raise ImportError(missing_client_message(scheme)) from e
         return _CLIENTS[key]
