@@ -227,7 +227,7 @@ def converter(backend, gpu, device_id=None):
             return lambda tensor: jax.dlpack.from_dlpack(tensor).copy().block_until_ready()
         return lambda tensor: jax.device_put(np.array(tensor))
     if gpu:
-        return lambda tensor: np.array(tensor.as_cpu())
+        return lambda tensor: np.asarray(tensor.as_cpu())  # `as_cpu` copies
     return np.array
 
 
