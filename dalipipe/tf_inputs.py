@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from dalipipe import passes
 
+
 def feed_parts(num_loaded, batch_size, *, feeds_bytes, gpu):
     """How DALI's plugin is fed an epoch of `num_loaded` samples in batches of
     `batch_size`: `(per_sample, parts)`.
@@ -58,7 +59,7 @@ class EpochFeed:
 
     Attributes:
         cursor: the `passes.Cursor` that numbers the passes.
-        passes: the epoch of each pass started, in order: one entry per DALI
+        pass_epochs: the epoch of each pass started, in order: one entry per DALI
             iterator that started its inputs (one DALI pipeline built per entry).
     """
 
@@ -71,7 +72,7 @@ class EpochFeed:
             num_loaded, image_pipeline.batch_size, feeds_bytes=image_pipeline.feeds_bytes,
             gpu=gpu)
         self.cursor = passes.Cursor(image_pipeline)
-        self.passes = []
+        self.pass_epochs = []
         self.started = collections.Counter()
         self.epochs = collections.OrderedDict()
         self.lock = threading.Lock()
@@ -82,14 +83,14 @@ class EpochFeed:
         with self.lock:
             k = self.started[name]
             self.started[name] += 1
-            if k == len(self.passes):
-                self.passes.append(self.cursor.position[0])
-            return np.int64(self.passes[k])
+            if k == len(self.pass_epochs):
+                self.pass_epochs.append(self.cursor.position[0])
+            return np.int64(self.pass_epochs[k])
 
     def current(self, name):
         """The epoch of the pass that input `name` started last."""
         with self.lock:
-            return np.int64(self.passes[self.started[name] - 1])
+            return np.int64(self.pass_epochs[self.started[name] - 1])
 
     def dataset(self, name, numbers=None, *, join=False):
         """Input `name` of the graph as a `tf.data.Dataset`: per iteration, the

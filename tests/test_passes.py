@@ -86,7 +86,7 @@ def test_keras_s_pydataset_reads_ignore_the_index_and_a_pass_left_does_not_count
 
 def test_tensorflow_builds_one_pipeline_per_pass_read(tagged_dir):
     """`fit` for 3 epochs with validation: one DALI pipeline per pass read (each
-    started pass of `EpochFeed.passes` is one built), and epoch e trains on
+    started pass of `EpochFeed.pass_epochs` is one built), and epoch e trains on
     `epoch(e)`, in the CPU's structure and in the GPU's (a DALI dataset not nested
     in a `flat_map`, built here on the CPU); an iterator never read builds none."""
     import keras
@@ -102,12 +102,12 @@ def test_tensorflow_builds_one_pipeline_per_pass_read(tagged_dir):
         train = tf_dataset.to_dataset(train_pipe, nested=nested)
         val = tf_dataset.to_dataset(val_pipe, nested=nested)
         spare = iter(train)  # never read
-        assert train._feed.passes == []
+        assert train._feed.pass_epochs == []
         reads = Reads()
         signature_model().fit(train, validation_data=val, epochs=3, verbose=0,
                               callbacks=[reads])
-        assert train._feed.passes == [0, 1, 2], nested
-        assert val._feed.passes == [0, 1, 2], nested
+        assert train._feed.pass_epochs == [0, 1, 2], nested
+        assert val._feed.pass_epochs == [0, 1, 2], nested
         for epoch, seen in enumerate(reads.epochs):
             assert same_samples(seen, native_rows(train_pipe, epoch)), (nested, epoch)
         del spare
