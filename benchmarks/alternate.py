@@ -28,6 +28,9 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", required=True)
     parser.add_argument("--what", default="", help="what is measured, for the report")
+    parser.add_argument("--result", default="results.json",
+                        help="the file the command writes when {out} is a folder "
+                             "(default: results.json)")
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="after --: the command; {out} is the file it writes")
     args = parser.parse_args(argv)
@@ -54,7 +57,7 @@ def main(argv=None):
                         p for p in (folder, os.environ.get("PYTHONPATH")) if p)})
                 if done.returncode:
                     raise RuntimeError(f"{label}, round {number}:\n{done.stderr[-3000:]}")
-                found = os.path.join(out, "results.json") if os.path.isdir(out) else out
+                found = os.path.join(out, args.result) if os.path.isdir(out) else out
                 with open(found) as f:
                     result = json.load(f)
             runs.append({"checkout": label, "round": number,
