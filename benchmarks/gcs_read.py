@@ -137,7 +137,7 @@ def main():
         return child(args)
 
     sys.path.insert(0, os.path.join(HERE, ".."))
-    from s3_read import LatencyProxy, write_images
+    from s3_read import LatencyProxy, write_images, write_results
 
     from dalipipe.bench.harness import machine_info
     from google.auth.credentials import AnonymousCredentials
@@ -194,11 +194,7 @@ def main():
         finally:
             server.terminate()
             server.wait(10)
-    results["load_average_end"] = round(os.getloadavg()[0], 2)
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=1)
-    print(json.dumps(results, indent=1))
+    write_results(results, args.out)
 
 
 if __name__ == "__main__":

@@ -158,9 +158,14 @@ def main():
                 1000 * (1 / row["images_per_s_s3"] - 1 / row["images_per_s_local"]), 2)
             results["epochs"].append(row)
             print(row, file=sys.stderr)
+    write_results(results, args.out)
+
+
+def write_results(results, out):
+    """Writes `results`, with the load average at the end, to the JSON file `out`."""
     results["load_average_end"] = round(os.getloadavg()[0], 2)
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
         json.dump(results, f, indent=1)
     print(json.dumps(results, indent=1))
 
