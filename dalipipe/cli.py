@@ -273,8 +273,9 @@ def _check(args):
 
     index = _training_index(args.source, path_column=args.path_column)
     started = time.perf_counter()
-    bad, _ = checks.check_index(index, check="full" if args.full else "structure",
-                                read_records=tfrecord.load_encoded, verbose=True)
+    verdicts = checks.check_index(index, check="full" if args.full else "structure",
+                                  read_records=tfrecord.load_encoded, verbose=True)
+    bad = checks.bad_files(verdicts)
     print(f"checked {len(index)} files in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     if not bad:
         print(f"all {len(index)} files are sound")

@@ -114,15 +114,13 @@ def image_pipelines(source, options, device_id=0, sharding=None):
     if options.verbose:
         _print_found(index)
     if options.check is not None:
-        sizes = {}
-        bad, index = checks.check_index(index, check=options.check,
-                                        read_records=tfrecord.load_encoded,
-                                        verbose=options.verbose, device=options.device,
-                                        device_id=device_id,
-                                        sizes=sizes)
-        index = checks.apply_policy(index, bad, on_bad_file=options.on_bad_file,
+        verdicts = checks.check_index(index, check=options.check,
+                                      read_records=tfrecord.load_encoded,
+                                      verbose=options.verbose, device=options.device,
+                                      device_id=device_id)
+        index = checks.apply_policy(index, verdicts, on_bad_file=options.on_bad_file,
                                     keep_classes=options.class_names is not None)
-        options = decoder_hints(options, [sizes[p] for p in index.file_paths if p in sizes])
+        options = decoder_hints(options, checks.image_sizes(verdicts))
     if index.labels is None:
         options = options.replace(labels=None, label_mode=None, class_names=None)
         if options.shuffle and len(index) > 1:
@@ -475,22 +473,11 @@ class ImagePipeline:
                                     check=self.options.check)
 
     def _read_files(self, paths, sample_ids):
-        """The bytes of `paths` (objects in parallel): RuntimeError naming one that
-        is gone or empty since the check, as DALI's reader names an `s3://` one."""
+        """The bytes of `paths` (objects in parallel, `fetch.read_batch`): RuntimeError
+        naming one that is gone or empty since the check, as DALI's reader names an
+        `s3://` one."""
         self._verify_unchanged(paths, sample_ids)
-
-        def read_local(path):
-            with open(path, "rb") as f:
-                return f.read(), None
-
-        found = fetch.read_paths(paths, read_local)
-        for path, (data, reason) in zip(paths, found):
-            if data is None:
-                raise RuntimeError(
-                    f"{path} was found before training and cannot be read now ({reason}): "
-                    "it was deleted or replaced during training."
-                )
-        return [data for data, _ in found]
+        return fetch.read_batch(paths)
 
     def dali_pipeline(self, feed=None, batch_size=None):
         """A new DALI `Pipeline` object for this graph, not yet built.

@@ -15,6 +15,7 @@ import pytest
 from PIL import Image, ImageOps
 
 from dalipipe import checks, make_dali_pipeline
+from dalipipe.checks import driver
 from dalipipe.utils import child_env
 
 
@@ -107,6 +108,33 @@ def test_each_bad_file_is_reported_with_its_reason(zoo):
     assert "broken symbolic link" in reasons.pop("broken_link.jpg")
     assert "not a regular file" in reasons.pop("fifo.jpg")
     assert not reasons
+
+
+def test_a_check_gives_one_verdict_per_file(tmp_path, fresh_cache):
+    """A good JPEG, one cut inside its image data (the decoder read its header) and a
+    missing file: the reason, the size as the decoder read it and the stamp each,
+    the same when checked and when read from the cache."""
+    good, truncated = tmp_path / "good.jpg", tmp_path / "truncated.jpg"
+    good.write_bytes(GOOD_JPEG)
+    truncated.write_bytes(GOOD_JPEG[:-30])
+    paths = [str(good), str(truncated), str(tmp_path / "missing.jpg")]
+
+    def stamp(path):
+        info = os.stat(path)
+        return info.st_size, info.st_mtime_ns
+
+    expected = [
+        checks.Verdict(paths[0], None, (48, 32), stamp(good)),
+        checks.Verdict(paths[1], "truncated JPEG (no end-of-image marker)", (48, 32),
+                       stamp(truncated)),
+        checks.Verdict(paths[2], "does not exist", None, None),
+    ]
+    assert checks.check_paths(paths) == expected
+    cached = driver.COUNTS["cached"]
+    assert checks.check_paths(paths) == expected
+    assert driver.COUNTS["cached"] == cached + 2  # the missing file is checked again
+    assert checks.bad_files(expected) == {p: v.reason for p, v in zip(paths[1:], expected[1:])}
+    assert checks.image_sizes(expected) == [(48, 32)]
 
 
 def test_good_odd_files_pass_and_load_like_pil(zoo):

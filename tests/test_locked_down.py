@@ -237,8 +237,8 @@ def test_read_only_tfrecords_without_cache_keep_their_index_in_memory(
         with warnings.catch_warnings(record=True) as caught, Writes.watching(ro) as seen:
             warnings.simplefilter("always")
             found = tfrecord.scan(shards)
-            bad, _ = checks.check_index(sources.index_source(shards),
-                                        read_records=tfrecord.load_encoded)
+            bad = checks.bad_files(checks.check_index(sources.index_source(shards),
+                                                      read_records=tfrecord.load_encoded))
         assert len(found) == len(sources.index_source(tagged_tfrecords)) and bad == {}
         assert seen == []
         assert len(cache_warnings(caught)) == 1
@@ -260,7 +260,7 @@ if os.environ.get("VICTIM"):
     def inside_until_killed(chunk, **how):
         open(os.path.join(folder, "victim-inside"), "w").close()
         time.sleep(60)
-    driver._check_paths = inside_until_killed
+    driver._judge = inside_until_killed
 while not os.path.exists(os.path.join(folder, start)):
     time.sleep(0.005)
 bad = checks.check_files(paths)

@@ -238,6 +238,22 @@ def test_verify_unchanged_costs_no_request_for_objects(bucket, s3_server):
     assert s3_server.object_gets(BUCKET, start) == []
 
 
+def test_local_and_remote_read_errors_have_one_wording(bucket, tmp_path):
+    """One read layer (`storage.fetch`): a missing local file and a missing object give
+    the check the same reason, and a read of a batch the same error, naming the file."""
+    from dalipipe.storage import fetch
+
+    local, remote = str(tmp_path / "gone.png"), PREFIX + "red/gone.png"
+    assert [v.reason for v in checks.check_paths([local, remote])] == ["does not exist"] * 2
+    for path in (local, remote):
+        assert fetch.read_files([path]) == [(None, "does not exist")]
+        with pytest.raises(RuntimeError) as error:
+            fetch.read_batch([path])
+        assert str(error.value) == (f"{path} was found before training and cannot be read "
+                                    "now (does not exist): it was deleted or replaced during "
+                                    "training.")
+
+
 # --- TensorFlow ---------------------------------------------------------------------
 
 

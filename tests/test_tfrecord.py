@@ -447,7 +447,7 @@ def test_damaged_image_bytes_are_named_by_the_reader_and_the_check(written, tmp_
     with pytest.raises(ValueError, match=message):
         tfrecord.read_example(path, offset, size)
     index = sources.index_source(str(tmp_path / "shards" / "train-*"))
-    bad, _ = checks.check_index(index, read_records=tfrecord.load_encoded)
+    bad = checks.bad_files(checks.check_index(index, read_records=tfrecord.load_encoded))
     reason = f"Corrupt TFRecord file (data checksum of the record at byte {offset}): {path!r}"
     assert bad == {f"{path}#1": f"not an image record ({reason})"}
     # A new modification time: the shard is scanned again, and the record named.

@@ -31,36 +31,45 @@ Where nvImageCodec is not installed, the check decodes with PIL where it would
 decode in full (with a warning: PIL accepts some files that DALI's decoder rejects),
 and is the structure rules alone where it would decode less.
 
-Results are cached in SQLite, keyed on path, size and modification time, so a second
-check of the same files reads only their metadata. Objects in S3 or GCS are read
-whole, in parallel, and keyed on their URI, size and ETag (`dalipipe.storage.fetch`).
-With each verdict the cache keeps the image's width and height as the decoder read its
-header (`check_index(sizes=...)`), from which a GPU pipeline's preallocation hints
-default. The cache lives in
+Each file or record checked gives a `Verdict` (`verdicts`): its path, the reason it
+is bad (None for a sound image), its width and height as the decoder read its header
+(from which a GPU pipeline's preallocation hints default), and its stamp when
+checked (`(size, mtime_ns)`, for `verify_unchanged`). `apply_policy` makes the index
+to train on from them. Files, local or in S3 or GCS, are read through
+`dalipipe.storage.fetch` (objects whole, in parallel, with their stamp `(size, a hash
+of the ETag)`).
+
+The verdicts are cached in SQLite, keyed on path and stamp, so a second check of the
+same files reads only their metadata. The cache lives in
 `dalipipe.utils.cache_dir()` (`$DALIPIPE_CACHE_DIR`, else `$XDG_CACHE_HOME/dalipipe`, else
 `~/.cache/dalipipe`), in `checks.sqlite`; where it cannot be written (or
 `DALIPIPE_NO_CACHE=1`), the check runs uncached. Processes that check the same files
 on one cache share the work by claiming chunks of it (see `cache`).
 
 One job per module: `structure` (the format by its first bytes, the JPEG and PNG
-rules, the decoder test per format), `decoder` (nvImageCodec's verdicts), `cache`
-(the SQLite cache), `driver` (the entry points, and the cached loop over files and
-records) and `policy` (what happens to the bad files).
+rules, the decoder test per format), `decoder` (nvImageCodec's verdicts), `verdicts`
+(the record of a result), `cache` (the SQLite cache), `driver` (the entry points, and
+the cached loop over files and records) and `policy` (what happens to the bad files).
 """
 
 from dalipipe.checks.decoder import decoder_name
 from dalipipe.checks.driver import (check_bytes, check_file, check_files, check_index,
-                                    check_records)
+                                    check_paths, check_records)
 from dalipipe.checks.policy import apply_policy, verify_unchanged, write_report
+from dalipipe.checks.verdicts import Verdict, bad_files, image_sizes
 
 __all__ = [
+    "Verdict",
     "apply_policy",
+    "bad_files",
     "check_bytes",
     "check_file",
     "check_files",
     "check_index",
+    "check_paths",
     "check_records",
     "decoder_name",
+    "image_sizes",
     "verify_unchanged",
     "write_report",
 ]

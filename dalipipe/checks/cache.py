@@ -19,6 +19,7 @@ import socket
 import sqlite3
 import time
 
+from dalipipe.checks.verdicts import Verdict
 from dalipipe.utils import warn_without_cache, writable_cache_dir
 
 VERSION = 5  # bump when a check changes, to ignore older cache rows
@@ -46,9 +47,10 @@ def open_cache():
 
 
 class Cache:
-    """path -> (size, mtime_ns, mode, version, reason, width, height) in SQLite, and
-    chunk claims. `width` and `height` are the image's as the decoder read its header
-    (NULL where it did not).
+    """The `Verdict`s of checks, and chunk claims, in SQLite: a row per file path or
+    record name (its bytes), `(path, size, mtime_ns, mode, version, reason, width,
+    height)`: the verdict's stamp, the check's mode (`mode_of`) and `VERSION`, its
+    reason, and its size (NULL where the decoder did not read one).
 
     Each chunk of results is committed as it is found, without waiting for the disk:
     a crash of the process loses nothing committed, and a file that a crash of the
@@ -95,22 +97,34 @@ class Cache:
             raise
         self.db.execute("COMMIT")
 
-    def get(self, paths):
-        """`{path: (size, mtime_ns, mode, version, reason, width, height)}` for the
-        `paths` (bytes) the cache holds."""
+    def answers(self, keys, stamps, mode):
+        """The cached `Verdict` of each of `keys` (file paths or record names) where
+        the cache answers a check of `mode` (`mode_of`) for its stamp (`usable`),
+        else None; None for every key whose stamp is None."""
+        encoded = [os.fsencode(key) for key in keys]  # names need not be valid UTF-8
         found = {}
-        for i in range(0, len(paths), 900):
-            chunk = paths[i: i + 900]
+        for i in range(0, len(encoded), 900):
+            chunk = encoded[i: i + 900]
             rows = self.db.execute(
                 f"SELECT path, size, mtime_ns, mode, version, reason, width, height FROM checks "
                 f"WHERE path IN ({','.join('?' * len(chunk))})", chunk,
             )
             found.update({row[0]: row[1:] for row in rows})
-        return found
+        answers = []
+        for key, name, stamp in zip(keys, encoded, stamps):
+            row = found.get(name)
+            if stamp is None or not usable(row, stamp, mode):
+                answers.append(None)
+                continue
+            size = None if row[5] is None else (row[5], row[6])
+            answers.append(Verdict(key, row[4], size, (row[0], row[1])))
+        return answers
 
-    def put(self, rows, *, release=None):
-        """Stores `(path, size, mtime_ns, mode, version, reason, width, height)` rows
-        and drops the claim `release` (a chunk id, see `claim`), in one transaction."""
+    def put(self, verdicts, mode, *, release=None):
+        """Stores `verdicts` (those with a stamp) of a check of `mode` and drops the
+        claim `release` (a chunk id, see `claim`), in one transaction."""
+        rows = [(os.fsencode(v.path), *v.stamp, mode, VERSION, v.reason, *(v.size or (None, None)))
+                for v in verdicts if v.stamp is not None]
         with self._writing():
             self.db.executemany("INSERT OR REPLACE INTO checks VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                                 rows)
@@ -175,12 +189,12 @@ def mode_of(check, device):
     return "full-gpu" if check == "full" and device == "gpu" else check
 
 
-def usable(cached, signature, mode):
-    """Whether a cache row `(size, mtime_ns, mode, version, reason)` answers a check
-    of `mode` for a file of `signature` `(size, mtime_ns)`: a pass of "full" (on the
-    CPU, the strictest) answers every mode."""
+def usable(cached, stamp, mode):
+    """Whether a cache row `(size, mtime_ns, mode, version, reason, ...)` answers a
+    check of `mode` for a file of `stamp` `(size, mtime_ns)`: a pass of "full" (on
+    the CPU, the strictest) answers every mode."""
     return (
-        cached is not None and (cached[0], cached[1]) == tuple(signature)
+        cached is not None and (cached[0], cached[1]) == tuple(stamp)
         and cached[3] == VERSION
         and (cached[2] == mode or (cached[2] == "full" and cached[4] is None))
     )

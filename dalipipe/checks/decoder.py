@@ -46,8 +46,9 @@ _COLOURS = re.compile(r"\x1b\[[0-9;]*m")
 _OPENCV = re.compile(r"^\[\s*[A-Z]+:[^\]]*\]\s*global \S+:\d+ \S+ |OpenCV\([^)]*\) \S+: error: \([^)]*\) ")
 
 
-def decoder_verdicts(images, tests, *, device, device_id=0, sizes=None):
-    """The reason DALI's decoder rejects each encoded image, or None.
+def decoder_verdicts(images, tests, *, device, device_id=0):
+    """The reason DALI's decoder rejects each encoded image, or None, with the size
+    it read of its header.
 
     nvImageCodec, as DALI sets it up on `device`, decodes a list of images at a time
     on its own threads; the images it rejects are decoded again one by one for the
@@ -62,35 +63,31 @@ def decoder_verdicts(images, tests, *, device, device_id=0, sizes=None):
             (None: one with its own message).
         device: "cpu" or "gpu": where the decoder decodes.
         device_id: the GPU's CUDA ordinal, for `device="gpu"`. Defaults to 0.
-        sizes: None, or a list that receives per image the `(width, height)` of the
-            header the decoder parsed, or None (a header it cannot read, an image
-            checked in a child interpreter, or PIL).
 
     Returns:
-        A list of `len(images)` reasons: str, or None for an image it accepts.
+        A list of `len(images)` pairs `(reason, size)`: the reason, a str, or None
+        for an image it accepts; the `(width, height)` of the header the decoder
+        parsed, or None (a header it cannot read, an image checked in a child
+        interpreter, or PIL).
     """
-    if sizes is not None:
-        sizes[:] = [None] * len(images)
     groups = {}  # the format of each group decoded in a child interpreter, else None
     nvimgcodec = _nvimgcodec()
     with captured_stderr():  # the header parses' messages are of no use here
         for i, (data, (test, _)) in enumerate(zip(images, tests)):
             groups.setdefault(_isolated_format(nvimgcodec, data, test), []).append(i)
-    reasons = [None] * len(images)
+    found = [None] * len(images)
     for kind, members in groups.items():
         some = [images[i] for i in members], [tests[i] for i in members]
         if kind is None:
-            read = None if sizes is None else []
-            found = _verdicts(*some, device=device, device_id=device_id, sizes=read)
-            for i, size in zip(members, read or ()):
-                sizes[i] = size
+            verdicts = _verdicts(*some, device=device, device_id=device_id)
         else:
             left_out = _ISOLATED[kind] if device == "cpu" else ()
-            found = _isolated_verdicts(*some, device=device, device_id=device_id,
-                                       env=child_env(**_extensions_env(left_out)))
-        for i, reason in zip(members, found):
-            reasons[i] = reason
-    return reasons
+            verdicts = [(reason, None) for reason in _isolated_verdicts(
+                *some, device=device, device_id=device_id,
+                env=child_env(**_extensions_env(left_out)))]
+        for i, verdict in zip(members, verdicts):
+            found[i] = verdict
+    return found
 
 
 def _isolated_format(nvimgcodec, data, test):
@@ -107,9 +104,9 @@ def _isolated_format(nvimgcodec, data, test):
 
 
 def _isolated_verdicts(images, tests, *, device, device_id, env):
-    """`_verdicts` in a child interpreter with the environment `env`; where the child
-    crashes, the list is split until the image that crashes it is alone, and that
-    image is reported so."""
+    """The reasons of `_verdicts` in a child interpreter with the environment `env`;
+    where the child crashes, the list is split until the image that crashes it is
+    alone, and that image is reported so."""
     if not images:
         return []
     job = pickle.dumps((images, tests, device, device_id))
@@ -144,22 +141,21 @@ def _extensions_env(left_out):
     return {"NVIMGCODEC_EXTENSIONS_PATH": _EXTENSION_DIRS[left_out]}
 
 
-def _verdicts(images, tests, *, device, device_id, sizes=None):
+def _verdicts(images, tests, *, device, device_id):
     """`decoder_verdicts` in this process."""
     nvimgcodec = _nvimgcodec()
     if nvimgcodec is None:
         if any(test == "full" for test, _ in tests):
             warn("nvImageCodec is not installed, so the check decodes with PIL, "
                  "which accepts some files that DALI's decoder rejects.")
-        return [_pil_verdict(data, label) if test == "full" else None
+        return [(_pil_verdict(data, label) if test == "full" else None, None)
                 for data, (test, label) in zip(images, tests)]
     reasons = [None] * len(images)
     with _DECODER_LOCK:
         decoder, params = _decoder(nvimgcodec, device, device_id)
         with captured_stderr():  # the messages of the rare failures are read below
             parsed = [_parse(nvimgcodec, data) for data in images]
-        if sizes is not None:
-            sizes[:] = [None if p is None else (p.width, p.height) for p in parsed]
+        sizes = [None if p is None else (p.width, p.height) for p in parsed]
         streams = []
         for i, (stream, (test, _)) in enumerate(zip(parsed, tests)):
             if stream is None:
@@ -184,7 +180,7 @@ def _verdicts(images, tests, *, device, device_id, sizes=None):
                         decoder.decode(stream, params=params)
                     label = _rejected(images[i], "that DALI's decoder rejects", captured.text)
                 reasons[i] = label
-    return reasons
+    return list(zip(reasons, sizes))
 
 
 def _parse(nvimgcodec, data):
@@ -286,7 +282,8 @@ def _serve():
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # what the libraries print goes to stderr
     images, tests, device, device_id = pickle.loads(sys.stdin.buffer.read())
-    out.write(pickle.dumps(_verdicts(images, tests, device=device, device_id=device_id)))
+    verdicts = _verdicts(images, tests, device=device, device_id=device_id)
+    out.write(pickle.dumps([reason for reason, _ in verdicts]))
     out.close()
 
 

@@ -1,9 +1,10 @@
 """The check's entry points: a file, some bytes, a list of files, TFRecord records,
 or a whole `sources.Index`.
 
-Each reads what it checks, has the structure rules and then the decoder judge it,
-and, for lists, keeps the verdicts in the cache (`_cached_check`, the one loop that
-files and records share, which processes sharing the cache split between them).
+Each reads what it checks (`dalipipe.storage.fetch`, for files local or remote), has
+the structure rules and then the decoder judge it, and, for lists, keeps the
+`Verdict`s in the cache (`_cached_check`, the one loop that files and records share,
+which processes sharing the cache split between them).
 """
 
 import collections
@@ -11,15 +12,13 @@ import hashlib
 import os
 import socket
 import sqlite3
-import stat
 import time
 import uuid
 
-import numpy as np
-
-from dalipipe.checks.cache import VERSION, cache_path, mode_of, open_cache, usable
+from dalipipe.checks.cache import VERSION, cache_path, mode_of, open_cache
 from dalipipe.checks.decoder import decoder_verdicts
 from dalipipe.checks.structure import check_structure
+from dalipipe.checks.verdicts import Verdict, bad_files
 from dalipipe.options import CHECKS
 from dalipipe.storage import fetch
 from dalipipe.utils import CHECK_BAR_DELAY, cache_dir, progress, warn_without_cache
@@ -35,13 +34,14 @@ def check_file(path, *, full=False, device="cpu", device_id=0):
     """Returns None for a sound image file, else the reason it is not one.
 
     Args:
-        path: a file path.
+        path: a file path or an `s3://` or `gs://` URI.
         full: decode the whole image (on `device`), as `check="full"`. Defaults to
             False.
         device: "cpu" or "gpu": where a full decode runs. Defaults to "cpu".
         device_id: the GPU's CUDA ordinal, for `device="gpu"`. Defaults to 0.
     """
-    return _check_paths([path], full=full, device=device, device_id=device_id)[0]
+    how = dict(full=full, device=device, device_id=device_id)
+    return _judge(fetch.read_files([path]), **how)[0][0]
 
 
 def check_bytes(data, *, full=False, device="cpu", device_id=0):
@@ -50,85 +50,41 @@ def check_bytes(data, *, full=False, device="cpu", device_id=0):
     The checks of `check_file` after its file system ones, for images that are not
     files of their own (the records of a TFRecord file). Arguments as `check_file`'s.
     """
-    return _check_images([data], full=full, device=device, device_id=device_id)[0]
+    return _check_images([data], full=full, device=device, device_id=device_id)[0][0]
 
 
-def _check_images(images, *, full, device, device_id=0, sizes=None):
-    """The reason each encoded image (bytes) is not sound, or None: the structure
-    rules, then DALI's decoder on the images that pass them (on `device` when
-    `full`, else on the CPU). `sizes`: None, or a list that receives each image's
-    `(width, height)` as the decoder read it, or None."""
-    reasons, tests = [], []
+def _check_images(images, *, full, device, device_id=0):
+    """`(reason, size)` for each encoded image (bytes): the structure rules, then
+    DALI's decoder on the images that pass them (on `device` when `full`, else on
+    the CPU). `reason`: None for a sound image; `size`: `(width, height)` as the
+    decoder read the header, or None."""
+    found, tests = [], []
     for data in images:
         reason, (how, label) = check_structure(data)
-        reasons.append(reason)
+        found.append((reason, None))
         tests.append(("full" if full else how, label))
-    todo = [i for i, reason in enumerate(reasons) if reason is None]
-    read = None if sizes is None else []
-    verdicts = decoder_verdicts([images[i] for i in todo], [tests[i] for i in todo],
-                                device=device if full else "cpu", device_id=device_id,
-                                sizes=read)
-    if sizes is not None:
-        sizes[:] = [None] * len(images)
-        for i, size in zip(todo, read):
-            sizes[i] = size
-    for i, reason in zip(todo, verdicts):
-        reasons[i] = reason
-    return reasons
+    todo = [i for i, (reason, _) in enumerate(found) if reason is None]
+    judged = decoder_verdicts([images[i] for i in todo], [tests[i] for i in todo],
+                              device=device if full else "cpu", device_id=device_id)
+    for i, verdict in zip(todo, judged):
+        found[i] = verdict
+    return found
 
 
-def _read(path):
-    """`(bytes, None)` for a readable regular file, else `(None, reason)`."""
-    try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        if os.path.islink(path):
-            return None, f"broken symbolic link (to {os.readlink(path)!r})"
-        return None, "does not exist"
-    except OSError as e:
-        return None, f"cannot be read ({e.strerror})"
-    if not stat.S_ISREG(info.st_mode):
-        return None, "not a regular file"
-    if info.st_size == 0:
-        return None, "empty file (0 bytes)"
-    try:
-        with open(path, "rb") as f:
-            return f.read(), None
-    except OSError as e:
-        return None, f"cannot be read ({e.strerror})"
-
-
-def _check_paths(paths, sizes=None, **how):
-    """`check_file` for a list of paths, the decoder taking the images together."""
-    return _check_read(fetch.read_paths(paths, _read), sizes=sizes, **how)  # objects: in parallel
-
-
-def _check_read(read, sizes=None, **how):
-    """The reason for each `(bytes, None)` or `(None, reason)` of `read`: the
-    latter's reason, or `_check_images`' for the bytes (`how`, `sizes`: its
-    arguments)."""
-    reasons = [reason for _, reason in read]
+def _judge(read, **how):
+    """`(reason, size)` for each `(bytes, None)` or `(None, reason)` of `read` (as
+    `fetch.read_files` gives them): the latter's reason, or `_check_images`' verdict
+    on the bytes (`how`: its arguments)."""
+    found = [(reason, None) for _, reason in read]
     readable = [i for i, (data, _) in enumerate(read) if data is not None]
-    found_sizes = None if sizes is None else []
-    found = _check_images([read[i][0] for i in readable], sizes=found_sizes, **how)
-    for i, reason in zip(readable, found):
-        reasons[i] = reason
-    if sizes is not None:
-        sizes[:] = [None] * len(read)
-        for i, size in zip(readable, found_sizes):
-            sizes[i] = size
-    return reasons
+    for i, verdict in zip(readable, _check_images([read[i][0] for i in readable], **how)):
+        found[i] = verdict
+    return found
 
 
-def _sized(check, items, **how):
-    """`(reasons, sizes)`: `check(items, sizes=..., **how)` and the sizes it read."""
-    sizes = []
-    return check(items, sizes=sizes, **how), sizes
-
-
-def _cached_check(keys, signatures, check_chunk, *, mode, what, verbose, sizes=None):
-    """The reason for each key (None: sound): from the cache where it answers, else
-    from `check_chunk`, a chunk of keys at a time, each chunk's verdicts committed.
+def _cached_check(keys, stamps, judge_chunk, *, mode, what, verbose):
+    """A `Verdict` for each key: from the cache where it answers, else from
+    `judge_chunk`, a chunk of keys at a time, each chunk's verdicts committed.
 
     The chunks are fixed runs of `_CHUNK` keys of `keys`, so processes that check
     the same list on one cache agree on them, and share them out by claims (see
@@ -138,63 +94,60 @@ def _cached_check(keys, signatures, check_chunk, *, mode, what, verbose, sizes=N
 
     Args:
         keys: the names (str) of files or records.
-        signatures: per key, `(size, mtime_ns)` of its file, or None for a file that
-            cannot be stat-ed (checked, and never cached).
-        check_chunk: `check_chunk(indices)` gives `(reasons, sizes)` for `keys[i]` for
-            each `i` of the list `indices` (`sizes`: `(width, height)` or None each).
+        stamps: per key, the stamp of its file (`dalipipe.storage.fetch`), or None
+            for a file that cannot be stat-ed (checked, and never cached).
+        judge_chunk: `judge_chunk(indices)` gives `(reason, size)` for `keys[i]` for
+            each `i` of the list `indices` (see `_judge`).
         mode: the cache's name of the check (`cache.mode_of`).
         what: the progress bar's label, e.g. "files checked".
         verbose: show the progress bar on stderr.
-        sizes: optional dict that receives `key: (width, height)` of each image
-            whose header the decoder read (kept in the cache with the verdict).
 
     Returns:
-        `{key: reason}` for every key.
+        A list of `len(keys)` `Verdict`s, in the order of `keys`.
     """
-    # Keys are the names' bytes: file names need not be valid UTF-8.
-    encoded = [os.fsencode(key) for key in keys]
-    reasons = {}
+    verdicts = [None] * len(keys)
     chunks = [list(range(start, min(start + _CHUNK, len(keys))))
               for start in range(0, len(keys), _CHUNK)]
     cache = open_cache()
     with progress(len(keys), what, enabled=verbose, delay=CHECK_BAR_DELAY) as bar:
-        def answer(indices, found, found_sizes, rows=None):
-            for i, reason, size in zip(indices, found, found_sizes):
-                reasons[keys[i]] = reason
-                if sizes is not None and size is not None:
-                    sizes[keys[i]] = size
-                if rows is not None and signatures[i] is not None:
-                    rows.append((encoded[i], *signatures[i], mode, VERSION, reason,
-                                 *(size or (None, None))))
+        def answer(indices, found):
+            for i, verdict in zip(indices, found):
+                verdicts[i] = verdict
             bar.update(len(indices))
+
+        def judge(indices):
+            COUNTS["computed"] += len(indices)
+            found = [Verdict(keys[i], reason, size, stamps[i])
+                     for i, (reason, size) in zip(indices, judge_chunk(indices))]
+            answer(indices, found)
+            return found
 
         if cache is not None:
             try:
-                _shared_check(cache, chunks, encoded, signatures, check_chunk, mode, answer)
+                _shared_check(cache, chunks, keys, stamps, mode, judge, answer)
             except sqlite3.Error as e:
                 warn_without_cache(cache_path(cache_dir()), str(e))
             finally:
                 cache.close()
         for chunk in chunks:  # without a cache: what it did not answer
-            left = [i for i in chunk if keys[i] not in reasons]
+            left = [i for i in chunk if verdicts[i] is None]
             if left:
-                COUNTS["computed"] += len(left)
-                answer(left, *check_chunk(left))
-    return reasons
+                judge(left)
+    return verdicts
 
 
-def _shared_check(cache, chunks, encoded, signatures, check_chunk, mode, answer):
-    """`_cached_check`'s work with a cache: `answer(indices, reasons, sizes[, rows])` for
-    every key of `chunks`, from the cache, or checked in the chunks this process
-    claims, each committed with its claim dropped."""
+def _shared_check(cache, chunks, keys, stamps, mode, judge, answer):
+    """`_cached_check`'s work with a cache: `answer(indices, verdicts)` for every key
+    of `chunks` from the cache, and `judge(indices)` for those of the chunks this
+    process claims, each chunk's verdicts committed with its claim dropped."""
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
     pending = {}  # chunk id -> the indices of keys without a verdict yet
     for chunk in chunks:
-        left = _from_cache(cache, chunk, encoded, signatures, mode, answer)
+        left = _from_cache(cache, chunk, keys, stamps, mode, answer)
         if left:
             digest = hashlib.sha1(f"{mode}\0{VERSION}".encode())
             for i in chunk:
-                digest.update(b"\0" + encoded[i])
+                digest.update(b"\0" + os.fsencode(keys[i]))
             pending[digest.hexdigest()] = left
     held = []
     try:
@@ -205,18 +158,13 @@ def _shared_check(cache, chunks, encoded, signatures, check_chunk, mode, answer)
                     continue  # another process checks it
                 held.append(chunk_id)
                 claimed = True
-                left = _from_cache(cache, pending.pop(chunk_id), encoded, signatures, mode,
-                                   answer)
-                rows = []
-                if left:
-                    COUNTS["computed"] += len(left)
-                    answer(left, *check_chunk(left), rows)
-                cache.put(rows, release=chunk_id)
+                left = _from_cache(cache, pending.pop(chunk_id), keys, stamps, mode, answer)
+                cache.put(judge(left) if left else [], mode, release=chunk_id)
                 held.remove(chunk_id)
             if pending and not claimed:  # all held by others: read what they wrote
                 for chunk_id in list(pending):
-                    pending[chunk_id] = _from_cache(cache, pending[chunk_id], encoded,
-                                                    signatures, mode, answer)
+                    pending[chunk_id] = _from_cache(cache, pending[chunk_id], keys, stamps,
+                                                    mode, answer)
                     if not pending[chunk_id]:
                         del pending[chunk_id]
                 if pending:
@@ -226,67 +174,54 @@ def _shared_check(cache, chunks, encoded, signatures, check_chunk, mode, answer)
             cache.release(held)
 
 
-def _from_cache(cache, indices, encoded, signatures, mode, answer):
+def _from_cache(cache, indices, keys, stamps, mode, answer):
     """Answers the keys of `indices` that the cache answers; returns the others."""
-    known = cache.get([encoded[i] for i in indices])
-    found, left = [], []
-    for i in indices:
-        cached = known.get(encoded[i])
-        if signatures[i] is not None and usable(cached, signatures[i], mode):
-            found.append(i)
-        else:
-            left.append(i)
+    cached = cache.answers([keys[i] for i in indices], [stamps[i] for i in indices], mode)
+    found = [(i, verdict) for i, verdict in zip(indices, cached) if verdict is not None]
     COUNTS["cached"] += len(found)
-    rows = [known[encoded[i]] for i in found]
-    answer(found, [row[4] for row in rows],
-           [None if row[5] is None else (row[5], row[6]) for row in rows])
-    return left
+    answer([i for i, _ in found], [verdict for _, verdict in found])
+    return [i for i, verdict in zip(indices, cached) if verdict is None]
 
 
-def check_files(paths, *, check="structure", verbose=False, stamps=None, device="cpu",
-                device_id=0, sizes=None):
-    """Checks `paths`; returns `{path: reason}` for the bad ones.
+def check_paths(paths, *, check="structure", verbose=False, device="cpu", device_id=0):
+    """Checks `paths`; returns a `Verdict` for each.
 
     Args:
-        paths: file paths.
+        paths: file paths and `s3://` or `gs://` URIs.
         check: `"structure"` (structure, headers, and the decoder's set-up) or
             `"full"` (a full decode). See `dalipipe.checks`.
         verbose: show a progress bar on stderr.
-        stamps: optional dict that receives `path: (size, mtime_ns)` of each file
-            that exists.
         device: `"cpu"` or `"gpu"`: the device of the DALI pipeline, where
             `check="full"` decodes.
         device_id: the GPU's CUDA ordinal, for `device="gpu"`. Defaults to 0.
-        sizes: optional dict that receives `path: (width, height)` of each image
-            whose header the decoder read (nvImageCodec; none where PIL stands in).
+
+    Returns:
+        A list of `len(paths)` `Verdict`s, in the order of `paths`: the reason (None
+        for a sound image), the `(width, height)` the decoder read of its header
+        (nvImageCodec; None where PIL stands in), and the file's stamp.
     """
     _check_level(check)
-    signatures = fetch.signatures(paths, _signature)  # objects: (size, ETag hash)
-    if stamps is not None:
-        stamps.update((p, s) for p, s in zip(paths, signatures) if s is not None)
     how = dict(full=check == "full", device=device, device_id=device_id)
-    reasons = _cached_check(
-        paths, signatures, lambda chunk: _sized(_check_paths, [paths[i] for i in chunk], **how),
-        mode=mode_of(check, device), what="files checked", verbose=verbose, sizes=sizes,
+    return _cached_check(
+        paths, fetch.stamps(paths),  # objects: (size, ETag hash)
+        lambda chunk: _judge(fetch.read_files([paths[i] for i in chunk]), **how),
+        mode=mode_of(check, device), what="files checked", verbose=verbose,
     )
-    return {path: reasons[path] for path in paths if reasons[path] is not None}
 
 
-def _signature(path):
-    """`(size, mtime_ns)` of the file at `path`, or None if it cannot be stat-ed."""
-    try:
-        info = os.stat(path)
-    except OSError:
-        return None
-    return info.st_size, info.st_mtime_ns
+def check_files(paths, *, check="structure", verbose=False, device="cpu", device_id=0):
+    """Checks `paths`; returns `{path: reason}` for the bad ones (the bad ones of
+    `check_paths`, whose arguments it takes)."""
+    return bad_files(check_paths(paths, check=check, verbose=verbose, device=device,
+                                 device_id=device_id))
 
 
 def check_records(names, shards, refs, *, read_records, check="structure", verbose=False,
-                  stamps=None, device="cpu", device_id=0, sizes=None):
-    """Checks the images of TFRecord records; returns `{name: reason}` for the bad ones.
+                  device="cpu", device_id=0):
+    """Checks the images of TFRecord records; returns a `Verdict` for each.
 
-    The rules of `check_bytes`. Results are cached like `check_files`', keyed on the
-    record's name and its file's size and modification time.
+    The rules of `check_bytes`. Results are cached like `check_paths`', keyed on the
+    record's name and its file's stamp, which is the record's `Verdict.stamp`.
 
     Args:
         names: the records' names (`"<file>#<record number>"`).
@@ -294,24 +229,21 @@ def check_records(names, shards, refs, *, read_records, check="structure", verbo
         read_records: `read_records(shards, refs)`, see `check_index`.
         check: `"structure"` or `"full"`.
         verbose: show a progress bar on stderr.
-        stamps: optional dict that receives `shard: (size, mtime_ns)`.
         device: `"cpu"` or `"gpu"`, where `check="full"` decodes.
         device_id: the GPU's CUDA ordinal, for `device="gpu"`. Defaults to 0.
-        sizes: optional dict that receives `name: (width, height)`, as `check_files`'.
+
+    Returns:
+        A list of `len(names)` `Verdict`s, in the order of `names`.
     """
     _check_level(check)
-    signatures = [(info.st_size, info.st_mtime_ns) for info in map(os.stat, shards)]
-    if stamps is not None:
-        stamps.update(zip(shards, signatures))
+    shard_stamps = [(info.st_size, info.st_mtime_ns) for info in map(os.stat, shards)]
     how = dict(full=check == "full", device=device, device_id=device_id)
     files = refs[:, 0].tolist() if len(refs) else []
-    reasons = _cached_check(
-        names, [signatures[f] for f in files],
-        lambda chunk: _sized(_check_read, _record_images(read_records, shards, refs[chunk]),
-                             **how),
-        mode=mode_of(check, device), what="records checked", verbose=verbose, sizes=sizes,
+    return _cached_check(
+        names, [shard_stamps[f] for f in files],
+        lambda chunk: _judge(_record_images(read_records, shards, refs[chunk]), **how),
+        mode=mode_of(check, device), what="records checked", verbose=verbose,
     )
-    return {name: reason for name, reason in reasons.items() if reason is not None}
 
 
 def _record_images(read_records, shards, refs):
@@ -335,7 +267,7 @@ def _check_level(check):
 
 
 def check_index(index, *, check="structure", read_records=None, verbose=False, device="cpu",
-                device_id=0, sizes=None):
+                device_id=0):
     """Checks every sample of a `sources.Index`: files, or TFRecord records.
 
     Args:
@@ -349,27 +281,18 @@ def check_index(index, *, check="structure", read_records=None, verbose=False, d
         device: `"cpu"` or `"gpu"`, the DALI pipeline's: where `check="full"`
             decodes.
         device_id: the GPU's CUDA ordinal, for `device="gpu"`. Defaults to 0.
-        sizes: optional dict that receives `file path or record name: (width,
-            height)` of each image whose header the decoder read (also from the
-            cache), for the GPU decoder's preallocation hints.
 
     Returns:
-        `(bad, index)`: `{file path or record name: reason}` for the bad ones, and the
-        index with `stamps`, int64 `(size, mtime_ns)` rows of its files (of its
-        TFRecord files for records) as they were when checked, for
-        `verify_unchanged`.
+        A list of `len(index)` `Verdict`s, in the order of `index.file_paths`: the
+        reason (None for a sound image), the `(width, height)` the decoder read of
+        its header (also from the cache: the GPU decoder's preallocation hints), and
+        the stamp of the file (of its TFRecord file, for a record) as it was when
+        checked (for `verify_unchanged`). `apply_policy` makes the index to train on.
     """
-    stamps = {}
-    if index.refs is not None:
-        if read_records is None:
-            raise TypeError("check_index() needs `read_records` for TFRecord records")
-        bad = check_records(index.file_paths, index.tfrecord_files, index.refs, check=check,
-                            read_records=read_records, verbose=verbose, stamps=stamps,
-                            device=device, device_id=device_id, sizes=sizes)
-        paths = index.tfrecord_files
-    else:
-        bad = check_files(index.file_paths, check=check, verbose=verbose, stamps=stamps,
-                          device=device, device_id=device_id, sizes=sizes)
-        paths = index.file_paths
-    table = np.array([stamps.get(p, (-1, -1)) for p in paths], np.int64).reshape(-1, 2)
-    return bad, type(index)(**{**index._asdict(), "stamps": table})
+    how = dict(check=check, verbose=verbose, device=device, device_id=device_id)
+    if index.refs is None:
+        return check_paths(index.file_paths, **how)
+    if read_records is None:
+        raise TypeError("check_index() needs `read_records` for TFRecord records")
+    return check_records(index.file_paths, index.tfrecord_files, index.refs,
+                         read_records=read_records, **how)

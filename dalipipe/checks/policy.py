@@ -11,19 +11,24 @@ import numpy as np
 
 from dalipipe.calls import warn
 from dalipipe.checks.driver import check_file
+from dalipipe.checks.verdicts import bad_files
 from dalipipe.storage import is_remote
 from dalipipe.utils import cache_disabled, writable_cache_dir
 
 
-def apply_policy(index, bad, *, on_bad_file, keep_classes):
-    """The index to train on, given the bad samples found by `check_index`.
+def apply_policy(index, verdicts, *, on_bad_file, keep_classes):
+    """The index to train on, given the `Verdict`s of `check_index`.
 
+    The index carries the stamps of its files (of its TFRecord files, for records)
+    from the verdicts, as they were when checked, for `verify_unchanged`.
     `on_bad_file="raise"`: a ValueError that lists the bad files, and the report's
     path. `"skip"`: the index less the bad files (classes left empty are dropped
     unless `keep_classes`), with a warning that gives the count and the report.
     The report is a file (see `write_report`), or on stderr where none can be
     written; raising or skipping happens all the same.
     """
+    index = _stamped(index, verdicts)
+    bad = bad_files(verdicts)
     if not bad:
         return index
     report = write_report(bad, len(index))
@@ -48,13 +53,26 @@ def apply_policy(index, bad, *, on_bad_file, keep_classes):
     return kept
 
 
+def _stamped(index, verdicts):
+    """`index` with `stamps`, int64 `(size, n)` rows of its files (of its TFRecord
+    files, for records) from `verdicts`, one per sample; `(-1, -1)` for a file that
+    has none (could not be stat-ed, or holds none of the records)."""
+    rows = np.array([v.stamp or (-1, -1) for v in verdicts], np.int64).reshape(-1, 2)
+    if index.refs is None:
+        table = rows
+    else:
+        table = np.full((len(index.tfrecord_files), 2), -1, np.int64)
+        table[index.refs[:, 0]] = rows  # a file's records share its stamp
+    return type(index)(**{**index._asdict(), "stamps": table})  # its len is not a tuple's
+
+
 def verify_unchanged(paths, stamps, *, check):
     """Raises RuntimeError naming a file deleted or changed since it was checked.
 
     Args:
         paths: file paths.
         stamps: int64 `(len(paths), 2)`: `(size, mtime_ns)` when they were checked
-            (see `check_index`).
+            (the `Verdict.stamp`s that `apply_policy` puts in the index).
         check: `"structure"` or `"full"`: a file whose size or modification time
             changed is checked again at this level, and accepted if it passes. None:
             any change is an error (for TFRecord files, whose records may have moved).
