@@ -99,7 +99,7 @@ def test_the_check_and_gpu_decoder_settings_are_not_part_of_the_fingerprint(tagg
 
     checked = fingerprint(dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS))
     unchecked = fingerprint(dalipipe.make_dali_pipeline(
-        tagged_dir, **dict(OPTIONS, check=None, hw_decoder_load=0.0)))
+        tagged_dir, **dict(OPTIONS, check=None, decoder={"hw_decoder_load": 0.0})))
     assert differences(checked, unchecked) == ""
     other = fingerprint(dalipipe.make_dali_pipeline(tagged_dir, **dict(OPTIONS, seed=6)))
     assert differences(checked, other).startswith("seed")
