@@ -72,16 +72,21 @@ def test_pydataset_set_position_gives_the_rest_then_whole_epochs(tagged_dir):
         dataset.set_position(-1, 0)
 
 
-def test_a_backup_of_another_dataset_raises_naming_what_differs(tagged_dir, tmp_path):
+def write_backup(directory, image_pipeline):
+    """A backup in `directory` of weights and the position (1, 3) of `image_pipeline`."""
     from dalipipe.fingerprint import fingerprint
     from resume_job import tag_model
 
-    made = dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS)
-    folder = tmp_path / "backup" / "backup-1"
+    folder = directory / "backup-1"
     folder.mkdir(parents=True)
     tag_model().save_weights(str(folder / "model.weights.h5"))
     (folder / "state.json").write_text(json.dumps(
-        {"epoch": 1, "batch": 3, "fingerprint": fingerprint(made)}))
+        {"epoch": 1, "batch": 3, "fingerprint": fingerprint(image_pipeline)}))
+
+
+def test_a_backup_of_another_dataset_raises_naming_what_differs(tagged_dir, tmp_path):
+    made = dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS)
+    write_backup(tmp_path / "backup", made)
     same = dalipipe.make_dali_dataset(tagged_dir, format="pydataset", **OPTIONS)
     assert dalipipe.BackupAndRestore(str(tmp_path / "backup"), same).position == (1, 3)
     assert len(same) == STEPS - 3
@@ -154,15 +159,8 @@ def test_the_fingerprint_holds_exactly_the_options_declared_to_change_the_data(t
 def test_a_backup_of_the_antialiased_default_is_refused(tagged_dir, tmp_path):
     """`antialias` is in the fingerprint: a backup made with `antialias=True` does not
     resume a dataset made with the default, False, and resumes one with True."""
-    from dalipipe.fingerprint import fingerprint
-    from resume_job import tag_model
-
     made = dalipipe.make_dali_pipeline(tagged_dir, antialias=True, **OPTIONS)
-    folder = tmp_path / "backup" / "backup-1"
-    folder.mkdir(parents=True)
-    tag_model().save_weights(str(folder / "model.weights.h5"))
-    (folder / "state.json").write_text(json.dumps(
-        {"epoch": 1, "batch": 3, "fingerprint": fingerprint(made)}))
+    write_backup(tmp_path / "backup", made)
     dataset = dalipipe.make_dali_dataset(tagged_dir, format="pydataset", **OPTIONS)
     with pytest.raises(ValueError, match=re.escape(
             "another dataset: what differs: antialias (antialias: saved 'True', "
@@ -177,16 +175,9 @@ def test_a_refused_backup_says_in_a_few_words_what_differs(tagged_dir, tmp_path)
     # differing item, not printed whole.
     import shutil
 
-    from dalipipe.fingerprint import fingerprint
-    from resume_job import tag_model
-
     labels = [i % 3 for i in range(121)]
     made = dalipipe.make_dali_pipeline(tagged_dir, labels=labels, **OPTIONS)
-    folder = tmp_path / "backup" / "backup-1"
-    folder.mkdir(parents=True)
-    tag_model().save_weights(str(folder / "model.weights.h5"))
-    (folder / "state.json").write_text(json.dumps(
-        {"epoch": 1, "batch": 3, "fingerprint": fingerprint(made)}))
+    write_backup(tmp_path / "backup", made)
     relabelled = list(labels)
     relabelled[7] = 2
     dataset = dalipipe.make_dali_dataset(tagged_dir, format="pydataset", labels=relabelled,
