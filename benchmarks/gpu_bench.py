@@ -25,9 +25,9 @@ count (or DataLoader worker count) for every section, `--threads`:
    the train workload fed by `make_dali_dataset` (GPU-decoded batches as CUDA tensors),
    and on the same batches held in device memory: the ratio is the input efficiency
    (`benchmarks/keras_fit.py`).
-4. The sweep: DALI threads (2, 4, 8, 16) × `hw_decoder_load` (0, 0.35, 0.65, 0.9) on
-   the train and eval workloads, images/s and GPU memory of the GPU graph with its
-   batches left on the GPU.
+4. The sweep: DALI threads (2, 4, 8, 16) × `decoder={"hw_decoder_load": ...}` (0,
+   0.35, 0.65, 0.9) on the train and eval workloads, images/s and GPU memory of the GPU
+   graph with its batches left on the GPU.
 
 GPU preprocessing images/s (section 1) and end-to-end `fit` images/s (section 3) are
 reported apart. Each measurement runs in a fresh process; each section has its time
@@ -362,13 +362,13 @@ def sweep_points(args):
 
 
 def sweep_section(results, common, args, thread_counts, loads):
-    """Section 4: `thread_counts` × `loads` (hw_decoder_load) on the train and eval
-    workloads (`SWEEP_WORKLOADS`), batches left on the GPU; one process per thread
-    count (`harness.sweep`), its points a result each, appended to `results` as each
-    process ends."""
+    """Section 4: `thread_counts` × `loads` (`decoder={"hw_decoder_load": load}`) on
+    the train and eval workloads (`SWEEP_WORKLOADS`), batches left on the GPU; one
+    process per thread count (`harness.sweep`), its points a result each, appended to
+    `results` as each process ends."""
     print("sweep of threads × hw_decoder_load:", flush=True)
     runs = 1 if args.quick else min(args.runs, 2)
-    points = [dict(workload=workload, options={"hw_decoder_load": load})
+    points = [dict(workload=workload, options={"decoder": {"hw_decoder_load": load}})
               for workload in SWEEP_WORKLOADS for load in loads]
     tasks = [dict(kind="sweep", loader=PREPROCESSING, train_steps=0, points=points,
                   **{**common, "threads": threads, "runs": runs})
@@ -507,7 +507,8 @@ def sweep_markdown(results):
     for r in results:
         lines.append(
             f"| {r.get('workload')} | {r.get('threads')} | "
-            f"{r.get('options', {}).get('hw_decoder_load')} | {_outcome(r)} | "
+            f"{r.get('options', {}).get('decoder', {}).get('hw_decoder_load')} | "
+            f"{_outcome(r)} | "
             f"{_cell(r.get('gpu_memory_used_mb_after'))} | {_cell(r.get('gpu_memory_mb'))} |")
     return "\n".join(lines) + "\n"
 

@@ -9,7 +9,7 @@ JAX). Nothing here imports TensorFlow, so that Keras on torch or JAX never loads
 from dalipipe.calls import first_argument
 from dalipipe.devices import resolve_device
 from dalipipe.keras_config import keras_backend
-from dalipipe.options import Options
+from dalipipe.options import Options, check_keywords
 from dalipipe.pipeline import image_pipelines
 from dalipipe.sharding import data_parallel_shard
 
@@ -38,7 +38,7 @@ def make_dali_dataset(
     path_column="path",
     label_columns=None,
     root=None,
-    antialias=True,
+    antialias=False,
     central_fraction=1.0,
     augment=False,
     mix=None,
@@ -49,14 +49,11 @@ def make_dali_dataset(
     device="auto",
     num_threads=None,
     prefetch_queue_depth=2,
-    hw_decoder_load=0.65,
-    preallocate_width_hint=None,
-    preallocate_height_hint=None,
-    device_memory_padding=16 * 1024 * 1024,
-    host_memory_padding=8 * 1024 * 1024,
+    decoder=None,
     check="structure",
     on_bad_file="raise",
     strategy=None,
+    **kwargs,
 ):
     """Generates a dataset of images loaded by an NVIDIA DALI pipeline, for Keras.
 
@@ -123,8 +120,8 @@ def make_dali_dataset(
             classes)`) (see Targets).
         root: the folder that relative paths in a table or list start from; None means the
             CSV file's folder, else the current directory.
-        antialias: widen the filter when shrinking, as PIL does; False is
-            `tf.image.resize`'s default and faster on the CPU (`benchmarks/PERFORMANCE.md`).
+        antialias: True: widen the filter when shrinking, as PIL does, for quality where it
+            matters (see Resizing); False: Keras's resize, faster on the CPU.
         central_fraction: keep this central fraction of the image (or of the aspect-ratio
             window), resized in one step (see Resizing).
         augment: True: a random-resized crop and a flip, new every epoch; or a recipe
@@ -144,12 +141,7 @@ def make_dali_dataset(
         num_threads: DALI's CPU threads per pipeline; None means the usable cores on the
             CPU, 4 (at most the cores) on a GPU.
         prefetch_queue_depth: batches DALI prepares ahead.
-        hw_decoder_load: the share of the GPU's JPEG decoding given to its hardware decoder,
-            in [0, 1]; ignored on the CPU (see GPU decoder).
-        preallocate_width_hint: HW decoder buffer width; None: 99th percentile checked, ≤ 4,096.
-        preallocate_height_hint: HW decoder buffer height; None: 99th percentile checked, ≤ 4,096.
-        device_memory_padding: nvJPEG's GPU buffer slack in bytes, against reallocations.
-        host_memory_padding: nvJPEG's pinned host buffer slack in bytes, likewise.
+        decoder: DALI's GPU decoder arguments, e.g. `{"hw_decoder_load": 0.9}` (see GPU decoder).
         check: the check of every file before training: `"structure"` (formats, headers,
             markers), `"full"` (also a full decode), None (see `docs/checks.md`).
         on_bad_file: `"raise"`: one error listing every bad file and why; `"skip"`: leave
@@ -168,6 +160,8 @@ def make_dali_dataset(
         No batch dimension with `batch_size=None`. It has `class_names` and `file_paths`.
 
     Raises:
+        TypeError: for an unknown keyword, or an argument of DALI's GPU decoder given
+            on its own instead of in `decoder`.
         ValueError: for an invalid argument, an empty source, an unknown column,
             mismatched lengths, missing or bad files (with `on_bad_file="raise"`), a
             `batch_size` that the strategy's or distribution's devices do not divide,
@@ -177,6 +171,7 @@ def make_dali_dataset(
         RuntimeError: for `device="gpu"` without a usable GPU, or a GPU pipeline
             where TensorFlow holds all GPU memory (no memory growth, no memory limit).
     """
+    check_keywords("make_dali_dataset", kwargs, ())
     options = Options.from_arguments(locals())
     source = first_argument("make_dali_dataset", directory, source)
     return _make(source, options, strategy)

@@ -8,19 +8,14 @@ Pure Python: no Keras.
 import ast
 import hashlib
 
-from dalipipe.options import DECODER_SIZES, Options
-
-# Options that change neither which samples an epoch loads nor their crops. The GPU
-# decoder's settings are among them: its size hints are filled from what the check
-# read, so they differ between runs with and without the check.
-_NOT_IN_FINGERPRINT = ("verbose", "num_threads", "prefetch_queue_depth", "check",
-                       "on_bad_file", "device", "format", "hw_decoder_load", *DECODER_SIZES)
+from dalipipe.options import Options
 
 
 def fingerprint(image_pipeline):
     """What makes a dataset's epochs what they are, as JSON values: the files (their
     number and a hash of their sorted paths), `seed`, `shuffle`, `batch_size`,
-    the steps and the shard, and the other options that change what is loaded."""
+    the steps and the shard, and the other options that change the data, as `Options`
+    declares them (`Options.data_names()`)."""
     options = image_pipeline.options
     paths = "\n".join(sorted(str(p) for p in image_pipeline.file_paths)).encode()
     sharding = image_pipeline.sharding
@@ -34,8 +29,8 @@ def fingerprint(image_pipeline):
         "shard": None if sharding is None else [sharding.num_replicas,
                                                 list(sharding.replica_ids)],
     }
-    for name in Options.names():
-        if name not in found and name not in _NOT_IN_FINGERPRINT:
+    for name in Options.data_names():
+        if name not in found:
             found[name] = repr(getattr(options, name))
     return found
 

@@ -256,18 +256,11 @@ def gpu_decoder_arguments(options):
     """The arguments of DALI's `"mixed"` decoders for `options` (the GPU graph's).
 
     nvJPEG upsamples chroma like libjpeg-turbo only when asked to
-    (`jpeg_fancy_upsampling`); the hardware decoder's share and buffer hints and
-    nvJPEG's paddings are the options of the same names (a hint of None is 0, DALI's
-    "no hint"). The CPU decoder takes none of them.
+    (`jpeg_fancy_upsampling`); the others are those of `options.decoder`
+    (`dalipipe.decoder_settings`), DALI's defaults for those it does not set. They
+    apply only to the mixed backend, so the CPU decoder takes none of them.
     """
-    return dict(
-        device="mixed", jpeg_fancy_upsampling=True,
-        hw_decoder_load=options.hw_decoder_load,
-        preallocate_width_hint=options.preallocate_width_hint or 0,
-        preallocate_height_hint=options.preallocate_height_hint or 0,
-        device_memory_padding=options.device_memory_padding,
-        host_memory_padding=options.host_memory_padding,
-    )
+    return dict(device="mixed", jpeg_fancy_upsampling=True, **(options.decoder or {}))
 
 
 def _png_with_alpha(encoded):

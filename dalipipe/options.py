@@ -1,22 +1,28 @@
 """The options of `make_dali_dataset` and `make_dali_pipeline`: one definition, one
 validation.
 
-`Options` holds every option with its default. It checks them all as it is made,
-with Keras-style messages, and it is what the graph, the inputs and the adapters
-read. The public functions keep explicit keyword signatures (for `help()` and
-editors) and pass their arguments here: `Options.from_arguments(locals())`.
+`Options` holds every option with its default and declares with each whether it
+changes the data (which samples an epoch loads, in which order, with which pixels
+and labels), which the resume fingerprint follows (`dalipipe.fingerprint`). It checks
+them all as it is made, with Keras-style messages, and it is what the graph, the
+inputs and the adapters read. `make_dali_dataset` keeps an explicit keyword signature
+and passes its arguments here (`Options.from_arguments(locals())`);
+`make_dali_pipeline` takes `**options` (`Options.from_keywords`) and shows them with
+`pipeline_signature`.
 
 Above 400 lines: every option's check, with its Keras-style message, lives here, so
 that each rule is written once.
 """
 
 import dataclasses
+import inspect
 import math
 from collections.abc import Mapping
 from typing import Any, Optional
 
 import numpy as np
 
+from dalipipe.decoder_settings import DECODER_ARGUMENTS, check_decoder
 from dalipipe.devices import default_num_threads
 from dalipipe.keras_config import IMAGE_DATA_FORMATS, keras_image_data_format
 from dalipipe.mixing import parse_mix
@@ -50,9 +56,6 @@ DEVICES = ("auto", "gpu", "cpu")
 SUBSETS = ("training", "validation", "both")
 CHECKS = ("structure", "full", None)
 ON_BAD_FILE = ("raise", "skip")
-# The GPU decoder's sizes: the preallocation hints (pixels) and paddings (bytes).
-DECODER_SIZES = ("preallocate_width_hint", "preallocate_height_hint",
-                 "device_memory_padding", "host_memory_padding")
 # The label modes whose labels can be mixed (`mix`): float32 class probabilities.
 MIXED_LABEL_MODES = ("categorical", "binary", "multi_hot")
 
@@ -79,6 +82,14 @@ def is_inferred(labels):
     return isinstance(labels, str) and labels == "inferred"
 
 
+def option(default, *, data, dataset_only=False):
+    """A field of `Options`: its `default`; `data`, whether it changes the data, and so
+    belongs in the resume fingerprint; `dataset_only`, an option of `make_dali_dataset`
+    that `make_dali_pipeline` does not take."""
+    return dataclasses.field(default=default,
+                             metadata={"data": data, "dataset_only": dataset_only})
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Options:
     """Every option of `make_dali_dataset` and `make_dali_pipeline`, with its default.
@@ -89,56 +100,69 @@ class Options:
     """
 
     # Keras's `image_dataset_from_directory` arguments, in its order.
-    labels: Any = "inferred"
-    label_mode: Optional[str] = "int"
-    class_names: Optional[Any] = None
-    color_mode: str = "rgb"
-    batch_size: Optional[int] = 32
-    image_size: Any = (256, 256)
-    shuffle: bool = True
-    seed: Optional[int] = None
-    validation_split: Optional[float] = None
-    subset: Optional[str] = None
-    interpolation: str = "bilinear"
-    follow_links: bool = False
-    crop_to_aspect_ratio: bool = False
-    pad_to_aspect_ratio: bool = False
-    data_format: Optional[str] = None
-    format: Optional[str] = None
-    verbose: bool = True
+    labels: Any = option("inferred", data=True)
+    label_mode: Optional[str] = option("int", data=True)
+    class_names: Optional[Any] = option(None, data=True)
+    color_mode: str = option("rgb", data=True)
+    batch_size: Optional[int] = option(32, data=True)
+    image_size: Any = option((256, 256), data=True)
+    shuffle: bool = option(True, data=True)
+    seed: Optional[int] = option(None, data=True)
+    validation_split: Optional[float] = option(None, data=True)
+    subset: Optional[str] = option(None, data=True)
+    interpolation: str = option("bilinear", data=True)
+    follow_links: bool = option(False, data=True)
+    crop_to_aspect_ratio: bool = option(False, data=True)
+    pad_to_aspect_ratio: bool = option(False, data=True)
+    data_format: Optional[str] = option(None, data=True)
+    format: Optional[str] = option(None, data=False, dataset_only=True)
+    verbose: bool = option(True, data=False)
     # What dalipipe adds.
-    path_column: str = "path"
-    label_columns: Optional[Any] = None
-    root: Optional[Any] = None
-    antialias: bool = True
-    central_fraction: float = 1.0
-    augment: Any = False
-    mix: Any = None
-    normalization: Optional[str] = None
-    dtype: str = "float32"
-    drop_remainder: bool = False
-    class_weight: Optional[Any] = None
-    device: str = "auto"
-    num_threads: Optional[int] = None
-    prefetch_queue_depth: int = 2
-    # DALI's GPU (mixed) decoder settings, with DALI's names and defaults.
-    hw_decoder_load: float = 0.65
-    preallocate_width_hint: Optional[int] = None
-    preallocate_height_hint: Optional[int] = None
-    device_memory_padding: int = 16 * 1024 * 1024
-    host_memory_padding: int = 8 * 1024 * 1024
-    check: Optional[str] = "structure"
-    on_bad_file: str = "raise"
+    path_column: str = option("path", data=True)
+    label_columns: Optional[Any] = option(None, data=True)
+    root: Optional[Any] = option(None, data=True)
+    antialias: bool = option(False, data=True)
+    central_fraction: float = option(1.0, data=True)
+    augment: Any = option(False, data=True)
+    mix: Any = option(None, data=True)
+    normalization: Optional[str] = option(None, data=True)
+    dtype: str = option("float32", data=True)
+    drop_remainder: bool = option(False, data=True)
+    class_weight: Optional[Any] = option(None, data=True)
+    device: str = option("auto", data=False)
+    num_threads: Optional[int] = option(None, data=False)
+    prefetch_queue_depth: int = option(2, data=False)
+    # DALI's GPU (mixed) decoder arguments (`dalipipe.decoder_settings`). Its size
+    # hints are filled from what the check read, so they differ between runs with and
+    # without the check.
+    decoder: Optional[Mapping] = option(None, data=False)
+    check: Optional[str] = option("structure", data=False)
+    on_bad_file: str = option("raise", data=False)
 
     @classmethod
-    def names(cls):
-        """The option names, in signature order."""
-        return tuple(field.name for field in dataclasses.fields(cls))
+    def names(cls, *, pipeline=False):
+        """The option names, in signature order; with `pipeline`, those that
+        `make_dali_pipeline` takes (without `make_dali_dataset`'s own, `format`)."""
+        return tuple(field.name for field in dataclasses.fields(cls)
+                     if not (pipeline and field.metadata["dataset_only"]))
+
+    @classmethod
+    def data_names(cls):
+        """The names of the options that change the data: the fingerprint's."""
+        return tuple(field.name for field in dataclasses.fields(cls) if field.metadata["data"])
 
     @classmethod
     def from_arguments(cls, arguments):
         """The options among `arguments` (a public function's `locals()`)."""
         return cls(**{name: arguments[name] for name in cls.names()})
+
+    @classmethod
+    def from_keywords(cls, function, keywords):
+        """The options `keywords` (`function`'s `**options`), the others at their
+        defaults; TypeError for a keyword that `function`, which returns an
+        `ImagePipeline`, does not take (`check_keywords`)."""
+        check_keywords(function, keywords, cls.names(pipeline=True))
+        return cls(**keywords)
 
     def replace(self, **changes):
         """A copy with `changes`, validated again."""
@@ -185,10 +209,7 @@ class Options:
         set_("interpolation", self.interpolation.lower())
         set_("prefetch_queue_depth", int(self.prefetch_queue_depth))
         set_("central_fraction", float(self.central_fraction))
-        set_("hw_decoder_load", float(self.hw_decoder_load))
-        for name in DECODER_SIZES:
-            if getattr(self, name) is not None:
-                set_(name, int(getattr(self, name)))
+        set_("decoder", check_decoder(self.decoder))
         if self.seed is not None:
             set_("seed", int(self.seed))
         if self.num_threads is not None:
@@ -261,20 +282,6 @@ class Options:
             raise ValueError(
                 f"`seed` must be a non-negative integer or None. Received: seed={self.seed!r}"
             )
-        load = self.hw_decoder_load
-        if not is_number(load) or not 0 <= load <= 1:
-            raise ValueError(
-                "`hw_decoder_load` must be a number in [0, 1], the share of JPEG decoding "
-                f"given to the hardware decoder. Received: hw_decoder_load={load!r}"
-            )
-        for name in DECODER_SIZES:
-            value = getattr(self, name)
-            hint = name.startswith("preallocate")
-            if (value is not None or not hint) and (not is_int(value) or value < 0):
-                raise ValueError(
-                    f"`{name}` must be a non-negative integer{' or None' if hint else ''}"
-                    f" ({'pixels' if hint else 'bytes'}). Received: {name}={value!r}"
-                )
         fraction = self.central_fraction
         if not is_number(fraction) or not 0 < fraction <= 1:
             raise ValueError(
@@ -481,6 +488,42 @@ class Options:
                 "training and validation subset made by two calls. "
                 f"Received: validation_split={split}, subset={subset!r}, seed=None"
             )
+
+
+def check_keywords(function, keywords, accepted):
+    """Raises TypeError, naming the keyword and its value, for a keyword of `keywords`
+    (a dict) that `function` does not take (not in `accepted`): an argument of DALI's
+    decoder (given through `decoder=`), an option of `make_dali_dataset` only, or an
+    unknown one (Python's own words, then the value)."""
+    for name, value in keywords.items():
+        if name in accepted:
+            continue
+        received = f"Received: {name}={value!r}"
+        if name in DECODER_ARGUMENTS:
+            raise TypeError(
+                f"`{name}` is an argument of DALI's GPU decoder, set through `decoder=`: "
+                f"decoder={{{name!r}: {value!r}}}. {received}"
+            )
+        if name in Options.names():
+            raise TypeError(
+                f"`{name}` belongs to `make_dali_dataset`, which chooses the dataset's form; "
+                f"`{function}` returns an `ImagePipeline` and takes no `{name}`. {received}"
+            )
+        raise TypeError(f"{function}() got an unexpected keyword argument {name!r}. {received}")
+
+
+def pipeline_signature(function):
+    """Decorates `function(directory=None, *, source=None, **options)` with the
+    signature that `help()` and `inspect.signature` show: its own parameters, then each
+    option of `Options.names(pipeline=True)`, keyword-only, with its default."""
+    own = [p for p in inspect.signature(function).parameters.values()
+           if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    fields = Options.__dataclass_fields__
+    options = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
+                                 default=fields[name].default)
+               for name in Options.names(pipeline=True)]
+    function.__signature__ = inspect.Signature(own + options)
+    return function
 
 
 def _one_of(name, value, allowed):

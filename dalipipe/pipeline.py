@@ -8,9 +8,9 @@ makes the DALI pipeline of the graph (`dali_pipeline`); `epoch` runs it natively
 NumPy outputs (`dalipipe.native`); `dalipipe.tf_dataset` hands it to TensorFlow and
 `dalipipe.py_dataset` to Keras's other backends.
 
-Above 400 lines: `make_dali_pipeline`'s signature and docstring, the index-check-split
-sequence, and `ImagePipeline`, the one view of a split (samples, output shapes, each
-epoch's inputs, shards) that the native runner and both adapters read.
+Above 400 lines: the index-check-split sequence, and `ImagePipeline`, the one view of
+a split (samples, output shapes, each epoch's inputs, shards) that the native runner
+and both adapters read.
 """
 
 import os
@@ -21,65 +21,30 @@ import numpy as np
 from dalipipe import checks, graph, mixing, sampling, sources, tfrecord
 from dalipipe.calls import first_argument, warn
 from dalipipe.devices import dali_device
-from dalipipe.options import TARGET_MODES, Options, is_inferred
+from dalipipe.options import TARGET_MODES, Options, is_inferred, pipeline_signature
 from dalipipe.sharding import Sharding, check_global_batch
 from dalipipe.storage import fetch, index as remote
 
 
-def make_dali_pipeline(
-    directory=None,
-    *,
-    source=None,
-    labels="inferred",
-    label_mode="int",
-    class_names=None,
-    color_mode="rgb",
-    batch_size=32,
-    image_size=(256, 256),
-    shuffle=True,
-    seed=None,
-    validation_split=None,
-    subset=None,
-    interpolation="bilinear",
-    follow_links=False,
-    crop_to_aspect_ratio=False,
-    pad_to_aspect_ratio=False,
-    data_format=None,
-    format=None,
-    verbose=True,
-    path_column="path",
-    label_columns=None,
-    root=None,
-    antialias=True,
-    central_fraction=1.0,
-    augment=False,
-    mix=None,
-    normalization=None,
-    dtype="float32",
-    drop_remainder=False,
-    class_weight=None,
-    device="auto",
-    num_threads=None,
-    prefetch_queue_depth=2,
-    hw_decoder_load=0.65,
-    preallocate_width_hint=None,
-    preallocate_height_hint=None,
-    device_memory_padding=16 * 1024 * 1024,
-    host_memory_padding=8 * 1024 * 1024,
-    check="structure",
-    on_bad_file="raise",
-):
+@pipeline_signature
+def make_dali_pipeline(directory=None, *, source=None, **options):
     """Indexes `source` and builds the DALI image pipeline for it, without TensorFlow.
 
-    Takes the arguments of `dalipipe.make_dali_dataset` (see there). `device="auto"`
-    means the GPU when DALI sees one.
+    Takes the options of `dalipipe.make_dali_dataset` as keywords (see there), but
+    not `format` or `strategy`, which choose the dataset's form; its signature lists
+    them with their defaults, from `Options`. `device="auto"` means the GPU when DALI
+    sees one.
 
     Returns:
         An `ImagePipeline`, or a pair (training, validation) of them when
         `subset="both"`; then `augment`, `mix` and `drop_remainder` apply to the
         training one only.
+
+    Raises:
+        TypeError: for a keyword that is not an option, `format`, or an argument of
+            DALI's GPU decoder given on its own instead of in `decoder`.
     """
-    options = Options.from_arguments(locals())
+    options = Options.from_keywords("make_dali_pipeline", options)
     source = first_argument("make_dali_pipeline", directory, source)
     return image_pipelines(source, options)
 
@@ -170,11 +135,11 @@ def _check_sharding(options, replica_ids, num_replicas):
 
 
 def decoder_hints(options, sizes, *, percentile=99, limit=4096):
-    """`options` with each preallocation hint left None set from `sizes`, the
-    `(width, height)` of the images the check read: the `percentile`th percentile of
-    the widths and of the heights (nearest rank: a width and a height that some image
-    has), at most `limit` pixels. Unchanged without sizes (the hints stay None:
-    DALI's 0, no hint).
+    """`options` with the hardware decoder's preallocation hints that `decoder` does
+    not set (`preallocate_width_hint`, `preallocate_height_hint`) set from `sizes`,
+    the `(width, height)` of the images the check read: the `percentile`th percentile
+    of the widths and of the heights (nearest rank: a width and a height that some
+    image has), at most `limit` pixels. Unchanged without sizes (no hint: DALI's 0).
 
     The hardware decoder preallocates a batch of images of the hinted size, and an
     image larger than the hint still decodes (its buffer grows): the hint follows the
@@ -190,7 +155,7 @@ def decoder_hints(options, sizes, *, percentile=99, limit=4096):
 
     hints = {"preallocate_width_hint": hint([w for w, _ in sizes]),
              "preallocate_height_hint": hint([h for _, h in sizes])}
-    return options.replace(**{k: v for k, v in hints.items() if getattr(options, k) is None})
+    return options.replace(decoder={**hints, **(options.decoder or {})})
 
 
 def _print_found(index):

@@ -14,6 +14,7 @@ import os
 import pytest
 
 from dalipipe import codecs, graph, make_dali_pipeline
+from dalipipe.decoder_settings import DECODER_ARGUMENTS, REFUSED
 from dalipipe.options import Options
 from dalipipe.pipeline import ImagePipeline
 
@@ -193,9 +194,11 @@ def test_cpu_graph_still_decodes_only_the_crop(cpu_pipe, monkeypatch):
     assert decoder_ops(pipe.dali_pipeline()) == [("region", "cpu", False)]
 
 
-GPU_DECODER_SETTINGS = dict(hw_decoder_load=0.35, preallocate_width_hint=640,
-                            preallocate_height_hint=480, device_memory_padding=1 << 20,
-                            host_memory_padding=0)
+GPU_DECODER_SETTINGS = {"hw_decoder_load": 0.35, "preallocate_width_hint": 640,
+                        "preallocate_height_hint": 480, "device_memory_padding": 1 << 20,
+                        "host_memory_padding": 0, "device_memory_padding_jpeg2k": 1 << 16,
+                        "host_memory_padding_jpeg2k": 1 << 16,
+                        "hybrid_huffman_threshold": 4_000_000, "affine": False}
 
 
 def decoder_arguments(pipe):
@@ -205,27 +208,39 @@ def decoder_arguments(pipe):
             if getattr(i._op, "schema_name", None) in DECODERS]
 
 
+def test_decoder_takes_arguments_of_dali_s_decoders_for_the_gpu_only():
+    """Each key `decoder` takes is an argument of both DALI decoders that dalipipe
+    calls, of DALI's type, documented as applying only to the mixed backend; each it
+    refuses is an argument of DALI's decoder too."""
+    from nvidia.dali import backend
+
+    types = {"hw_decoder_load": "FLOAT", "hybrid_huffman_threshold": "UINT32",
+             "affine": "BOOL"}
+    assert set(GPU_DECODER_SETTINGS) == set(DECODER_ARGUMENTS)
+    for schema_name in DECODERS:
+        schema = backend.GetSchema(schema_name)
+        for name in DECODER_ARGUMENTS:
+            assert schema.HasArgument(name) and not schema.IsDeprecatedArg(name), name
+            assert str(schema.GetArgumentType(name)).endswith(types.get(name, "INT32")), name
+            assert "only** to the ``mixed`` backend" in schema.GetArgumentDox(name), name
+        assert all(schema.HasArgument(name) for name in REFUSED if name != "device")
+        assert schema.GetSupportedBackends() == ["cpu", "mixed"]
+
+
 @pytest.mark.parametrize("augment", [False, True])
 def test_gpu_decoders_take_the_decoder_settings_and_the_cpu_ones_none(cpu_pipe, augment):
-    gpu = decoder_arguments(gpu_graph(cpu_pipe, augment=augment, **GPU_DECODER_SETTINGS))
+    gpu = decoder_arguments(gpu_graph(cpu_pipe, augment=augment, decoder=GPU_DECODER_SETTINGS))
     assert gpu and all(device == "mixed" for device, _ in gpu)
     for _, arguments in gpu:
         assert {k: arguments[k] for k in GPU_DECODER_SETTINGS} == GPU_DECODER_SETTINGS
-    # Hints of None are DALI's 0, "no hint"; the other defaults are DALI's own.
-    defaults = decoder_arguments(gpu_graph(cpu_pipe, augment=augment))
-    from nvidia.dali import backend
-
-    for name in GPU_DECODER_SETTINGS:
-        for schema in DECODERS:
-            assert backend.GetSchema(schema).HasArgument(name), (schema, name)
-        dali_default = backend.GetSchema("decoders__Image").GetArgumentDefaultValueString(name)
-        ours = getattr(Options(), name)
-        assert (0 if ours is None else ours) == pytest.approx(float(dali_default)), name
-        assert all(args[name] == (0 if ours is None else ours) for _, args in defaults)
-    pipe = ImagePipeline(cpu_pipe.index, cpu_pipe.options.replace(augment=augment,
-                                                                  **GPU_DECODER_SETTINGS))
+        assert arguments["jpeg_fancy_upsampling"] is True
+    # Without `decoder` (and without hints from a check), DALI's defaults: none given.
+    for _, arguments in decoder_arguments(gpu_graph(cpu_pipe, augment=augment, decoder=None)):
+        assert not set(DECODER_ARGUMENTS) & set(arguments)
+    pipe = ImagePipeline(cpu_pipe.index, cpu_pipe.options.replace(
+        augment=augment, decoder=GPU_DECODER_SETTINGS))
     for device, arguments in decoder_arguments(pipe.dali_pipeline()):
-        assert device == "cpu" and not set(GPU_DECODER_SETTINGS) & set(arguments)
+        assert device == "cpu" and not set(DECODER_ARGUMENTS) & set(arguments)
 
 
 @pytest.mark.parametrize("crop", [False, True])
@@ -237,7 +252,7 @@ def test_gpu_decode_ceiling_decodes_as_the_gpu_graph(cpu_pipe, crop, setup, monk
 
     monkeypatch.setattr(graph, "_crop_setup", lambda options: setup)
     pipe = harness.ceiling_pipeline(cpu_pipe.file_paths[:8], 4, 2, "gpu", crop,
-                                    dict(hw_decoder_load=0.35))
+                                    dict(decoder={"hw_decoder_load": 0.35}))
     ceiling = decoder_ops(pipe)
     expected = decoder_ops(gpu_graph(cpu_pipe, augment=crop))
     assert ceiling == expected and {d[1:] for d in ceiling} == {("mixed", True)}
@@ -268,14 +283,16 @@ def test_preallocation_hints_default_to_the_sizes_the_check_read(tmp_path, fresh
 
     def hints(**options):
         pipe = make_dali_pipeline(str(root), device="cpu", verbose=False, **options)
-        return pipe, (pipe.options.preallocate_width_hint, pipe.options.preallocate_height_hint)
+        decoder = pipe.options.decoder or {}
+        return pipe, (decoder.get("preallocate_width_hint"),
+                      decoder.get("preallocate_height_hint"))
 
     computed = driver.COUNTS["computed"]
     pipe, found = hints()
     assert found == (64, 50) and driver.COUNTS["computed"] == computed + 3
     cached = driver.COUNTS["cached"]
     assert hints()[1] == (64, 50) and driver.COUNTS["cached"] == cached + 3
-    assert hints(preallocate_width_hint=4000)[1] == (4000, 50)
+    assert hints(decoder={"preallocate_width_hint": 4000})[1] == (4000, 50)
     assert hints(check=None)[1] == (None, None)
     gpu = decoder_arguments(ImagePipeline(pipe.index, pipe.options.replace(device="gpu"))
                             .dali_pipeline())
@@ -379,8 +396,8 @@ def test_preallocation_hints_follow_the_typical_large_image_not_the_largest():
     from dalipipe.pipeline import decoder_hints
 
     def hints(sizes, **options):
-        found = decoder_hints(Options(**options), sizes)
-        return found.preallocate_width_hint, found.preallocate_height_hint
+        decoder = decoder_hints(Options(**options), sizes).decoder or {}
+        return decoder.get("preallocate_width_hint"), decoder.get("preallocate_height_hint")
 
     # ImageNet-like: one 6,000 x 6,000 photograph among many 500 x 375 ones.
     assert hints([(500, 375)] * 999 + [(6000, 6000)]) == (500, 375)
@@ -389,6 +406,9 @@ def test_preallocation_hints_follow_the_typical_large_image_not_the_largest():
     assert hints([(64, 20), (40, 30), (25, 50)]) == (64, 50)  # few: the largest
     # More than 1 % of huge images: the bound.
     assert hints([(8000, 6000)] * 50 + [(500, 375)] * 50) == (4096, 4096)
-    assert hints([(8000, 300)] * 10, preallocate_width_hint=7000) == (7000, 300)
+    assert hints([(8000, 300)] * 10, decoder={"preallocate_width_hint": 7000}) == (7000, 300)
+    kept = decoder_hints(Options(decoder={"hw_decoder_load": 0.2}), [(64, 20)]).decoder
+    assert kept == {"preallocate_width_hint": 64, "preallocate_height_hint": 20,
+                    "hw_decoder_load": 0.2}
     assert hints([]) == (None, None)
     assert hints([(500, 375)] * 100 + [(900, 600)] * 5) == (900, 600)

@@ -390,6 +390,20 @@ def test_warnings_of_make_dali_dataset_name_the_user_s_line(indexed_dir):
         (str(w.message), w.filename) for w in caught]
 
 
+def test_a_gpu_decoder_argument_on_its_own_names_decoder(indexed_dir):
+    with pytest.raises(TypeError) as info:
+        make_dali_dataset(indexed_dir, hw_decoder_load=0.65, **SMALL)
+    assert str(info.value) == (
+        "`hw_decoder_load` is an argument of DALI's GPU decoder, set through `decoder=`: "
+        "decoder={'hw_decoder_load': 0.65}. Received: hw_decoder_load=0.65")
+    with pytest.raises(TypeError, match="make_dali_dataset\\(\\) got an unexpected keyword "
+                                        "argument 'img_size'. Received: img_size=8"):
+        make_dali_dataset(indexed_dir, img_size=8, **SMALL)
+    ds = make_dali_dataset(indexed_dir, format="pydataset", decoder={"hw_decoder_load": 0.9},
+                           verbose=False, **SMALL)
+    assert ds.image_pipeline.options.format == "pydataset"
+
+
 def test_directory_names_the_first_argument_as_in_keras(indexed_dir):
     ds = make_dali_dataset(directory=indexed_dir, shuffle=False, verbose=False, **SMALL)
     assert ds.file_paths == make_dali_dataset(source=indexed_dir, shuffle=False, verbose=False,

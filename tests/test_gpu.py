@@ -263,9 +263,10 @@ def test_torch_backend_fits_from_batches_on_the_gpu(tagged_dir, tmp_path):
 
 
 @pytest.mark.parametrize("settings", [
-    dict(hw_decoder_load=0.0),
-    dict(hw_decoder_load=1.0, preallocate_width_hint=64, preallocate_height_hint=64,
-         device_memory_padding=0, host_memory_padding=0),
+    dict(decoder={"hw_decoder_load": 0.0}),
+    dict(decoder={"hw_decoder_load": 1.0, "preallocate_width_hint": 64,
+                  "preallocate_height_hint": 64, "device_memory_padding": 0,
+                  "host_memory_padding": 0}),
 ], ids=["cuda_decoder_only", "hardware_decoder_and_hints"])
 def test_gpu_decoder_settings_keep_the_pixels(color_dir, settings):
     """The decoder settings reach DALI (a bad one would fail the build) and move work

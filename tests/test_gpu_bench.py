@@ -152,7 +152,7 @@ def test_gpu_bench_runs_without_tensorflow_and_records_what_it_skipped(tmp_path)
     forced = [r for r in report["crop_setups"] if r["setup"] == "forced_full_decode"]
     assert all(r["env"]["DALIPIPE_ROI_FANCY_UPSAMPLING"] == "0" for r in forced)
     # The sweep: every point of --quick's 1 thread count × 2 loads × 2 workloads.
-    points = [(r["workload"], r["threads"], r["options"]["hw_decoder_load"])
+    points = [(r["workload"], r["threads"], r["options"]["decoder"]["hw_decoder_load"])
               for r in report["sweep"]]
     assert points == [(w, 2, load) for w in ("train", "eval") for load in (0.0, 0.65)]
     if gpu_reason:
@@ -304,8 +304,8 @@ def test_the_decode_ceiling_decodes_as_dalipipe_s_graph(jpegs, crop):
 
 
 def test_the_sweep_measures_each_point_in_one_process(jpegs):
-    points = [dict(workload="train", options={"hw_decoder_load": 0.0}),
-              dict(workload="eval", options={"hw_decoder_load": 0.9})]
+    points = [dict(workload="train", options={"decoder": {"hw_decoder_load": 0.0}}),
+              dict(workload="eval", options={"decoder": {"hw_decoder_load": 0.9}})]
     task = dict(kind="sweep", loader="dalipipe_native_cpu", points=points, **jpegs)
     found = harness.run_task_in_subprocess(task, timeout=240)
     assert [(p["workload"], p["options"]) for p in found["points"]] == \

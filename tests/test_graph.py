@@ -37,7 +37,7 @@ def board(tmp_path, side=128):
 def test_pixels_match_pil_reference(photo_path):
     """Resize + ImageNet normalization against PIL's antialiased bilinear resize."""
     (images,) = outputs([photo_path], labels=None, image_size=(48, 64), batch_size=1,
-                        normalization="imagenet")
+                        normalization="imagenet", antialias=True)
     assert images.shape == (1, 48, 64, 3) and images.dtype == np.float32
     reference = np.asarray(Image.open(photo_path).resize((64, 48), Image.BILINEAR), np.float32)
     mean = np.array([0.485, 0.456, 0.406]) * 255
@@ -137,7 +137,8 @@ def test_antialias_false_aliases_fine_detail_and_area_always_antialiases(tmp_pat
 def test_central_fraction_is_the_imagenet_eval_transform(photo_path):
     """Shorter side to 64, center crop 56 (0.875), against PIL's exact box resize."""
     (images,) = outputs([photo_path], labels=None, image_size=(56, 56), batch_size=1,
-                        crop_to_aspect_ratio=True, central_fraction=0.875, normalization=None)
+                        crop_to_aspect_ratio=True, central_fraction=0.875, normalization=None,
+                        antialias=True)
     side = 120 * 0.875  # of the 160x120 photo: the central 105x105 square
     box = ((160 - side) / 2, (120 - side) / 2, (160 + side) / 2, (120 + side) / 2)
     reference = np.asarray(Image.open(photo_path).resize((56, 56), Image.BILINEAR, box=box),
@@ -156,7 +157,7 @@ def test_central_fraction_is_the_imagenet_eval_transform(photo_path):
 ])
 def test_central_windows_against_pil_box_resize(photo_path, options, box):
     (images,) = outputs([photo_path], labels=None, image_size=(40, 20), batch_size=1,
-                        normalization=None, **options)
+                        normalization=None, antialias=True, **options)
     reference = np.asarray(Image.open(photo_path).resize((20, 40), Image.BILINEAR, box=box),
                            np.float32)
     assert np.abs(images[0] - reference).mean() < 0.3
@@ -193,7 +194,8 @@ def test_pad_to_aspect_ratio_centres_the_whole_image_like_resize_with_pad(indexe
 
 def test_augment_crops_the_window_of_the_random_row_and_flips(photo_path):
     pipe = make_dali_pipeline([photo_path], labels=None, image_size=(24, 24), batch_size=1,
-                              augment=True, normalization=None, device="cpu", verbose=False)
+                              augment=True, normalization=None, device="cpu", verbose=False,
+                              antialias=True)
     row = np.array([[0.3, 0.8, 0.25, 0.6, 0.9]], np.float32)
     x, y, w, h = sampling.random_resized_crop_window(np.float32(120), np.float32(160), row[0])
     reference = np.asarray(Image.open(photo_path).resize(

@@ -1,13 +1,15 @@
 """`dalipipe.options.Options`: defaults, every validation message, canonical types,
 `resolved()`. Pure: neither DALI nor fixtures."""
 
+import dataclasses
 import json
 import sys
 
 import numpy as np
 import pytest
 
-from dalipipe.options import Options
+from dalipipe.decoder_settings import DECODER_ARGUMENTS
+from dalipipe.options import Options, check_keywords
 
 
 def message_of(**options):
@@ -27,6 +29,7 @@ def test_defaults_are_keras_s_with_dalipipe_s_additions():
     assert (options.normalization, options.dtype, options.device) == (None, "float32", "auto")
     assert (options.central_fraction, options.prefetch_queue_depth) == (1.0, 2)
     assert (options.check, options.on_bad_file, options.num_threads) == ("structure", "raise", None)
+    assert options.antialias is False and options.decoder is None  # Keras's resize
     assert Options.names()[:3] == ("labels", "label_mode", "class_names")
     assert Options.from_arguments({**{n: getattr(options, n) for n in Options.names()},
                                    "other": 1}).batch_size == 32
@@ -181,48 +184,93 @@ def test_valid_combinations_pass():
 
 
 
-def test_gpu_decoder_settings_have_dali_s_names_defaults_and_ranges():
-    options = Options()
-    assert (options.hw_decoder_load, options.preallocate_width_hint,
-            options.preallocate_height_hint) == (0.65, None, None)
-    assert (options.device_memory_padding, options.host_memory_padding) == (16777216, 8388608)
+def test_gpu_decoder_settings_are_one_mapping_with_dali_s_names_and_ranges():
+    assert Options().decoder is None and Options(decoder={}).decoder == {}
     names = Options.names()
-    start = names.index("prefetch_queue_depth") + 1
-    assert names[start:start + 5] == ("hw_decoder_load", "preallocate_width_hint",
-                                      "preallocate_height_hint", "device_memory_padding",
-                                      "host_memory_padding")
-    tuned = Options(hw_decoder_load=np.float32(1), preallocate_width_hint=np.int64(6000),
-                    preallocate_height_hint=0, device_memory_padding=0,
-                    host_memory_padding=np.uint32(5))
-    assert tuned.hw_decoder_load == 1.0 and type(tuned.hw_decoder_load) is float
-    assert (tuned.preallocate_width_hint, tuned.host_memory_padding) == (6000, 5)
-    assert type(tuned.preallocate_width_hint) is int and type(tuned.host_memory_padding) is int
-    assert Options(hw_decoder_load=0).hw_decoder_load == 0.0
+    assert names[names.index("prefetch_queue_depth") + 1] == "decoder"
+    given = {"hw_decoder_load": np.float32(1), "preallocate_width_hint": np.int64(6000),
+             "preallocate_height_hint": 0, "device_memory_padding": 0,
+             "host_memory_padding": np.uint32(5), "device_memory_padding_jpeg2k": 1 << 20,
+             "host_memory_padding_jpeg2k": 0, "hybrid_huffman_threshold": 2 ** 32 - 1,
+             "affine": np.bool_(False)}
+    tuned = Options(decoder=given).decoder
+    assert tuned == {**given, "hw_decoder_load": 1.0, "affine": False}
+    assert [type(v) for v in tuned.values()] == [float, *[int] * 7, bool]
+    assert set(tuned) == set(DECODER_ARGUMENTS) and tuned is not given
+    assert Options(decoder={"hw_decoder_load": 0}).decoder == {"hw_decoder_load": 0.0}
 
 
-@pytest.mark.parametrize("options, message", [
-    (dict(hw_decoder_load=1.5),
-     "`hw_decoder_load` must be a number in [0, 1], the share of JPEG decoding given to the "
-     "hardware decoder. Received: hw_decoder_load=1.5"),
-    (dict(hw_decoder_load=-0.1), "Received: hw_decoder_load=-0.1"),
-    (dict(hw_decoder_load="0.5"), "Received: hw_decoder_load='0.5'"),
-    (dict(hw_decoder_load=None), "Received: hw_decoder_load=None"),
-    (dict(hw_decoder_load=True), "Received: hw_decoder_load=True"),
-    (dict(preallocate_width_hint=-1),
-     "`preallocate_width_hint` must be a non-negative integer or None (pixels). "
-     "Received: preallocate_width_hint=-1"),
-    (dict(preallocate_height_hint=1.5),
-     "`preallocate_height_hint` must be a non-negative integer or None (pixels). "
-     "Received: preallocate_height_hint=1.5"),
-    (dict(device_memory_padding=None),
-     "`device_memory_padding` must be a non-negative integer (bytes). "
-     "Received: device_memory_padding=None"),
-    (dict(host_memory_padding=-8),
-     "`host_memory_padding` must be a non-negative integer (bytes). "
-     "Received: host_memory_padding=-8"),
+@pytest.mark.parametrize("decoder, message", [
+    ({"hw_decoder_load": 1.5},
+     "`decoder['hw_decoder_load']` must be a number in [0, 1], the share of JPEG decoding "
+     "given to the hardware decoder. Received: decoder={'hw_decoder_load': 1.5}"),
+    ({"hw_decoder_load": -0.1}, "Received: decoder={'hw_decoder_load': -0.1}"),
+    ({"hw_decoder_load": "0.5"}, "Received: decoder={'hw_decoder_load': '0.5'}"),
+    ({"hw_decoder_load": None}, "Received: decoder={'hw_decoder_load': None}"),
+    ({"hw_decoder_load": True}, "Received: decoder={'hw_decoder_load': True}"),
+    ({"preallocate_width_hint": -1},
+     "`decoder['preallocate_width_hint']` must be a non-negative integer (pixels): the "
+     "hardware decoder's buffer width. Received: decoder={'preallocate_width_hint': -1}"),
+    ({"preallocate_height_hint": 1.5}, "Received: decoder={'preallocate_height_hint': 1.5}"),
+    ({"device_memory_padding": None},
+     "`decoder['device_memory_padding']` must be a non-negative integer (bytes): nvJPEG's "
+     "GPU buffer slack. Received: decoder={'device_memory_padding': None}"),
+    ({"host_memory_padding": 2 ** 31}, "Received: decoder={'host_memory_padding': 2147483648}"),
+    ({"hybrid_huffman_threshold": 2 ** 32}, "`decoder['hybrid_huffman_threshold']` must be"),
+    ({"affine": 1}, "`decoder['affine']` must be True or False"),
+    ({"output_type": "RGB"},
+     "`decoder` cannot set 'output_type': dalipipe sets it from `color_mode`. "
+     "Received: decoder={'output_type': 'RGB'}"),
+    ({"device": "cpu"}, "`decoder` cannot set 'device': dalipipe sets it from `device`."),
+    ({"jpeg_fancy_upsampling": False}, "`decoder` cannot set 'jpeg_fancy_upsampling'"),
+    ({"use_fast_idct": True}, "`decoder` cannot set 'use_fast_idct': it changes the pixels"),
+    ({"hw_decoder_load": 0.5, "cache_size": 100},
+     "'cache_size' is not one of them. Received: decoder={'hw_decoder_load': 0.5, "
+     "'cache_size': 100}"),
+    ([("hw_decoder_load", 0.5)],
+     "`decoder` must be a dict of DALI's GPU decoder arguments (`fn.decoders.image`), e.g. "
+     "{'hw_decoder_load': 0.9}, or None. Received: decoder=[('hw_decoder_load', 0.5)]"),
 ])
-def test_gpu_decoder_settings_are_checked(options, message):
-    assert message in message_of(**options)
+def test_gpu_decoder_settings_are_checked(decoder, message):
+    assert message in message_of(decoder=decoder)
+
+
+def test_every_option_declares_once_whether_it_changes_the_data():
+    """Each field of `Options` is made by `option(default, data=...)`: its default and
+    whether it is in the resume fingerprint, declared together (`fingerprint` follows
+    `data_names`; `tests/test_resume.py` changes each option and watches it)."""
+    fields = dataclasses.fields(Options)
+    assert [f.name for f in fields] == list(Options.names())
+    assert all(set(f.metadata) == {"data", "dataset_only"} for f in fields)
+    assert all(isinstance(f.metadata["data"], bool) for f in fields)
+    assert Options.data_names() == tuple(f.name for f in fields if f.metadata["data"])
+    settings = set(Options.names()) - set(Options.data_names())
+    assert settings == {"format", "verbose", "device", "num_threads", "prefetch_queue_depth",
+                        "decoder", "check", "on_bad_file"}
+    assert set(Options.names()) - set(Options.names(pipeline=True)) == {"format"}
+
+
+def test_keywords_not_taken_are_type_errors_naming_them():
+    with pytest.raises(TypeError) as info:
+        Options.from_keywords("make_dali_pipeline", {"hw_decoder_load": 0.65})
+    assert str(info.value) == (
+        "`hw_decoder_load` is an argument of DALI's GPU decoder, set through `decoder=`: "
+        "decoder={'hw_decoder_load': 0.65}. Received: hw_decoder_load=0.65")
+    for name in DECODER_ARGUMENTS:
+        with pytest.raises(TypeError, match=f"`{name}` is an argument of DALI's GPU decoder"):
+            check_keywords("make_dali_dataset", {name: 1}, ())
+    with pytest.raises(TypeError) as info:
+        Options.from_keywords("make_dali_pipeline", {"format": "tf"})
+    assert str(info.value) == (
+        "`format` belongs to `make_dali_dataset`, which chooses the dataset's form; "
+        "`make_dali_pipeline` returns an `ImagePipeline` and takes no `format`. "
+        "Received: format='tf'")
+    with pytest.raises(TypeError) as info:
+        Options.from_keywords("make_dali_pipeline", {"batch_size": 4, "img_size": 8})
+    assert str(info.value) == ("make_dali_pipeline() got an unexpected keyword argument "
+                               "'img_size'. Received: img_size=8")
+    assert Options.from_keywords("make_dali_pipeline", {"batch_size": 4}).batch_size == 4
+
 
 def test_class_weight_keys_must_be_indices_of_the_classes():
     options = Options(class_weight={3: 2.0, 1: 0.5})

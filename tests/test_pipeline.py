@@ -1,6 +1,8 @@
 """`ImagePipeline` run natively on CPU (no TensorFlow): sources, shapes, epochs, shards.
 What each option does to the pixels: test_graph.py."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -98,6 +100,23 @@ def test_errors_that_need_the_classes_name_the_argument_and_value(indexed_dir, o
     with pytest.raises(ValueError) as info:
         make_dali_pipeline(indexed_dir, **{"device": "cpu", **options})
     assert message in str(info.value)
+
+
+def test_keywords_it_does_not_take_are_type_errors_naming_them(indexed_dir):
+    """Its options are `Options`' (its signature is made from them), without `format`;
+    a GPU decoder argument goes in `decoder=`."""
+    with pytest.raises(TypeError, match=r"`format` belongs to `make_dali_dataset`.*"
+                                        r"Received: format='tf'"):
+        make_dali_pipeline(indexed_dir, format="tf")
+    with pytest.raises(TypeError, match=re.escape(
+            "`preallocate_width_hint` is an argument of DALI's GPU decoder, set through "
+            "`decoder=`: decoder={'preallocate_width_hint': 640}")):
+        make_dali_pipeline(indexed_dir, preallocate_width_hint=640)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'img_size'"):
+        make_dali_pipeline(indexed_dir, img_size=8)
+    pipe = make_dali_pipeline(source=indexed_dir, image_size=(4, 4), device="cpu",
+                              verbose=False, decoder={"hw_decoder_load": 0.9})
+    assert pipe.options.decoder["hw_decoder_load"] == 0.9 and pipe.options.format is None
 
 
 def test_subset_both_augments_and_trims_training_only(indexed_dir):

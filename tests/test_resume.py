@@ -72,16 +72,21 @@ def test_pydataset_set_position_gives_the_rest_then_whole_epochs(tagged_dir):
         dataset.set_position(-1, 0)
 
 
-def test_a_backup_of_another_dataset_raises_naming_what_differs(tagged_dir, tmp_path):
+def write_backup(directory, image_pipeline):
+    """A backup in `directory` of weights and the position (1, 3) of `image_pipeline`."""
     from dalipipe.fingerprint import fingerprint
     from resume_job import tag_model
 
-    made = dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS)
-    folder = tmp_path / "backup" / "backup-1"
+    folder = directory / "backup-1"
     folder.mkdir(parents=True)
     tag_model().save_weights(str(folder / "model.weights.h5"))
     (folder / "state.json").write_text(json.dumps(
-        {"epoch": 1, "batch": 3, "fingerprint": fingerprint(made)}))
+        {"epoch": 1, "batch": 3, "fingerprint": fingerprint(image_pipeline)}))
+
+
+def test_a_backup_of_another_dataset_raises_naming_what_differs(tagged_dir, tmp_path):
+    made = dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS)
+    write_backup(tmp_path / "backup", made)
     same = dalipipe.make_dali_dataset(tagged_dir, format="pydataset", **OPTIONS)
     assert dalipipe.BackupAndRestore(str(tmp_path / "backup"), same).position == (1, 3)
     assert len(same) == STEPS - 3
@@ -99,10 +104,70 @@ def test_the_check_and_gpu_decoder_settings_are_not_part_of_the_fingerprint(tagg
 
     checked = fingerprint(dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS))
     unchecked = fingerprint(dalipipe.make_dali_pipeline(
-        tagged_dir, **dict(OPTIONS, check=None, hw_decoder_load=0.0)))
+        tagged_dir, **dict(OPTIONS, check=None, decoder={"hw_decoder_load": 0.0})))
     assert differences(checked, unchecked) == ""
     other = fingerprint(dalipipe.make_dali_pipeline(tagged_dir, **dict(OPTIONS, seed=6)))
     assert differences(checked, other).startswith("seed")
+
+
+# One other value per option (with what it needs), for the fingerprint's test.
+CHANGED = {
+    "labels": dict(labels=None), "label_mode": dict(label_mode="categorical"),
+    "class_names": dict(class_names=["a", "b"]), "color_mode": dict(color_mode="grayscale"),
+    "batch_size": dict(batch_size=4), "image_size": dict(image_size=(8, 8)),
+    "shuffle": dict(shuffle=False), "seed": dict(seed=6),
+    "validation_split": dict(validation_split=0.2, subset="training"),
+    "subset": dict(validation_split=0.2, subset="validation"),
+    "interpolation": dict(interpolation="nearest"), "follow_links": dict(follow_links=True),
+    "crop_to_aspect_ratio": dict(crop_to_aspect_ratio=True),
+    "pad_to_aspect_ratio": dict(pad_to_aspect_ratio=True),
+    "data_format": dict(data_format="channels_first"), "format": dict(format="pydataset"),
+    "verbose": dict(verbose=True), "path_column": dict(path_column="file"),
+    "label_columns": dict(label_columns="age", label_mode="raw"), "root": dict(root="/data"),
+    "antialias": dict(antialias=True), "central_fraction": dict(central_fraction=0.5),
+    "augment": dict(augment=True), "mix": dict(mix="mixup", label_mode="categorical"),
+    "normalization": dict(normalization="imagenet"), "dtype": dict(dtype="float16"),
+    "drop_remainder": dict(drop_remainder=True), "class_weight": dict(class_weight={0: 2.0}),
+    "device": dict(device="gpu"), "num_threads": dict(num_threads=3),
+    "prefetch_queue_depth": dict(prefetch_queue_depth=3),
+    "decoder": dict(decoder={"hw_decoder_load": 0.9}), "check": dict(check=None),
+    "on_bad_file": dict(on_bad_file="skip"),
+}
+
+
+def test_the_fingerprint_holds_exactly_the_options_declared_to_change_the_data(tagged_dir):
+    """Each option is declared once, in `Options` (`option(default, data=...)`); the
+    fingerprint holds those declared to change the data, and changes with each of
+    them and with nothing else."""
+    from dalipipe.fingerprint import fingerprint
+    from dalipipe.options import Options
+    from dalipipe.pipeline import ImagePipeline
+
+    made = dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS)
+    saved = fingerprint(made)
+    assert set(saved) == {"files", "steps", "shard", *Options.data_names()}
+    assert set(CHANGED) == set(Options.names())
+    for name, changes in CHANGED.items():
+        other = fingerprint(ImagePipeline(made.index, made.options.replace(**changes)))
+        differs = {k for k in saved if saved[k] != other[k]}
+        if name in Options.data_names():
+            assert name in differs and differs <= {*changes, "steps"}, (name, differs)
+        else:
+            assert differs == set(), (name, differs)
+
+
+def test_a_backup_of_the_antialiased_default_is_refused(tagged_dir, tmp_path):
+    """`antialias` is in the fingerprint: a backup made with `antialias=True` does not
+    resume a dataset made with the default, False, and resumes one with True."""
+    made = dalipipe.make_dali_pipeline(tagged_dir, antialias=True, **OPTIONS)
+    write_backup(tmp_path / "backup", made)
+    dataset = dalipipe.make_dali_dataset(tagged_dir, format="pydataset", **OPTIONS)
+    with pytest.raises(ValueError, match=re.escape(
+            "another dataset: what differs: antialias (antialias: saved 'True', "
+            "dataset 'False')")):
+        dalipipe.BackupAndRestore(str(tmp_path / "backup"), dataset)
+    same = dalipipe.make_dali_dataset(tagged_dir, format="pydataset", antialias=True, **OPTIONS)
+    assert dalipipe.BackupAndRestore(str(tmp_path / "backup"), same).position == (1, 3)
 
 
 def test_a_refused_backup_says_in_a_few_words_what_differs(tagged_dir, tmp_path):
@@ -110,16 +175,9 @@ def test_a_refused_backup_says_in_a_few_words_what_differs(tagged_dir, tmp_path)
     # differing item, not printed whole.
     import shutil
 
-    from dalipipe.fingerprint import fingerprint
-    from resume_job import tag_model
-
     labels = [i % 3 for i in range(121)]
     made = dalipipe.make_dali_pipeline(tagged_dir, labels=labels, **OPTIONS)
-    folder = tmp_path / "backup" / "backup-1"
-    folder.mkdir(parents=True)
-    tag_model().save_weights(str(folder / "model.weights.h5"))
-    (folder / "state.json").write_text(json.dumps(
-        {"epoch": 1, "batch": 3, "fingerprint": fingerprint(made)}))
+    write_backup(tmp_path / "backup", made)
     relabelled = list(labels)
     relabelled[7] = 2
     dataset = dalipipe.make_dali_dataset(tagged_dir, format="pydataset", labels=relabelled,

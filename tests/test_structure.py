@@ -23,12 +23,16 @@ def option_defaults():
 def signature_defaults(function, skip=()):
     parameters = inspect.signature(function).parameters
     return {name: p.default for name, p in parameters.items()
-            if name not in ("directory", "source", *skip)}
+            if name not in ("directory", "source", *skip) and p.kind is not p.VAR_KEYWORD}
 
 
 def test_make_dali_pipeline_takes_exactly_the_options():
-    assert signature_defaults(make_dali_pipeline) == option_defaults()
-    assert list(signature_defaults(make_dali_pipeline)) == list(Options.names())
+    # Its signature is made from `Options` (`pipeline_signature`), without `format`.
+    pipeline_defaults = {k: v for k, v in option_defaults().items() if k != "format"}
+    assert signature_defaults(make_dali_pipeline) == pipeline_defaults
+    assert list(signature_defaults(make_dali_pipeline)) == list(Options.names(pipeline=True))
+    assert all(p.kind is p.KEYWORD_ONLY for name, p in
+               inspect.signature(make_dali_pipeline).parameters.items() if name != "directory")
 
 
 def test_make_dali_dataset_takes_the_options_and_strategy():

@@ -254,8 +254,8 @@ def decode_ceiling(files, batch_size, threads, runs, device="cpu", crop=False, o
     """images/s of DALI decoding alone (file reader + dalipipe's decoder) over one epoch.
 
     The decoder is set up as dalipipe's graph sets it up (`graph.decode`; on a GPU
-    `graph.gpu_decoder_arguments`: fancy upsampling, `hw_decoder_load`, the hints
-    and paddings of `options`). With `crop`, each image's random-resized crop
+    `graph.gpu_decoder_arguments`: fancy upsampling and the `decoder` arguments of
+    `options`). With `crop`, each image's random-resized crop
     window is decoded as the train workload's graph decodes it (`graph.decode_crop`:
     the crop set-up of `codecs.crop_setup()`), with windows drawn by DALI.
 
@@ -265,7 +265,7 @@ def decode_ceiling(files, batch_size, threads, runs, device="cpu", crop=False, o
     and the GPU memory in use once the epochs have run.
 
     Args:
-        options: `Options` arguments for the decoder (e.g. `hw_decoder_load`).
+        options: `Options` arguments for the decoder (e.g. `decoder`).
             Defaults to none: dalipipe's defaults.
     """
     from dalipipe import codecs

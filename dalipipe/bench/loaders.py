@@ -377,7 +377,7 @@ def make_dalipipe_native(files, labels, *, workload, batch_size, threads, seed, 
     """`make_dali_pipeline` run without TensorFlow (`ImagePipeline.run`): batches
     copied to the host as NumPy arrays, or left where DALI made them
     (`copy_to_host=False`: GPU memory on the GPU). `options`: more
-    `make_dali_pipeline` options (e.g. `hw_decoder_load`).
+    `make_dali_pipeline` options (e.g. `decoder`).
 
     A GPU batch is copied to the host once, by `as_cpu` (`_dali_to_numpy`). No
     `synchronize`: `ImagePipeline.run` takes each batch from DALI's `Pipeline.run()`
