@@ -11,8 +11,8 @@ layouts of the first two, both packing and unpacking:
   image where dalipipe reads the images (TFRecord records, `gs://` objects). One
   input per sample keeps each label with its image whatever the order.
 - `"random"`: float32, per sample the draws of the crop and flip, the recipe and
-  the mixing that the options use (`dalipipe.feed.random_parts`), each read by its own
-  step in the graph.
+  the mixing that the options use (`dalipipe.feed.random_parts`), each read by its
+  own step in the graph.
 - `"weights"` (only for one shard of a distributed dataset): float32, one per
   sample, 0 for padding.
 
