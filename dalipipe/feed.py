@@ -11,8 +11,8 @@ whatever the order (DALI iterates each input of a pipeline on its own):
 - or, where dalipipe reads the images (TFRecord records, `gs://` objects), the
   little-endian int32 length of the encoded image and its bytes (`pack_records`).
   They travel one array per sample (`split_records`), or as one dense batch padded
-  with zeros to its longest record (`pad_records`) where DALI's TensorFlow plugin
-  takes dense batches only.
+  with zeros to its longest record (`pad_records`) where the TensorFlow inputs feed
+  dense batches (`tf_inputs.feed_parts`).
 `unpack_samples` reads each sample's label and encoded image back in the graph.
 
 `"random"`, float32, one row per sample: the columns of the parts that `options`
