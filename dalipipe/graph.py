@@ -5,19 +5,14 @@
 decoders are `"mixed"` (nvJPEG and the hardware decoder) and everything after them
 runs on the GPU.
 
-The graph has named inputs, fed one batch at a time:
-- `"samples"`: uint8, per sample a little-endian int32 label (or the float32
-  targets of `label_mode` "raw" and "multi_hot", 4 bytes each) then the file path
-  padded with NUL bytes (`sources.encode_samples`), or for TFRecord records and
-  `gs://` objects the label, the image's length and its bytes
-  (`ImagePipeline.load_records`). One input
-  per sample keeps each label with its image whatever the order.
-- `"random"`: float32 rows of `random_columns(options)` numbers per sample:
-  `sampling.NUM_RANDOM` uniform numbers in [0, 1) that drive the random-resized crop
-  and the flip (`sampling.epoch_random`), then the recipe's draws
-  (`dalipipe.recipes`), then the batch mixing's (`dalipipe.mixing`). Drawing them
-  outside DALI gives fresh augmentation every epoch (DALI restarts its own
-  generators with each new iterator) and the same crops on CPU and GPU.
+The graph has named inputs, fed one batch at a time; `dalipipe.feed` owns the
+layouts of the first two, both packing and unpacking:
+- `"samples"`: uint8, per sample its label and its image's path, or its encoded
+  image where dalipipe reads the images (TFRecord records, `gs://` objects). One
+  input per sample keeps each label with its image whatever the order.
+- `"random"`: float32, per sample the draws of the crop and flip, the recipe and
+  the mixing that the options use (`dalipipe.feed.random_parts`), each read by its
+  own step in the graph.
 - `"weights"` (only for one shard of a distributed dataset): float32, one per
   sample, 0 for padding.
 
@@ -37,10 +32,8 @@ cost a copy back and a synchronization every batch (`tests/test_codecs.py` walks
 every GPU graph set-up for one).
 """
 
-import math
-import types
-
-from dalipipe import codecs, mixing, sampling
+from dalipipe import codecs, sampling
+from dalipipe.feed import random_columns, unpack_random, unpack_samples
 from dalipipe.options import normalization_stats
 
 # Keras's interpolation names -> the closest DALI filter, and whether it must
@@ -66,15 +59,6 @@ def class_weight_table(class_weight):
     return [k for k, _ in items], [v for _, v in items]
 
 
-def random_columns(options):
-    """The columns of the `"random"` input for `options` (0: it is not used)."""
-    if not options.augment and options.mix is None:
-        return 0
-    recipe = options.recipe
-    return (sampling.NUM_RANDOM + (recipe.columns if recipe is not None else 0)
-            + (mixing.COLUMNS if options.mix is not None else 0))
-
-
 def define(options, *, feed, padded, feeds_bytes, num_classes, target_shape=None):
     """Defines the graph; returns its outputs (see `ImagePipeline` for their shapes).
 
@@ -87,7 +71,7 @@ def define(options, *, feed, padded, feeds_bytes, num_classes, target_shape=None
             with DALI's `do_not_convert`: it is Python, not graph code).
         padded: whether there is a `"weights"` input (a shard's padding).
         feeds_bytes: whether the samples hold image bytes (TFRecord records, `gs://`
-            objects), else file paths.
+            objects), else file paths (`dalipipe.feed.unpack_samples`).
         num_classes: the number of classes, for one-hot labels.
         target_shape: the shape of one sample's float32 targets for `label_mode`
             "raw" and "multi_hot" (they travel in `"samples"` before the path);
@@ -100,25 +84,14 @@ def define(options, *, feed, padded, feeds_bytes, num_classes, target_shape=None
             return fn.external_source(name=name, dtype=dali_type, ndim=ndim, batch=True)
         return fn.external_source(source=feed(name), dtype=dali_type, ndim=ndim, batch=True)
 
-    samples = external("samples", dali_types.UINT8)
-    if target_shape is None:
-        start = 4
-        label = fn.reinterpret(samples[0:4], dtype=dali_types.INT32, shape=[])
-    else:
-        start = 4 * math.prod(target_shape)
-        label = fn.reinterpret(samples[0:start], dtype=dali_types.FLOAT,
-                               shape=list(target_shape))
-    if feeds_bytes:
-        length = fn.reinterpret(samples[start:start + 4], dtype=dali_types.INT32, shape=[])
-        encoded = samples[start + 4:start + 4 + length]
-    else:
-        encoded = fn.io.file.read(samples[start:])
+    label, encoded = unpack_samples(external("samples", dali_types.UINT8),
+                                    feeds_bytes=feeds_bytes, target_shape=target_shape)
     random = external("random", dali_types.FLOAT) if random_columns(options) else None
-    images, mirror = _decode_and_resize(options, encoded, random)
+    draws = unpack_random(random, options)  # {part name: its columns}
+    images, mirror = _decode_and_resize(options, encoded, draws.get("crop"))
     recipe = options.recipe
     if recipe is not None:  # after the flip, on the uint8 HWC crop
-        images = recipe.apply(fn.flip(images, horizontal=mirror),
-                              random[sampling.NUM_RANDOM:sampling.NUM_RANDOM + recipe.columns],
+        images = recipe.apply(draws["recipe"], fn.flip(images, horizontal=mirror),
                               options.image_size)
         mirror = 0
     dtype = {"float32": dali_types.FLOAT, "float16": dali_types.FLOAT16,
@@ -140,8 +113,8 @@ def define(options, *, feed, padded, feeds_bytes, num_classes, target_shape=None
     elif options.label_mode is not None:  # "int", "raw", "multi_hot": as they came
         outputs.append(label)
     if options.mix is not None:  # mixed in float32, then cast to `dtype`
-        images, labels = mixing.apply(options.mix, images, outputs[1],
-                                      random[-mixing.COLUMNS:], device=options.device)
+        images, labels = options.mix.apply(draws["mix"], images, outputs[1],
+                                           device=options.device)
         outputs[:2] = [images if options.dtype == "float32"
                        else fn.cast(images, dtype=dtype), labels]
     weights = external("weights", dali_types.FLOAT, ndim=0) if padded else None
@@ -157,9 +130,9 @@ def define(options, *, feed, padded, feeds_bytes, num_classes, target_shape=None
     return tuple(outputs)
 
 
-def _decode_and_resize(options, encoded, random):
+def _decode_and_resize(options, encoded, crop):
     """Decoded images at `image_size`, and the per-sample flip (0 without `augment`);
-    `random` is the `"random"` input (or None)."""
+    `crop` is the crop's columns of the `"random"` input (None without `augment`)."""
     from nvidia.dali import fn, types as dali_types
 
     name, always_antialias = INTERPOLATION_FILTERS[options.interpolation]
@@ -167,8 +140,7 @@ def _decode_and_resize(options, encoded, random):
                   antialias=options.antialias or always_antialias)
     if options.augment:
         shape = fn.peek_image_shape(encoded, dtype=dali_types.FLOAT)
-        window = sampling.random_resized_crop_window(shape[0], shape[1], random, ops=dali_ops())
-        mirror = fn.cast(random[4] < 0.5, dtype=dali_types.INT32)
+        window, mirror = sampling.CROP.apply(crop, shape[0], shape[1])
         return _crop_and_resize(options, encoded, window, resize), mirror
     images = decode(options, encoded)
     if options.pad_to_aspect_ratio:
@@ -299,13 +271,6 @@ def on_cpu(values):
     from nvidia.dali import types as dali_types
 
     return dali_types.Constant(values, device="cpu")
-
-
-def dali_ops():
-    """DALI's min, max, sqrt and exp, for `sampling.random_resized_crop_window`."""
-    import nvidia.dali.math as dmath
-
-    return types.SimpleNamespace(min=dmath.min, max=dmath.max, sqrt=dmath.sqrt, exp=dmath.exp)
 
 
 def _central_window(encoded, options):

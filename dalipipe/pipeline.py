@@ -14,11 +14,10 @@ and both adapters read.
 """
 
 import os
-import struct
 
 import numpy as np
 
-from dalipipe import checks, graph, mixing, sampling, sources, tfrecord
+from dalipipe import checks, feed, graph, sampling, sources, tfrecord
 from dalipipe.calls import first_argument, warn
 from dalipipe.devices import dali_device
 from dalipipe.options import TARGET_MODES, Options, is_inferred, pipeline_signature
@@ -238,7 +237,7 @@ class ImagePipeline:
         self.weighted = sharding is not None or options.class_weight is not None
         # DALI prunes an input the graph does not use: "random" only drives
         # augmentation and mixing.
-        self.num_random = graph.random_columns(options)
+        self.num_random = feed.random_columns(options)
         self.input_names = ("samples", "random") if self.num_random else ("samples",)
         if sharding is not None:
             self.input_names += ("weights",)
@@ -328,11 +327,10 @@ class ImagePipeline:
 
         `sample_ids`: int64 indices into `file_paths`, in loading order (see
         `sampling.epoch_order` and `positions`); `random`: float32
-        `(len(sample_ids), num_random)`, the crops' numbers (`sampling.epoch_random`)
-        then the recipe's and the mixing's draws (`graph.random_columns`);
-        `weights`: float32 `(len(sample_ids),)`, or None unless the pipeline is a
-        shard. They depend on `seed` and `epoch` only: the native runner and the
-        TensorFlow inputs use them alike.
+        `(len(sample_ids), num_random)`, the draws of the crop, the recipe and the
+        mixing (`feed.draw_random`); `weights`: float32 `(len(sample_ids),)`, or
+        None unless the pipeline is a shard. They depend on `seed` and `epoch` only:
+        the native runner and the TensorFlow inputs use them alike.
 
         Args:
             epoch: the epoch's number.
@@ -343,16 +341,10 @@ class ImagePipeline:
         """
         start_batch = self.check_start_batch(start_batch)
         options = self.options
-        seed = options.seed
-        order = sampling.epoch_order(seed, epoch, len(self.file_paths), shuffle=options.shuffle)
+        order = sampling.epoch_order(options.seed, epoch, len(self.file_paths),
+                                     shuffle=options.shuffle)
         positions, weights = self.positions()
-        random = [sampling.epoch_random(seed, epoch, positions)]
-        if options.recipe is not None:
-            random.append(sampling.per_position(seed, epoch, 2, positions, options.recipe.draw))
-        if options.mix is not None:
-            random.append(mixing.draw(options.mix, seed, epoch, positions, self.batch_size,
-                                      options.image_size))
-        random = np.concatenate(random, axis=1)
+        random = feed.draw_random(options, epoch, positions, batch_size=self.batch_size)
         first = start_batch * self.batch_size * self.batches_per_step
         return (order[positions][first:], random[first:],
                 None if weights is None else weights[first:])
@@ -375,25 +367,25 @@ class ImagePipeline:
         return int(start_batch)
 
     def load_samples(self, sample_ids):
-        """The `"samples"` input batch for `sample_ids` (see `dalipipe.graph`).
+        """The `"samples"` input batch for `sample_ids` (its layout: `dalipipe.feed`).
 
         Image files: uint8 `(n, label bytes + longest path)`, the label then the
-        path padded with zeros (DALI reads the files). Where the bytes are fed
-        (`feeds_bytes`: TFRecord records, `gs://` objects): a list of `n` uint8 arrays,
-        each the label, the int32 length and the image's bytes (see `load_records`),
-        so that no image is padded to the batch's longest.
+        path padded with zeros (`feed.pack_paths`; DALI reads the files). Where the
+        bytes are fed (`feeds_bytes`: TFRecord records, `gs://` objects): a list of
+        `n` uint8 arrays, each the label, the int32 length and the image's bytes
+        (`load_records`, `feed.split_records`), so that no image is padded to the
+        batch's longest.
 
         Files checked before training are stat-ed again (`checks.verify_unchanged`),
         so that one deleted or replaced during training is named.
         """
         sample_ids = np.asarray(sample_ids, np.int64)
         if self.feeds_bytes:
-            flat, lengths = self.load_records(sample_ids)
-            return np.split(flat, np.cumsum(lengths)[:-1])
+            return feed.split_records(*self.load_records(sample_ids))
         labels = None if self.labels is None else self.labels[sample_ids]
         paths = [self.file_paths[i] for i in sample_ids]
         self._verify_unchanged(paths, sample_ids)
-        return sources.encode_samples(paths, labels)
+        return feed.pack_paths(paths, labels)
 
     def load_records(self, sample_ids):
         """The encoded images of `sample_ids` with their labels, one after the other in
@@ -404,10 +396,9 @@ class ImagePipeline:
         client, in parallel, and local files of the same source from disk.
 
         Returns:
-            `(flat, lengths)`: uint8 `(sum(lengths),)`, per sample its label (the
-            int32 class, 0 without labels, or the float32 targets:
-            `sources.label_bytes`), the int32 length of the encoded image, then its
-            bytes; and int64 `(n,)`, each sample's length in `flat`.
+            `(flat, lengths)` (`feed.pack_records`): uint8 `(sum(lengths),)`, per
+            sample its label, the int32 length of the encoded image, then its bytes;
+            and int64 `(n,)`, each sample's length in `flat`.
         """
         sample_ids = np.asarray(sample_ids, np.int64)
         index = self.index
@@ -421,15 +412,7 @@ class ImagePipeline:
             payloads = tfrecord.load_encoded(index.tfrecord_files, refs)
         else:
             payloads = self._read_files([self.file_paths[i] for i in sample_ids], sample_ids)
-        sizes = np.array([len(p) for p in payloads], np.int64)
-        head = sources.pack_payloads(labels, [struct.pack("<i", n) for n in sizes])
-        lengths = sizes + head.shape[1]
-        flat = np.empty(int(lengths.sum()), np.uint8)
-        for start, row, payload in zip(np.cumsum(lengths) - lengths, head, payloads):
-            flat[start:start + len(row)] = row
-            flat[start + len(row):start + len(row) + len(payload)] = np.frombuffer(payload,
-                                                                                   np.uint8)
-        return flat, lengths
+        return feed.pack_records(payloads, labels)
 
     def _verify_unchanged(self, paths, sample_ids):
         """`checks.verify_unchanged` for the files of `sample_ids`, if they were checked."""
@@ -490,9 +473,9 @@ class ImagePipeline:
 
         Args:
             sample_ids: int64 indices into `file_paths`, in the order to load.
-            random: float32 array `(len(sample_ids), num_random)`: the crops'
-                uniform numbers, then the recipe's and the mixing's draws (see
-                `epoch_inputs`); only used with `augment` or `mix`. Defaults to zeros.
+            random: float32 array `(len(sample_ids), num_random)`: the draws of
+                the crop, the recipe and the mixing (see `epoch_inputs`); only used
+                with `augment` or `mix`. Defaults to zeros.
             weights: float32 array `(len(sample_ids),)`, only for a shard. Defaults
                 to ones.
             copy_to_host: if True, yield NumPy arrays; if False, yield DALI's own

@@ -10,7 +10,9 @@ seed, and every new iterator (each epoch on TensorFlow) would repeat them. Here 
 recipe's choices are drawn in NumPy instead (`draw`), per sample, as whole numbers
 in float32 columns of the graph's `"random"` input, so they change with the epoch
 and the sample's position as the crops do (`sampling.per_position`); `apply` reads
-them in the graph with `auto_aug.core.select` and `signed_bin`.
+them in the graph with `auto_aug.core.select` and `signed_bin`. A recipe is the
+`"recipe"` part of that input, in the shape `dalipipe.feed` describes (`columns`,
+`draw`, `apply`).
 """
 
 import contextlib
@@ -21,7 +23,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from dalipipe import dali_hooks
+from dalipipe import dali_hooks, sampling
 from dalipipe.utils import is_int
 
 # augment= names -> the recipe with its defaults (`parse_augment`).
@@ -99,8 +101,19 @@ def _call(augmentations, op, image_size, **kwargs):
                       interp_type=None, **kwargs)
 
 
+class _Recipe:
+    """What the recipes share: their part of the graph's `"random"` input
+    (`dalipipe.feed`), drawn per position with the recipe's `rows`."""
+
+    def draw(self, seed, epoch, positions, *, batch_size, image_size):
+        """float32 `(len(positions), columns)`: the recipe's `rows` for the positions
+        of epoch `epoch`'s order (`sampling.per_position`, stream 2; `batch_size` and
+        `image_size` do not change them)."""
+        return sampling.per_position(seed, epoch, 2, positions, self.rows)
+
+
 @dataclasses.dataclass(frozen=True)
-class RandAugment:
+class RandAugment(_Recipe):
     """RandAugment (Cubuk et al., 2020): `num_ops` operations per image, each drawn
     among 14 (translations, shears, rotation, brightness, contrast, colour,
     sharpness, posterize, solarize, equalize, auto-contrast, identity), all at
@@ -132,12 +145,12 @@ class RandAugment:
     def columns(self):
         return 2 * self.num_ops
 
-    def draw(self, rng, count):
+    def rows(self, rng, count):
         """float32 `(count, columns)`: per sample, each op's index and sign (0 or 1)."""
         return _choices(rng.random((count, self.columns)),
                         [len(self.augmentations()), 2] * self.num_ops)
 
-    def apply(self, images, draws, image_size):
+    def apply(self, draws, images, image_size):
         """`images` (uint8 HWC graph node) with the recipe applied per sample."""
         from nvidia.dali.auto_aug.core import signed_bin
 
@@ -151,7 +164,7 @@ class RandAugment:
 
 
 @dataclasses.dataclass(frozen=True)
-class TrivialAugmentWide:
+class TrivialAugmentWide(_Recipe):
     """TrivialAugment (Müller and Hutter, 2021), wide ranges: one operation per
     image among 14, at a magnitude drawn uniformly among `num_magnitude_bins`, with
     a random sign where the operation has one. torchvision's `v2.TrivialAugmentWide`
@@ -174,12 +187,12 @@ class TrivialAugmentWide:
         return _suite(trivial_augment.get_trivial_augment_wide_suite, use_shape=False,
                       max_translate_abs=TRANSLATE_PIXELS)
 
-    def draw(self, rng, count):
+    def rows(self, rng, count):
         """float32 `(count, 3)`: per sample, the op's index, its magnitude bin and sign."""
         return _choices(rng.random((count, 3)),
                         [len(self.augmentations()), self.num_magnitude_bins, 2])
 
-    def apply(self, images, draws, image_size):
+    def apply(self, draws, images, image_size):
         """`images` (uint8 HWC graph node) with the recipe applied per sample."""
         from nvidia.dali.auto_aug.core import signed_bin
 
@@ -190,7 +203,7 @@ class TrivialAugmentWide:
 
 
 @dataclasses.dataclass(frozen=True)
-class AutoAugment:
+class AutoAugment(_Recipe):
     """AutoAugment (Cubuk et al., 2019): per image, one sub-policy drawn among the
     policy's (25 for "imagenet"), whose one or two operations each run with their
     own probability and magnitude, with a random sign where the operation has one.
@@ -226,14 +239,14 @@ class AutoAugment:
     def columns(self):
         return 1 + 2 * self.stages
 
-    def draw(self, rng, count):
+    def rows(self, rng, count):
         """float32 `(count, columns)`: per sample, the sub-policy's index, then a
         uniform number per stage, then a sign per stage."""
         stages = self.stages
         return _choices(rng.random((count, self.columns)),
                         [len(self.dali_policy().sub_policies)] + [None] * stages + [2] * stages)
 
-    def apply(self, images, draws, image_size):
+    def apply(self, draws, images, image_size):
         """`images` (uint8 HWC graph node) with the policy applied per sample, as
         DALI's `auto_aug.auto_augment.apply_auto_augment` does, from `draws`."""
         from nvidia.dali import fn, types

@@ -4,8 +4,10 @@ Both depend on `seed`, the epoch number and the sample's position only, so the
 native runner (`ImagePipeline.epoch`, which `dalipipe.py_dataset` runs), the
 TensorFlow inputs (`dalipipe.tf_dataset`) and the benchmarks draw the same order and
 the same crops for the same seed; the recipes' and the mixing's draws follow the
-same rule (`per_position`). NumPy only; `random_resized_crop_window` also runs on
-DALI's graph arithmetic.
+same rule (`per_position`). The crop and the flip are the `"crop"` part of the
+graph's `"random"` input (`CROP`, in the shape `dalipipe.feed` describes). NumPy
+only on import; `random_resized_crop_window` also runs on DALI's graph arithmetic
+(`dali_ops`).
 """
 
 import math
@@ -95,3 +97,42 @@ def random_resized_crop_window(height, width, random, ops=NUMPY_OPS):
     x = random[2] * (width - crop_width)
     y = random[3] * (height - crop_height)
     return x, y, crop_width, crop_height
+
+
+def dali_ops():
+    """DALI's min, max, sqrt and exp, for `random_resized_crop_window` in a graph."""
+    import nvidia.dali.math as dmath
+
+    return types.SimpleNamespace(min=dmath.min, max=dmath.max, sqrt=dmath.sqrt, exp=dmath.exp)
+
+
+class RandomResizedCrop:
+    """The random-resized crop and the flip, as a part of the graph's `"random"`
+    input (`dalipipe.feed`): `NUM_RANDOM` uniform numbers per sample."""
+
+    columns = NUM_RANDOM
+
+    def draw(self, seed, epoch, positions, *, batch_size, image_size):
+        """float32 `(len(positions), NUM_RANDOM)`: `epoch_random` (one row per
+        position; `batch_size` and `image_size` do not change it)."""
+        return epoch_random(seed, epoch, positions)
+
+    def apply(self, draws, height, width):
+        """The crop's window and the flip of each sample (DALI graph code).
+
+        Args:
+            draws: the crop's columns of `"random"` (a graph node).
+            height, width: the image's size (float graph nodes).
+
+        Returns:
+            `(window, mirror)`: `(x, y, crop_width, crop_height)` in pixels,
+            unrounded (`random_resized_crop_window`), and int32, 1 to flip the image
+            horizontally (column 4 below 0.5).
+        """
+        from nvidia.dali import fn, types as dali_types
+
+        window = random_resized_crop_window(height, width, draws, ops=dali_ops())
+        return window, fn.cast(draws[4] < 0.5, dtype=dali_types.INT32)
+
+
+CROP = RandomResizedCrop()

@@ -10,18 +10,21 @@ the index also holds where each record lies.
 
 Above 400 lines: each kind of source (folder, table, list, TFRecord records) is
 indexed here beside the label encoding and the path resolution they share; a
-table's raw and multi-hot targets are `dalipipe.targets`.
+table's raw and multi-hot targets are `dalipipe.targets`, and what a local folder
+holds is `dalipipe.folders`. How the samples travel into the graph is
+`dalipipe.feed`.
 """
 
 import csv
 import os
 import sys
-from typing import NamedTuple, Optional, Sequence
+from typing import NamedTuple, Optional
 
 import numpy as np
 
 from dalipipe import tfrecord
 from dalipipe.calls import warn
+from dalipipe.folders import LocalTree
 from dalipipe.options import is_inferred
 from dalipipe.targets import class_order, is_missing, table_targets, warn_numeric_classes
 from dalipipe.storage import index as remote
@@ -321,9 +324,9 @@ def _read_csv(path):
 def _index_directory(directory, labels, class_names, follow_links, tree=None):
     """The images of a directory, as `image_dataset_from_directory` lists them.
 
-    `tree` answers what the folder holds (`_LocalTree`'s methods); a prefix in object
+    `tree` answers what the folder holds (`folders.LocalTree`'s methods); a prefix in object
     storage passes its own (`dalipipe.storage.index.RemoteTree`)."""
-    tree = tree or _LocalTree(directory, follow_links)
+    tree = tree or LocalTree(directory, follow_links)
     inferred = is_inferred(labels)
     if not inferred and labels is not None:
         if not isinstance(labels, (list, tuple, np.ndarray)):
@@ -375,64 +378,6 @@ def _index_directory(directory, labels, class_names, follow_links, tree=None):
             f"files in directory {directory!r}."
         )
     return Index(file_paths, *_encode_labels(labels, None, len(file_paths)))
-
-
-class _LocalTree:
-    """What a local folder holds, for `_index_directory`."""
-
-    def __init__(self, directory, follow_links):
-        self.directory, self.follow_links = directory, follow_links
-
-    def subdirs(self):
-        """The class folders: sorted subfolders, hidden ones left out."""
-        return sorted(
-            d for d in os.listdir(self.directory)
-            if os.path.isdir(os.path.join(self.directory, d)) and not d.startswith(".")
-        )
-
-    def images(self, subdir):
-        """`_list_images` of the subfolder `subdir`, or of the whole folder for None."""
-        folder = self.directory if subdir is None else os.path.join(self.directory, subdir)
-        return _list_images(folder, self.follow_links)
-
-    def loose_images(self):
-        """Image files beside the class folders."""
-        return [
-            os.path.join(self.directory, f)
-            for f in sorted(os.listdir(self.directory))
-            if os.path.isfile(os.path.join(self.directory, f)) and _looks_like_image(f)
-        ]
-
-
-def _list_images(folder, follow_links):
-    """Image files under `folder`, and images DALI cannot decode, in Keras's order.
-
-    Keras's order: folders sorted by path, each folder's files sorted by name.
-    Symbolic links to folders are followed only with `follow_links` (a link back
-    into the tree is not followed twice); `folder` itself may be a link.
-    """
-    images, others, seen = [], [], set()
-    walk = []
-    for dirpath, dirnames, filenames in os.walk(folder, followlinks=follow_links):
-        real = os.path.realpath(dirpath)
-        if real in seen:  # a symbolic link back into the tree
-            dirnames.clear()
-            continue
-        seen.add(real)
-        walk.append((dirpath, filenames))
-    for dirpath, filenames in sorted(walk, key=lambda entry: entry[0]):
-        for f in sorted(filenames):
-            path = os.path.abspath(os.path.join(dirpath, f))
-            if f.lower().endswith(IMAGE_EXTENSIONS):
-                images.append(path)
-            elif _looks_like_image(f):
-                others.append(path)
-    return images, others
-
-
-def _looks_like_image(name):
-    """Image files, decodable or not; other files (a labels.csv) are not samples."""
-    return name.lower().endswith(IMAGE_EXTENSIONS + UNDECODABLE_EXTENSIONS)
 
 
 def _warn_ignored(ignored, directory):
@@ -615,46 +560,3 @@ def _encode_labels(labels, class_names, num_files, column=None):
             f"Received: class_names={names}"
         )
     return np.asarray([lookup[s] for s in strings], np.int32), names
-
-
-def encode_samples(file_paths: Sequence[str], labels: Optional[np.ndarray]) -> np.ndarray:
-    """Packs each sample into one uint8 row: its label, then the path.
-
-    The label is a little-endian int32 class index, or `k` little-endian float32
-    targets for float `labels` of shape `(n,)` or `(n, k)` (`label_bytes`).
-
-    Paths are UTF-8 (or the file system's bytes for undecodable names) padded with NUL
-    bytes. One row per sample keeps a label and its image in one order under any
-    shuffle: DALI iterates each input of a pipeline on its own.
-
-    Returns:
-        uint8 array of shape `(len(file_paths), label bytes + longest path in bytes)`.
-    """
-    return pack_payloads(labels, [os.fsencode(p) for p in file_paths])
-
-
-def label_bytes(labels):
-    """The bytes of each sample's label in `"samples"`: 4 for int32 class indices (or
-    no labels), 4 per value for float32 targets."""
-    if labels is None or np.asarray(labels).dtype.kind != "f":
-        return 4
-    return 4 * int(np.prod(np.shape(labels)[1:], dtype=np.int64))
-
-
-def pack_payloads(labels: Optional[np.ndarray], payloads: Sequence[bytes]) -> np.ndarray:
-    """Packs each sample's label (an int32 0 when `labels` is None; see
-    `encode_samples`), then the payload, one uint8 row per sample, padded with zeros
-    to the longest.
-
-    Returns:
-        uint8 array of shape `(len(payloads), label_bytes(labels) + longest payload)`.
-    """
-    width = label_bytes(labels)
-    packed = np.zeros((len(payloads), width + max(len(p) for p in payloads)), np.uint8)
-    values = np.zeros(len(payloads), np.int32) if labels is None else np.asarray(labels)
-    kind = "<f4" if values.dtype.kind == "f" else "<i4"
-    packed[:, :width] = np.ascontiguousarray(
-        values.astype(kind).reshape(len(payloads), -1)).view(np.uint8)
-    for row, payload in zip(packed, payloads):
-        row[width: width + len(payload)] = np.frombuffer(payload, np.uint8)
-    return packed

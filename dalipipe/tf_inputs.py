@@ -18,7 +18,7 @@ import threading
 import numpy as np
 import tensorflow as tf
 
-from dalipipe import passes
+from dalipipe import feed, passes
 
 
 def feed_parts(num_loaded, batch_size, *, feeds_bytes, gpu):
@@ -157,16 +157,16 @@ class EpochFeed:
         return self._inputs(int(epoch))[0][self._rows(epoch, number)]
 
     def samples(self, epoch, number):
+        """The `"samples"` batch as one dense array (`dalipipe.feed`): packed paths,
+        or the records padded to the batch's longest (`feed.pad_records`)."""
         sample_ids = self._sample_ids(epoch, number)
         if not self.image_pipeline.feeds_bytes:
             return self.image_pipeline.load_samples(sample_ids)
-        flat, lengths = self.image_pipeline.load_records(sample_ids)
-        padded = np.zeros((len(lengths), int(lengths.max())), np.uint8)
-        for row, start, length in zip(padded, np.cumsum(lengths) - lengths, lengths):
-            row[:length] = flat[start:start + length]
-        return padded
+        return feed.pad_records(*self.image_pipeline.load_records(sample_ids))
 
     def records(self, epoch, number):
+        """The `"samples"` batch as `(flat, lengths)` (`feed.pack_records`), which
+        `_records` cuts into one element per sample."""
         return self.image_pipeline.load_records(self._sample_ids(epoch, number))
 
     def random(self, epoch, number):
@@ -177,7 +177,8 @@ class EpochFeed:
 
 
 def _records(flat, lengths):
-    """One element per record of a batch `(flat, lengths)` (`load_records`)."""
+    """One element per record of a batch `(flat, lengths)` (`feed.pack_records`), as
+    `feed.split_records` cuts it, in `tf.data`."""
     ends = tf.cumsum(lengths)
     return tf.data.Dataset.from_tensor_slices((ends - lengths, ends)).map(
         lambda start, end: flat[start:end])

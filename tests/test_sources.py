@@ -109,13 +109,6 @@ def test_split_disjoint_complete_reproducible(indexed_dir, seed):
     assert last.file_paths == index.file_paths[-len(val):]
 
 
-def test_encode_samples_packs_label_and_path():
-    rows = sources.encode_samples(["/a/b.jpg", "/ccc.png"], np.array([3, -1]))
-    assert rows.dtype == np.uint8 and rows.shape == (2, 4 + len("/a/b.jpg"))
-    assert rows[:, :4].copy().view("<i4").ravel().tolist() == [3, -1]
-    assert bytes(rows[1, 4:]).rstrip(b"\0") == b"/ccc.png"
-
-
 def test_ignored_images_are_reported(tmp_path):
     (tmp_path / "a").mkdir()
     Image.new("RGB", (4, 4)).save(tmp_path / "a" / "x.png")

@@ -305,10 +305,10 @@ def test_dali_reads_and_decodes_s3_uris(photos):
     pytest.importorskip("nvidia.dali")
     from nvidia.dali import fn, pipeline_def, types
 
-    from dalipipe.sources import encode_samples
+    from dalipipe.feed import pack_paths
 
     keys = list(IMAGES)
-    rows = encode_samples([_uri(k) for k in keys], np.arange(len(keys), dtype=np.int32))
+    rows = pack_paths([_uri(k) for k in keys], np.arange(len(keys), dtype=np.int32))
 
     @pipeline_def(batch_size=len(keys), num_threads=2, device_id=None)
     def read():

@@ -318,7 +318,7 @@ def ceiling_pipeline(files, batch_size, threads, device="cpu", crop=False, optio
         shape = fn.peek_image_shape(data, dtype=types.FLOAT)
         random = fn.random.uniform(range=[0.0, 1.0], shape=[sampling.NUM_RANDOM])
         window = sampling.random_resized_crop_window(shape[0], shape[1], random,
-                                                     ops=graph.dali_ops())
+                                                     ops=sampling.dali_ops())
         return graph.decode_crop(resolved, data, window)
 
     return decode()

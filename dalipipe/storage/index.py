@@ -148,7 +148,7 @@ def tfrecord_error(uri):
 
 
 class RemoteTree:
-    """What a listed prefix holds, as `sources._LocalTree` answers for a local folder.
+    """What a listed prefix holds, as `folders.LocalTree` answers for a local folder.
 
     Args:
         uri: the prefix (`"s3://bucket/photos"` or `".../photos/"`).

@@ -1,0 +1,220 @@
+"""The graph's inputs: the `"samples"` layout and the `"random"` columns, packed and
+unpacked here.
+
+`"samples"`, uint8, one row per sample, so that a label stays with its image
+whatever the order (DALI iterates each input of a pipeline on its own):
+- the label: a little-endian int32 class index (0 without labels), or the float32
+  targets of `label_mode` "raw" and "multi_hot", 4 bytes per value
+  (`label_width`);
+- then, for image files, the path: UTF-8 (or the file system's bytes for
+  undecodable names), padded with NUL bytes to the batch's longest (`pack_paths`);
+- or, where dalipipe reads the images (TFRecord records, `gs://` objects), the
+  little-endian int32 length of the encoded image and its bytes (`pack_records`).
+  They travel one array per sample (`split_records`), or as one dense batch padded
+  with zeros to its longest record (`pad_records`) where the TensorFlow inputs feed
+  dense batches (`tf_inputs.feed_parts`).
+`unpack_samples` reads each sample's label and encoded image back in the graph.
+
+`"random"`, float32, one row per sample: the columns of the parts that `options`
+use, in this order (`random_parts`):
+- `"crop"` (with `augment`): `sampling.CROP`, the random-resized crop and the flip;
+- `"recipe"`: the augmentation recipe (`dalipipe.recipes`);
+- `"mix"`: the batch mixing (`dalipipe.mixing`).
+Each part has one shape: `columns` (its count of columns), `draw(seed, epoch,
+positions, *, batch_size, image_size)` (float32 `(len(positions), columns)`, its rows
+for the positions of an epoch's order that a pipeline loads) and `apply(draws,
+...)`, its step in the graph, given its columns first. `draw_random` draws the rows
+of an epoch and `unpack_random` slices each part's columns in the graph. Drawing
+them outside DALI gives fresh augmentation every epoch (DALI restarts its own
+generators with each new iterator) and the same draws on CPU and GPU.
+
+NumPy only on import; the graph's side imports DALI inside its functions.
+"""
+
+import math
+import os
+import struct
+from typing import Optional, Sequence
+
+import numpy as np
+
+from dalipipe import sampling
+
+# The bytes of a label value (int32 or float32), and of an encoded image's length.
+VALUE_BYTES = 4
+
+
+def target_shape_of(labels):
+    """The shape of one sample's float32 targets in `labels` (float `(n,)` or
+    `(n, k)`: `()` or `(k,)`), or None for int32 class indices and no labels."""
+    if labels is None or np.asarray(labels).dtype.kind != "f":
+        return None
+    return tuple(np.shape(labels)[1:])
+
+
+def label_width(target_shape):
+    """The bytes of each sample's label at the start of `"samples"`: 4 for an int32
+    class index (`target_shape` None), 4 per value of float32 targets."""
+    return VALUE_BYTES * (1 if target_shape is None else math.prod(target_shape))
+
+
+def _label_rows(labels, count):
+    """uint8 `(count, label_width)`: each sample's label, little-endian."""
+    values = np.zeros(count, np.int32) if labels is None else np.asarray(labels)
+    kind = "<f4" if values.dtype.kind == "f" else "<i4"
+    return np.ascontiguousarray(values.astype(kind).reshape(count, -1)).view(np.uint8)
+
+
+def pack_paths(file_paths: Sequence[str], labels: Optional[np.ndarray]) -> np.ndarray:
+    """The `"samples"` batch of image files that DALI reads: per sample its label
+    (`labels`: int32 `(n,)`, float32 `(n,)` or `(n, k)`, or None), then its path.
+
+    Returns:
+        uint8 `(len(file_paths), label bytes + longest path in bytes)`, paths padded
+        with NUL bytes.
+    """
+    paths = [os.fsencode(p) for p in file_paths]
+    head = _label_rows(labels, len(paths))
+    width = head.shape[1]
+    packed = np.zeros((len(paths), width + max(len(p) for p in paths)), np.uint8)
+    packed[:, :width] = head
+    for row, path in zip(packed, paths):
+        row[width:width + len(path)] = np.frombuffer(path, np.uint8)
+    return packed
+
+
+def pack_records(payloads: Sequence[bytes], labels: Optional[np.ndarray]):
+    """The `"samples"` of encoded images that dalipipe read: per sample its label (see
+    `pack_paths`), the int32 length of its encoded image, then the image's bytes,
+    one sample after the other in one buffer.
+
+    Returns:
+        `(flat, lengths)`: uint8 `(sum(lengths),)`, and int64 `(n,)`, each sample's
+        length in `flat`.
+    """
+    head = _label_rows(labels, len(payloads))
+    width = head.shape[1] + VALUE_BYTES
+    sizes = np.array([len(p) for p in payloads], np.int64)
+    lengths = sizes + width
+    flat = np.empty(int(lengths.sum()), np.uint8)
+    for start, label, payload in zip(np.cumsum(lengths) - lengths, head, payloads):
+        flat[start:start + len(label)] = label
+        flat[start + len(label):start + width] = np.frombuffer(
+            struct.pack("<i", len(payload)), np.uint8)
+        flat[start + width:start + width + len(payload)] = np.frombuffer(payload, np.uint8)
+    return flat, lengths
+
+
+def split_records(flat, lengths):
+    """`pack_records`'s `(flat, lengths)` one sample per array, as the graph takes
+    them when no image is to be padded to its batch's longest.
+
+    Returns:
+        A list of `len(lengths)` uint8 arrays (views of `flat`).
+    """
+    return np.split(flat, np.cumsum(lengths)[:-1])
+
+
+def pad_records(flat, lengths):
+    """`pack_records`'s `(flat, lengths)` as one dense batch.
+
+    Returns:
+        uint8 `(len(lengths), max(lengths))`, each sample padded with zeros.
+    """
+    padded = np.zeros((len(lengths), int(lengths.max())), np.uint8)
+    for row, start, length in zip(padded, np.cumsum(lengths) - lengths, lengths):
+        row[:length] = flat[start:start + length]
+    return padded
+
+
+def unpack_samples(samples, *, feeds_bytes, target_shape):
+    """Each sample's label and encoded image, from the `"samples"` input (DALI graph
+    code).
+
+    Args:
+        samples: the `"samples"` input's node (uint8, one row per sample; the
+            padding of a dense batch is ignored).
+        feeds_bytes: whether the rows hold the images' bytes (`pack_records`), else
+            their paths (`pack_paths`), which DALI reads here.
+        target_shape: the shape of one sample's float32 targets, or None for int32
+            class indices.
+
+    Returns:
+        `(label, encoded)` DALI nodes: int32 `()` or float32 `target_shape`, and
+        the uint8 bytes of the encoded image.
+    """
+    from nvidia.dali import fn, types
+
+    start = label_width(target_shape)
+    if target_shape is None:
+        label = fn.reinterpret(samples[0:start], dtype=types.INT32, shape=[])
+    else:
+        label = fn.reinterpret(samples[0:start], dtype=types.FLOAT, shape=list(target_shape))
+    if not feeds_bytes:
+        return label, fn.io.file.read(samples[start:])
+    length = fn.reinterpret(samples[start:start + VALUE_BYTES], dtype=types.INT32, shape=[])
+    begin = start + VALUE_BYTES
+    return label, samples[begin:begin + length]
+
+
+def random_parts(options):
+    """The parts of the `"random"` input for `options`, in column order.
+
+    Returns:
+        A dict `{name: part}`, names among `"crop"`, `"recipe"` and `"mix"`; empty
+        when nothing is random (the input is not fed).
+    """
+    parts = {}
+    if options.augment:
+        parts["crop"] = sampling.CROP
+    if options.recipe is not None:
+        parts["recipe"] = options.recipe
+    if options.mix is not None:
+        parts["mix"] = options.mix
+    return parts
+
+
+def random_columns(options):
+    """The columns of the `"random"` input for `options` (0: it is not fed)."""
+    return sum(part.columns for part in random_parts(options).values())
+
+
+def draw_random(options, epoch, positions, *, batch_size):
+    """The `"random"` rows of epoch `epoch` for a pipeline.
+
+    Args:
+        options: resolved `Options` (their `seed` and `image_size`).
+        epoch: the epoch's number.
+        positions: int64 `(n,)`, the positions in the epoch's order that the
+            pipeline loads, in loading order (`ImagePipeline.positions`).
+        batch_size: the pipeline's batch size (the mixing draws per batch).
+
+    Returns:
+        float32 `(n, random_columns(options))`: each part's draws, side by side in
+        `random_parts` order. Every row depends on the seed, the epoch and the
+        positions only.
+    """
+    rows = [part.draw(options.seed, epoch, positions, batch_size=batch_size,
+                      image_size=options.image_size)
+            for part in random_parts(options).values()]
+    if not rows:
+        return np.zeros((len(positions), 0), np.float32)
+    return np.concatenate(rows, axis=1).astype(np.float32, copy=False)
+
+
+def unpack_random(random, options):
+    """Each part's columns of the `"random"` input (DALI graph code).
+
+    Args:
+        random: the `"random"` input's node (float32, `random_columns(options)` per
+            sample), or None when it is not fed.
+
+    Returns:
+        A dict `{name: node}` as `random_parts(options)` names the parts: float32
+        `(part.columns,)` per sample, the columns that `part.apply` reads.
+    """
+    columns, start = {}, 0
+    for name, part in random_parts(options).items():
+        columns[name] = random[start:start + part.columns]
+        start += part.columns
+    return columns
