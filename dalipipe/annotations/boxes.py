@@ -310,7 +310,7 @@ def table_boxes(table, *, bounding_box_format, class_names=None, root=None,
     absent = [c for c in needed if c not in columns]
     if absent:
         raise ValueError(f"A table of boxes in bounding_box_format={bounding_box_format!r} "
-                         f"has the columns {list(needed)}. {what} lacks {absent}")
+                         f"needs the columns {list(needed)}. {what} lacks {absent}")
     rows = list(zip(*(columns[c] for c in needed)))
     found = {}
     for i, (path, *cells) in enumerate(rows):
