@@ -463,3 +463,13 @@ def test_sample_data_command_writes_masks_and_boxes(tmp_path, capsys):
 
     make_sample_dataset(tmp_path, num_images=2, num_classes=2)  # its own files replaced
     assert not {"images", "masks", "instances.json", "boxes.csv"} & set(os.listdir(tmp_path))
+
+
+def test_the_checks_take_the_image_sizes_the_image_check_found(coco):
+    source = box_source.coco_boxes(coco / "instances.json", coco / "images")
+    verdicts = checks.box_verdicts(source, sizes=[(40, 30), (40, 30), (8, 8)])
+    assert bad_files(verdicts) == {str(coco / "images" / "c.png"): (
+        "is 8x8 pixels, its boxes' source says 40x30; annotation 14's box [5.5, 6, 8.5, 10] "
+        "(xyxy) lies outside the image (8x8 pixels)")}
+    pairs = masks.column_masks([str(coco / "images" / "a.png")], [str(coco / "images" / "a.png")])
+    assert checks.mask_verdicts(pairs, sizes=[(40, 30)])[0].size == (40, 30)

@@ -229,8 +229,9 @@ def coco_boxes(instances, images, *, allow_missing=False):
         size = (entry["width"], entry["height"]) if "width" in entry and "height" in entry else None
         result.append(_image_boxes(
             path, convert_format(np.reshape(xywh, (-1, 4)), "xywh", "xyxy"),
-            [label_of.get(a["category_id"], -1) for a in anns],
-            [f"annotation {a.get('id')}" for a in anns], [a["category_id"] for a in anns], size))
+            [label_of.get(a.get("category_id"), -1) for a in anns],
+            [f"annotation {a.get('id')}" for a in anns], [a.get("category_id") for a in anns],
+            size))
     if missing and not allow_missing:
         raise ValueError(f"Each image file needs an entry in `boxes`={what} (matched by file "
                          "name). Not listed: " + unmatched("image(s)", missing))

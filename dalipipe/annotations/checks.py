@@ -31,7 +31,7 @@ BOX_TOLERANCE = 1.0
 _CHUNK = 256  # images (and masks) read together
 
 
-def mask_verdicts(pairs, *, class_names=None, mask_fill_value=None):
+def mask_verdicts(pairs, *, class_names=None, mask_fill_value=None, sizes=None):
     """What is wrong with each image's mask.
 
     Args:
@@ -40,6 +40,9 @@ def mask_verdicts(pairs, *, class_names=None, mask_fill_value=None):
             unchecked.
         mask_fill_value: an id that may appear besides the classes' (an ignore
             index), or None.
+        sizes: each image's `(width, height)` (or None), aligned with the images,
+            as the image check's verdicts give them (`Verdict.size`); None reads
+            the images' headers.
 
     Returns:
         A list of `Verdict`, one per image of `pairs`, in its order.
@@ -48,10 +51,8 @@ def mask_verdicts(pairs, *, class_names=None, mask_fill_value=None):
     for start in range(0, len(pairs.image_paths), _CHUNK):
         images = pairs.image_paths[start:start + _CHUNK]
         masks = pairs.mask_paths[start:start + _CHUNK]
-        image_data = read_files(images)
         mask_data = iter(read_files([m for m in masks if m is not None]))
-        for image, mask, (data, _) in zip(images, masks, image_data):
-            size = _size_or_none(data, image)
+        for image, mask, size in zip(images, masks, _sizes(images, sizes, start)):
             if mask is None:
                 verdicts.append(Verdict(image, "has no mask", size))
                 continue
@@ -62,6 +63,14 @@ def mask_verdicts(pairs, *, class_names=None, mask_fill_value=None):
             verdicts.append(Verdict(image, _mask_reason(found, mask, size, class_names,
                                                         mask_fill_value), size))
     return verdicts
+
+
+def _sizes(paths, sizes, start):
+    """The `(width, height)` of each of `paths` (or None): from `sizes[start:]`, or
+    read from the images' headers."""
+    if sizes is not None:
+        return [None if s is None else tuple(s) for s in sizes[start:start + len(paths)]]
+    return [_size_or_none(data, path) for path, (data, _) in zip(paths, read_files(paths))]
 
 
 def _size_or_none(data, path):
@@ -90,13 +99,14 @@ def _mask_reason(data, mask, size, class_names, mask_fill_value):
     return "; ".join(reasons) or None
 
 
-def box_verdicts(source, *, tolerance=BOX_TOLERANCE):
+def box_verdicts(source, *, tolerance=BOX_TOLERANCE, sizes=None):
     """What is wrong with each image's boxes.
 
     Args:
         source: a `dalipipe.annotations.boxes.BoxSource`.
         tolerance: how far (pixels) a box may reach past the image's edges.
             Defaults to `BOX_TOLERANCE`.
+        sizes: as in `mask_verdicts`, aligned with `source.images`.
 
     Returns:
         A list of `Verdict`, one per image of `source`, in its order.
@@ -105,8 +115,7 @@ def box_verdicts(source, *, tolerance=BOX_TOLERANCE):
     verdicts = []
     for start in range(0, len(source.images), _CHUNK):
         chunk = source.images[start:start + _CHUNK]
-        for entry, (data, _) in zip(chunk, read_files([e.path for e in chunk])):
-            size = _size_or_none(data, entry.path)
+        for entry, size in zip(chunk, _sizes([e.path for e in chunk], sizes, start)):
             reasons = ["is not listed in the boxes' source"] if entry.path in missing else []
             if size is not None and entry.size is not None and tuple(entry.size) != size:
                 reasons.append(f"is {size[0]}x{size[1]} pixels, its boxes' source says "
