@@ -327,15 +327,11 @@ def make_dense_sample_dataset(directory, *, num_images=60, seed=0, crop_width=(1
     """Writes `num_images` PNG crops of the sample pictures with shapes drawn over
     them, and their segmentation masks and detection boxes, into `directory`.
 
-    The shapes' pixels define both (`dalipipe.annotations.sample`): masks are palette
-    PNGs of the class ids 0 (background), 1 (circle), 2 (square), 3 (triangle); the
-    boxes, each shape's exact pixel extent, are in `instances.json` (COCO, category
-    ids 2, 7, 11) and `boxes.csv` (one row per box, `xyxy`, labels "circle",
-    "square", "triangle"). Some images have no shape. The layout is
-    `write_dense_sample`'s (`images/`, `masks/`, labels.csv with the columns `path`
-    and `mask`). The pictures, the folder rules and the marker are those of
-    `make_sample_dataset`; every installed photograph is used (4 synthetic pictures
-    where none is). Deterministic for `seed`.
+    The shapes' pixels define both (`dalipipe.annotations.sample`, whose
+    `write_dense_sample` gives the layout: `images/`, `masks/`, labels.csv,
+    instances.json, boxes.csv). The pictures (every installed photograph, or 4
+    synthetic ones), the folder rules and the marker are `make_sample_dataset`'s.
+    Deterministic for `seed`.
 
     Args:
         directory: output folder (created if absent).
