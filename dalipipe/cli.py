@@ -110,6 +110,10 @@ def build_parser():
     sample.add_argument("--force", action="store_true",
                         help="write into a folder that dalipipe did not make, over its files "
                              "of the same names (labels.csv included)")
+    sample.add_argument("--masks-and-boxes", action="store_true",
+                        help="write PNG images with shapes drawn over them, their "
+                             "segmentation masks (masks/) and detection boxes "
+                             "(instances.json, boxes.csv) instead of class folders")
     sample.set_defaults(func=_sample_data)
 
     demo = commands.add_parser(
@@ -230,7 +234,15 @@ def build_parser():
 
 
 def _sample_data(args):
-    from dalipipe.sample_data import dataset_stats, make_sample_dataset
+    from dalipipe.sample_data import dataset_stats, make_dense_sample_dataset, make_sample_dataset
+
+    if args.masks_and_boxes:
+        labels_csv = make_dense_sample_dataset(args.directory, num_images=args.num_images,
+                                               seed=args.seed, force=args.force)
+        folder = os.path.dirname(labels_csv)
+        print(f"{args.num_images} images with masks and boxes in {folder}: images/, masks/, "
+              f"labels.csv (path, mask), instances.json (COCO), boxes.csv")
+        return 0
 
     labels_csv = os.path.join(args.directory, "labels.csv")
     before = os.stat(labels_csv).st_mtime_ns if os.path.exists(labels_csv) else None

@@ -4,7 +4,8 @@ Nothing is downloaded: the photographs come with scikit-image and scikit-learn. 
 class is one photograph; its images are random crops of it at native resolution, so
 a model must look at the picture to tell the classes apart. The crops are about the
 size of ImageNet's training JPEGs (which average roughly 400x350 pixels and 110 KB);
-`dataset_stats` measures what was written.
+`dataset_stats` measures what was written. `make_dense_sample_dataset` draws shapes
+over such crops, with their segmentation masks and detection boxes.
 
 Where neither package is installed (a GPU machine with PyTorch only, say), each class
 is a synthetic photograph-like picture instead (`synthesize_picture`): gradients,
@@ -134,6 +135,8 @@ def _class_pictures(num_classes, seed):
 
 # The file that marks a folder as made by `make_sample_dataset`: JSON of its arguments.
 MARKER = ".dalipipe-sample-data.json"
+# The files `make_dense_sample_dataset` writes besides those its labels.csv lists.
+DENSE_FILES = ("instances.json", "boxes.csv")
 
 
 class FolderInUseError(FileExistsError):
@@ -181,20 +184,23 @@ def _read_marker(directory):
 
 
 def _listed_files(directory):
-    """The files that `directory/labels.csv` lists, as paths, or [] without one."""
+    """The files that `directory/labels.csv` lists (its `path` and `mask` columns), as
+    paths, or [] without one."""
     try:
         with open(os.path.join(directory, "labels.csv"), newline="") as f:
-            return [os.path.join(directory, row["path"]) for row in csv.DictReader(f)
-                    if row.get("path")]
+            return [os.path.join(directory, row[column]) for row in csv.DictReader(f)
+                    for column in ("path", "mask") if row.get(column)]
     except (OSError, KeyError, csv.Error):
         return []
 
 
 def _remove_own_files(directory):
-    """Removes what an earlier `make_sample_dataset` wrote into `directory` (the files
-    its labels.csv lists, then their folders if left empty), and nothing else."""
+    """Removes what an earlier `make_sample_dataset` or `make_dense_sample_dataset`
+    wrote into `directory` (the files its labels.csv lists and `DENSE_FILES`, then
+    their folders if left empty), and nothing else."""
     top = os.path.realpath(directory) + os.sep
     listed = [p for p in _listed_files(directory) if os.path.realpath(p).startswith(top)]
+    listed += [os.path.join(directory, name) for name in DENSE_FILES]
     for path in listed:
         if os.path.isfile(path):
             os.remove(path)
@@ -254,22 +260,13 @@ def make_sample_dataset(directory, *, num_images=600, num_classes=4, seed=0,
             f"Received: num_images={num_images!r}"
         )
     directory = os.fspath(directory)
-    if os.path.exists(directory) and not os.path.isdir(directory):
-        raise FileExistsError(f"`directory` must be a folder. Received the file "
-                              f"directory={directory!r}")
     labels_csv = os.path.join(directory, "labels.csv")
-    made_here, free = is_sample_folder(directory), is_free_folder(directory)
-    if not force and not free:
-        raise FolderInUseError(directory, sorted(os.listdir(directory)))
     arguments = dict(num_images=num_images, num_classes=num_classes, seed=seed,
                      crop_width=list(crop_width), aspect_ratio=list(aspect_ratio),
                      quality=quality, photographs=[name for name, _ in photograph_paths()])
-    if made_here:
-        listed = _listed_files(directory)
-        if (_read_marker(directory) == arguments and len(listed) == num_images
-                and all(os.path.isfile(p) for p in listed)):
-            return labels_csv
-        _remove_own_files(directory)
+    free, kept = _claim_folder(directory, arguments, force, num_images)
+    if kept:
+        return labels_csv
     pictures = _class_pictures(num_classes, seed)
     rng = np.random.default_rng(seed)
     rows = []
@@ -291,10 +288,85 @@ def make_sample_dataset(directory, *, num_images=600, num_classes=4, seed=0,
         writer = csv.writer(f)
         writer.writerow(["path", "label"])
         writer.writerows(rows)
+    _mark(directory, arguments, free)
+    return labels_csv
+
+
+def _claim_folder(directory, arguments, force, num_files):
+    """Whether `directory` is free (`is_free_folder`), and whether it is kept as it
+    is: made with the same `arguments`, holding the `num_files` files its labels.csv
+    lists. A folder dalipipe made with other arguments loses its own files.
+
+    Raises:
+        FolderInUseError: for a folder of the user's, unless `force`.
+        FileExistsError: where `directory` is a file.
+    """
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise FileExistsError(f"`directory` must be a folder. Received the file "
+                              f"directory={directory!r}")
+    made_here, free = is_sample_folder(directory), is_free_folder(directory)
+    if not force and not free:
+        raise FolderInUseError(directory, sorted(os.listdir(directory)))
+    if made_here:
+        listed = _listed_files(directory)
+        if (_read_marker(directory) == arguments and len(listed) == num_files
+                and all(os.path.isfile(p) for p in listed)):
+            return free, True
+        _remove_own_files(directory)
+    return free, False
+
+
+def _mark(directory, arguments, free):
     if free:  # a folder of the user's, written into with force, stays theirs
         with open(os.path.join(directory, MARKER), "w") as f:
             json.dump(arguments, f, indent=1)
-    return labels_csv
+
+
+def make_dense_sample_dataset(directory, *, num_images=60, seed=0, crop_width=(160, 320),
+                              aspect_ratio=(0.65, 1.05), force=False):
+    """Writes `num_images` PNG crops of the sample pictures with shapes drawn over
+    them, and their segmentation masks and detection boxes, into `directory`.
+
+    The shapes' pixels define both (`dalipipe.annotations.sample`, whose
+    `write_dense_sample` gives the layout: `images/`, `masks/`, labels.csv,
+    instances.json, boxes.csv). The pictures (every installed photograph, or 4
+    synthetic ones), the folder rules and the marker are `make_sample_dataset`'s.
+    Deterministic for `seed`.
+
+    Args:
+        directory: output folder (created if absent).
+        num_images: number of images.
+        seed: random seed.
+        crop_width: range of the crop width in pixels (uniform), at least 32.
+        aspect_ratio: range of crop height / width (uniform).
+        force: as in `make_sample_dataset`. Defaults to False.
+
+    Returns:
+        The path of `labels.csv`.
+
+    Raises:
+        FolderInUseError: as `make_sample_dataset`.
+        ValueError: for `num_images` below 1.
+    """
+    from dalipipe.annotations.sample import write_dense_sample
+
+    if isinstance(num_images, bool) or not isinstance(num_images, int) or num_images < 1:
+        raise ValueError(
+            f"`num_images` must be a positive integer. Received: num_images={num_images!r}"
+        )
+    directory = os.fspath(directory)
+    arguments = dict(dense=True, num_images=num_images, seed=seed, crop_width=list(crop_width),
+                     aspect_ratio=list(aspect_ratio),
+                     photographs=[name for name, _ in photograph_paths()])
+    free, kept = _claim_folder(directory, arguments, force, 2 * num_images)
+    if not kept:
+        os.makedirs(directory, exist_ok=True)
+        pictures = _class_pictures(len(photograph_paths()) or 4, seed)
+        write_dense_sample(directory, pictures, num_images=num_images,
+                           rng=np.random.default_rng(seed), crop_width=crop_width,
+                           aspect_ratio=aspect_ratio)
+        _mark(directory, arguments, free)
+    return os.path.join(directory, "labels.csv")
 
 
 def sample_data_unless_in_use(directory, **kwargs):

@@ -1,0 +1,16 @@
+"""Masks and boxes for dense tasks (segmentation, detection): their sources, their
+checks and sample data. Pure Python and NumPy (PIL reads masks and image headers):
+nothing here imports DALI, TensorFlow or Keras.
+
+- `masks`: image and mask files paired by file stem or by a table's column; a mask's
+  class ids read exactly (a palette PNG's pixels are its indices).
+- `boxes`: a COCO `instances` JSON or a table with one row per box; box formats as
+  Keras names them (`convert_format`); padding to `max_boxes` as
+  `keras.layers.MaxNumBoundingBoxes` pads.
+- `checks`: what is wrong with a pair (image, mask) or an image's boxes, as
+  `dalipipe.checks.verdicts.Verdict` records.
+- `sample`: shapes drawn over pictures, whose pixels define masks and boxes.
+
+The DALI graph does not read them yet: `make_dali_dataset` takes no `masks=` or
+`boxes=`.
+"""

@@ -1,0 +1,144 @@
+"""The check of dense tasks' pairs: what is wrong with an image's mask or its boxes,
+as `Verdict` records (`dalipipe.checks.verdicts`), one per image.
+
+A verdict's `path` is the image's, its `reason` names the mask file or the
+annotation and the value found, its `size` is the image's `(width, height)` where
+its header was read. `bad_files(verdicts)` gives `{image: reason}` of the bad ones,
+which `on_bad_file` applies to as to the images' own verdicts. The images
+themselves (truncated files, formats DALI cannot decode) are judged by
+`dalipipe.checks`; here an image that cannot be read or decoded only leaves its
+size unchecked.
+
+Masks (`mask_verdicts`): a missing mask, one that cannot be read or decoded or is
+not one channel of ids, one whose size differs from its image's, a class id
+outside `class_names` (other than `mask_fill_value`).
+Boxes (`box_verdicts`): an image the source does not list, a box outside its image
+by more than `BOX_TOLERANCE` pixels, a box without area, a category outside the
+classes, a size in the source that differs from the image's.
+"""
+
+import numpy as np
+
+from dalipipe.annotations.files import image_size
+from dalipipe.annotations.masks import MaskError, read_mask
+from dalipipe.checks.verdicts import Verdict
+from dalipipe.storage.fetch import read_files
+from dalipipe.utils import listing
+
+# How far (pixels) a box may reach past its image's edges: COCO's boxes, rounded to
+# hundredths of a pixel, reach a little past them.
+BOX_TOLERANCE = 1.0
+_CHUNK = 256  # images (and masks) read together
+
+
+def mask_verdicts(pairs, *, class_names=None, mask_fill_value=None, sizes=None):
+    """What is wrong with each image's mask.
+
+    Args:
+        pairs: a `dalipipe.annotations.masks.MaskPairs`.
+        class_names: the classes (id i is `class_names[i]`); None leaves the ids
+            unchecked.
+        mask_fill_value: an id that may appear besides the classes' (an ignore
+            index), or None.
+        sizes: each image's `(width, height)` (or None), aligned with the images,
+            as the image check's verdicts give them (`Verdict.size`); None reads
+            the images' headers.
+
+    Returns:
+        A list of `Verdict`, one per image of `pairs`, in its order.
+    """
+    verdicts = []
+    for start in range(0, len(pairs.image_paths), _CHUNK):
+        images = pairs.image_paths[start:start + _CHUNK]
+        masks = pairs.mask_paths[start:start + _CHUNK]
+        mask_data = iter(read_files([m for m in masks if m is not None]))
+        for image, mask, size in zip(images, masks, _sizes(images, sizes, start)):
+            if mask is None:
+                verdicts.append(Verdict(image, "has no mask", size))
+                continue
+            found, reason = next(mask_data)
+            if found is None:
+                verdicts.append(Verdict(image, f"its mask {mask!r} {reason}", size))
+                continue
+            verdicts.append(Verdict(image, _mask_reason(found, mask, size, class_names,
+                                                        mask_fill_value), size))
+    return verdicts
+
+
+def _sizes(paths, sizes, start):
+    """The `(width, height)` of each of `paths` (or None): from `sizes[start:]`, or
+    read from the images' headers."""
+    if sizes is not None:
+        return [None if s is None else tuple(s) for s in sizes[start:start + len(paths)]]
+    return [_size_or_none(data, path) for path, (data, _) in zip(paths, read_files(paths))]
+
+
+def _size_or_none(data, path):
+    try:
+        return None if data is None else image_size(data, path)
+    except ValueError:
+        return None
+
+
+def _mask_reason(data, mask, size, class_names, mask_fill_value):
+    try:
+        ids = read_mask(data, mask)
+    except MaskError as e:
+        return f"its mask {mask!r} {e.reason}"
+    reasons = []
+    if size is not None and ids.shape != (size[1], size[0]):
+        reasons.append(f"its mask {mask!r} is {ids.shape[1]}x{ids.shape[0]} pixels, the "
+                       f"image {size[0]}x{size[1]}")
+    if class_names is not None:
+        values = np.unique(ids).tolist()
+        outside = [v for v in values if (v < 0 or v >= len(class_names)) and v != mask_fill_value]
+        if outside:
+            fill = "" if mask_fill_value is None else f", or mask_fill_value={mask_fill_value}"
+            reasons.append(f"its mask {mask!r} holds the class id(s) {listing(outside)}, "
+                           f"outside class_names (ids 0..{len(class_names) - 1}{fill})")
+    return "; ".join(reasons) or None
+
+
+def box_verdicts(source, *, tolerance=BOX_TOLERANCE, sizes=None):
+    """What is wrong with each image's boxes.
+
+    Args:
+        source: a `dalipipe.annotations.boxes.BoxSource`.
+        tolerance: how far (pixels) a box may reach past the image's edges.
+            Defaults to `BOX_TOLERANCE`.
+        sizes: as in `mask_verdicts`, aligned with `source.images`.
+
+    Returns:
+        A list of `Verdict`, one per image of `source`, in its order.
+    """
+    missing = set(source.missing)
+    verdicts = []
+    for start in range(0, len(source.images), _CHUNK):
+        chunk = source.images[start:start + _CHUNK]
+        for entry, size in zip(chunk, _sizes([e.path for e in chunk], sizes, start)):
+            reasons = ["is not listed in the boxes' source"] if entry.path in missing else []
+            if size is not None and entry.size is not None and tuple(entry.size) != size:
+                reasons.append(f"is {size[0]}x{size[1]} pixels, its boxes' source says "
+                               f"{entry.size[0]}x{entry.size[1]}")
+            reasons += _box_reasons(entry, size or entry.size, source.class_names, tolerance)
+            verdicts.append(Verdict(entry.path, "; ".join(reasons) or None, size))
+    return verdicts
+
+
+def _box_reasons(entry, size, class_names, tolerance):
+    found = []
+    for box, label, name, value in zip(entry.boxes, entry.labels, entry.names, entry.values):
+        x1, y1, x2, y2 = (float(v) for v in box)
+        shown = f"[{x1:g}, {y1:g}, {x2:g}, {y2:g}]"
+        if label < 0:
+            found.append(f"{name} has the category {value!r}, not among the classes "
+                         f"{listing(class_names)}")
+        if not (x2 > x1 and y2 > y1):
+            found.append(f"{name}'s box {shown} (xyxy) has no area")
+        if size is not None and (min(x1, y1) < -tolerance or x2 > size[0] + tolerance
+                                 or y2 > size[1] + tolerance):
+            found.append(f"{name}'s box {shown} (xyxy) lies outside the image "
+                         f"({size[0]}x{size[1]} pixels)")
+    if len(found) > 3:
+        found = found[:3] + [f"and {len(found) - 3} more"]
+    return found

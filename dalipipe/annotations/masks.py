@@ -1,0 +1,230 @@
+"""Segmentation masks: which mask goes with which image, and a mask's class ids.
+
+Two sources pair images with masks:
+
+- `match_masks`: a flat folder of images and a folder of masks, matched by file stem
+  (the layout of Oxford-IIIT Pets, which Keras's segmentation example reads):
+
+  ```
+  images/Abyssinian_1.jpg    trimaps/Abyssinian_1.png
+  images/Abyssinian_2.jpg    trimaps/Abyssinian_2.png
+  ```
+
+- `column_masks`: a table's mask column, a list of mask paths aligned with its image
+  paths (relative paths resolve against the table's folder).
+
+A mask is one channel of class ids: a greyscale PNG (PIL mode "L", or "I;16" for
+ids above 255) holds them as its pixel values, a palette PNG (mode "P") as its
+palette indices, whatever colours its palette gives them. `read_mask` returns those
+ids. DALI decodes a palette PNG to its colours (as grey: a weighted sum of them), not
+to its indices; `mask_palette` says whether a mask is a palette image and gives its
+colours, and `greyscale_png` rewrites a mask as a greyscale PNG of its ids, which any
+decoder reads as ids. RGB masks are refused: colours are not ids.
+"""
+
+import io
+import os
+from typing import List, NamedTuple, Optional
+
+import numpy as np
+
+from dalipipe.annotations.files import flat_images, resolve, stem, unmatched
+from dalipipe.calls import warn
+
+# PIL modes whose pixel values are class ids: greyscale, palette (indices), 1-bit.
+ID_MODES = ("L", "P", "1", "I", "I;16", "I;16B", "I;16L")
+
+
+class MaskError(ValueError):
+    """A mask file whose class ids cannot be read: `path` names it, `reason` says why
+    (the message without the path)."""
+
+    def __init__(self, path, reason):
+        self.path, self.reason = path, reason
+        super().__init__(f"The mask {path!r} {reason}")
+
+
+class MaskPairs(NamedTuple):
+    """Images and their masks.
+
+    Attributes:
+        image_paths: absolute paths of the images, in order.
+        mask_paths: absolute path of each image's mask, aligned with `image_paths`;
+            None for an image without one (see `missing`).
+        unmatched: mask files that no image takes, sorted.
+    """
+
+    image_paths: List[str]
+    mask_paths: List[Optional[str]]
+    unmatched: List[str]
+
+    @property
+    def missing(self):
+        """The images without a mask."""
+        return [p for p, m in zip(self.image_paths, self.mask_paths) if m is None]
+
+
+def match_masks(images, masks, *, allow_missing=False):
+    """Pairs each image with the mask of the same file stem.
+
+    Args:
+        images: a flat folder of images (hidden files and subfolders left out), or a
+            list of image paths.
+        masks: a flat folder of masks; `images/Abyssinian_1.jpg` takes the mask
+            `masks/Abyssinian_1.png` (any image extension).
+        allow_missing: keep images without a mask, with None as their mask, for
+            the check to report (`dalipipe.annotations.checks.mask_verdicts`).
+            Defaults to False: they are an error.
+
+    Returns:
+        A `MaskPairs`. Masks without an image are listed in its `unmatched` and
+        reported in a warning.
+
+    Raises:
+        ValueError: for an image without a mask (unless `allow_missing`), naming
+            every one; for two masks of one stem; for a folder without images.
+    """
+    image_paths = (flat_images(images, "directory") if isinstance(images, (str, os.PathLike))
+                   else [os.path.abspath(os.fspath(p)) for p in images])
+    by_stem = {}
+    for path in flat_images(masks, "masks"):
+        other = by_stem.setdefault(stem(path), path)
+        if other != path:
+            raise ValueError(
+                f"Two masks in `masks`={os.fspath(masks)!r} have the stem {stem(path)!r}: "
+                f"{os.path.basename(other)!r} and {os.path.basename(path)!r}. Keep one "
+                "mask per image."
+            )
+    mask_paths = [by_stem.get(stem(p)) for p in image_paths]
+    taken = {stem(p) for p in image_paths}
+    pairs = MaskPairs(image_paths, mask_paths,
+                      sorted(p for s, p in by_stem.items() if s not in taken))
+    if pairs.missing and not allow_missing:
+        raise ValueError(
+            f"Each image needs a mask of the same file stem in `masks`={os.fspath(masks)!r} "
+            f"('Abyssinian_1.jpg' takes 'Abyssinian_1.png'). Without a mask: "
+            + unmatched("image(s)", pairs.missing)
+        )
+    if pairs.unmatched:
+        warn(f"Masks in `masks`={os.fspath(masks)!r} without an image of the same stem "
+             "are left out: " + unmatched("mask(s)", pairs.unmatched))
+    return pairs
+
+
+def column_masks(image_paths, mask_paths, *, root=None, column="mask", allow_missing=False):
+    """Pairs images with a table's mask column.
+
+    Args:
+        image_paths: the table's image paths.
+        mask_paths: its mask column, aligned with `image_paths`; an empty cell
+            (None, "" or NaN) is an image without a mask.
+        root: the folder relative paths resolve against (the table's), or None for
+            the working directory.
+        column: the mask column's name, for messages.
+        allow_missing: as in `match_masks`.
+
+    Returns:
+        A `MaskPairs` (its `unmatched` is empty).
+
+    Raises:
+        ValueError: when the lengths differ, or for an empty cell (unless
+            `allow_missing`), naming the images.
+    """
+    image_paths, mask_paths = list(image_paths), list(mask_paths)
+    if len(image_paths) != len(mask_paths):
+        raise ValueError(
+            f"The mask column {column!r} must have one cell per image. Received "
+            f"{len(mask_paths)} masks for {len(image_paths)} images"
+        )
+    masks = [None if _is_empty(m) else resolve(m, root) for m in mask_paths]
+    pairs = MaskPairs([resolve(p, root) for p in image_paths], masks, [])
+    if pairs.missing and not allow_missing:
+        raise ValueError(f"The mask column {column!r} has an empty cell for "
+                         + unmatched("image(s)", pairs.missing))
+    return pairs
+
+
+def _is_empty(cell):
+    return cell is None or (isinstance(cell, float) and cell != cell) or cell == ""
+
+
+def _open(data, path):
+    """The PIL image of a mask's bytes, loaded."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        image = Image.open(io.BytesIO(data))
+        image.load()
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
+        raise MaskError(path, f"cannot be decoded ({e})") from e
+    return image
+
+
+def read_mask(data, path="<bytes>"):
+    """The class ids of a mask.
+
+    Args:
+        data: the mask file's bytes.
+        path: its name, for messages.
+
+    Returns:
+        `(height, width)` array of the ids: uint8 for an "L", "P" (the palette
+        indices) or 1-bit mask, uint16 for a 16-bit one, int32 for mode "I".
+
+    Raises:
+        MaskError: (a `ValueError`) naming `path`, for bytes that do not decode or
+            a mask that is not one channel of ids (RGB, with alpha, float).
+    """
+    image = _open(data, path)
+    if image.mode not in ID_MODES:
+        raise MaskError(
+            path,
+            f"is an image of mode {image.mode!r} ({'+'.join(image.getbands())}): a mask holds "
+            "one class id per pixel. Save class ids as a greyscale (mode 'L', or 'I;16' for "
+            "ids above 255) or palette (mode 'P') PNG, e.g. "
+            "PIL.Image.fromarray(ids.astype('uint8')).save('mask.png')",
+        )
+    ids = np.asarray(image)
+    if ids.dtype == bool:
+        return ids.astype(np.uint8)
+    return ids.astype(ids.dtype.newbyteorder("="), copy=False)
+
+
+def mask_palette(data, path="<bytes>"):
+    """The colours of a palette mask's indices, or None for a mask without palette.
+
+    Returns:
+        uint8 `(n, 3)`: row i is the RGB colour of index i; None for a greyscale
+        mask.
+
+    Raises:
+        MaskError: for bytes that do not decode.
+    """
+    image = _open(data, path)
+    if image.mode != "P":
+        return None
+    return np.asarray(image.getpalette("RGB"), np.uint8).reshape(-1, 3)
+
+
+def greyscale_png(data, path="<bytes>"):
+    """A mask rewritten as a greyscale PNG whose pixel values are its class ids.
+
+    A palette mask becomes mode "L" of its indices; ids above 255 are written as
+    16-bit ("I;16"). Decoding the result as one channel gives `read_mask(data)`.
+
+    Returns:
+        The PNG's bytes.
+
+    Raises:
+        MaskError: as `read_mask`, and for ids outside 0..65535.
+    """
+    from PIL import Image
+
+    ids = read_mask(data, path)
+    if ids.size and (ids.min() < 0 or ids.max() > 65535):
+        raise MaskError(path, f"holds the id {int(ids.min() if ids.min() < 0 else ids.max())}"
+                              ", outside the 0..65535 a PNG holds")
+    small = ids.size == 0 or ids.max() <= 255
+    out = io.BytesIO()  # uint8 gives mode "L", uint16 "I;16"
+    Image.fromarray(ids.astype(np.uint8 if small else np.uint16)).save(out, "PNG")
+    return out.getvalue()
