@@ -22,7 +22,7 @@ from dalipipe.calls import first_argument, warn
 from dalipipe.devices import dali_device
 from dalipipe.options import TARGET_MODES, Options, is_inferred, pipeline_signature
 from dalipipe.sharding import Sharding, check_global_batch
-from dalipipe.storage import fetch, index as remote
+from dalipipe.storage import fetch, remote_sources as remote
 
 
 @pipeline_signature
@@ -277,7 +277,7 @@ class ImagePipeline:
     @property
     def feeds_bytes(self):
         """Whether `"samples"` holds the images' bytes, read here (TFRecord records,
-        and `gs://` objects: `storage.index.read_in_python`), else the paths that
+        and `gs://` objects: `storage.remote_sources.read_in_python`), else the paths that
         DALI reads."""
         return self.from_tfrecord or self._read_in_python
 
