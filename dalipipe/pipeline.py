@@ -4,7 +4,7 @@ inputs of the DALI graph, without TensorFlow.
 `make_dali_pipeline` indexes the source, checks its files, splits it, and returns an
 `ImagePipeline` (two for `subset="both"`). An `ImagePipeline` knows its samples, its
 output shapes, which samples each epoch loads in which order (`epoch_inputs`), and
-makes the DALI pipeline of the graph (`dali_pipeline`); `epoch` runs it natively with
+makes the DALI pipeline of the graph (`build_dali_pipeline`); `epoch` runs it natively with
 NumPy outputs (`dalipipe.native`); `dalipipe.tf_dataset` hands it to TensorFlow and
 `dalipipe.py_dataset` to Keras's other backends.
 
@@ -45,10 +45,10 @@ def make_dali_pipeline(directory=None, *, source=None, **options):
     """
     options = Options.from_keywords("make_dali_pipeline", options)
     source = first_argument("make_dali_pipeline", directory, source)
-    return image_pipelines(source, options)
+    return split_source(source, options)
 
 
-def image_pipelines(source, options, device_id=0, sharding=None):
+def split_source(source, options, device_id=0, sharding=None):
     """`make_dali_pipeline` for validated `Options`: index, check, split.
 
     `options.device` may be "auto" (the GPU when DALI sees one), "gpu" or "cpu";
@@ -427,7 +427,7 @@ class ImagePipeline:
         self._verify_unchanged(paths, sample_ids)
         return fetch.read_batch(paths)
 
-    def dali_pipeline(self, feed=None, batch_size=None):
+    def build_dali_pipeline(self, feed=None, batch_size=None):
         """A new DALI `Pipeline` object for this graph, not yet built.
 
         Args:
