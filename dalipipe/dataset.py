@@ -10,7 +10,7 @@ from dalipipe.calls import first_argument
 from dalipipe.devices import resolve_device
 from dalipipe.keras_config import keras_backend
 from dalipipe.options import Options, check_keywords
-from dalipipe.pipeline import image_pipelines
+from dalipipe.pipeline import split_source
 from dalipipe.sharding import data_parallel_shard
 
 
@@ -207,7 +207,7 @@ def _native_pipelines(source, options, backend):
     `subset="both"`."""
     device, device_id = resolve_device(options.device, backend)
     sharding = data_parallel_shard(options, backend)
-    result = image_pipelines(source, options.replace(device=device),
+    result = split_source(source, options.replace(device=device),
                              device_id=device_id or 0, sharding=sharding)
     return result if isinstance(result, tuple) else (result,)
 

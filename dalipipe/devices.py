@@ -282,7 +282,7 @@ def memory_growth_error(gpu, *, growth, memory_limits, variable):
 def resolve_device(device, backend):
     """`(device, device_id)` for the `"pydataset"` format: "gpu" or "cpu" for the
     `device` option (on backends other than torch and JAX, the option itself, which
-    `image_pipelines` resolves), and the CUDA ordinal of the backend's first GPU for
+    `split_source` resolves), and the CUDA ordinal of the backend's first GPU for
     a GPU pipeline (else None, which means CUDA device 0).
 
     On torch and JAX, `"auto"` means the GPU when both the framework and DALI see
@@ -291,7 +291,7 @@ def resolve_device(device, backend):
     if device == "cpu":
         return "cpu", None
     if backend not in ("torch", "jax"):
-        return device, None  # `image_pipelines` asks DALI; CUDA device 0
+        return device, None  # `split_source` asks DALI; CUDA device 0
     framework, fix = FRAMEWORK_GPU_FIXES[backend]
     ordinals = framework_gpus(backend)
     chosen = choose_device(device, len(ordinals), dali_gpu_count(),

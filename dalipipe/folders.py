@@ -11,7 +11,7 @@ from dalipipe.utils import IMAGE_EXTENSIONS, UNDECODABLE_EXTENSIONS
 
 class LocalTree:
     """What a local folder holds, for `sources._index_directory` (which walks a
-    prefix in object storage through `storage.index.RemoteTree`, with the same
+    prefix in object storage through `storage.remote_sources.RemoteTree`, with the same
     methods)."""
 
     def __init__(self, directory, follow_links):

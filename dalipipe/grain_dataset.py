@@ -131,7 +131,7 @@ class DALIGrainIterator(grain.DatasetIterator):
         self._epoch, self._batch = pipeline.check_position(epoch, batch)
 
 
-def make_grain_dataset(image_pipelines, backend):
+def make_grain_dataset(splits, backend):
     """`make_dali_dataset`'s `"grain"` format: a `DALIGrainDataset` per placed
-    `ImagePipeline` of `image_pipelines` (one, or a pair for `subset="both"`)."""
-    return tuple(DALIGrainDataset(p, backend) for p in image_pipelines)
+    `ImagePipeline` of `split_source` (one, or a pair for `subset="both"`)."""
+    return tuple(DALIGrainDataset(p, backend) for p in splits)

@@ -1,7 +1,7 @@
 """The DALI graph: read, decode, crop or resize, flip and normalize, on CPU or GPU.
 
 `define` is called inside a DALI `pipeline_def` function (see
-`ImagePipeline.dali_pipeline`). The same graph runs on both devices: on a GPU the
+`ImagePipeline.build_dali_pipeline`). The same graph runs on both devices: on a GPU the
 decoders are `"mixed"` (nvJPEG and the hardware decoder) and everything after them
 runs on the GPU.
 

@@ -48,7 +48,7 @@ class Runner:
         if self.pipe is None:
             from nvidia.dali.pipeline import do_not_convert
 
-            self.pipe = self.image_pipeline.dali_pipeline(feed=do_not_convert(self.source))
+            self.pipe = self.image_pipeline.build_dali_pipeline(feed=do_not_convert(self.source))
             self.pipe.build()
         size = self.image_pipeline.batch_size
         self.batches = {

@@ -4,7 +4,7 @@ inputs of the DALI graph, without TensorFlow.
 `make_dali_pipeline` indexes the source, checks its files, splits it, and returns an
 `ImagePipeline` (two for `subset="both"`). An `ImagePipeline` knows its samples, its
 output shapes, which samples each epoch loads in which order (`epoch_inputs`), and
-makes the DALI pipeline of the graph (`dali_pipeline`); `epoch` runs it natively with
+makes the DALI pipeline of the graph (`build_dali_pipeline`); `epoch` runs it natively with
 NumPy outputs (`dalipipe.native`); `dalipipe.tf_dataset` hands it to TensorFlow and
 `dalipipe.py_dataset` to Keras's other backends.
 
@@ -22,7 +22,7 @@ from dalipipe.calls import first_argument, warn
 from dalipipe.devices import dali_device
 from dalipipe.options import TARGET_MODES, Options, is_inferred, pipeline_signature
 from dalipipe.sharding import Sharding, check_global_batch
-from dalipipe.storage import fetch, index as remote
+from dalipipe.storage import fetch, remote_sources as remote
 
 
 @pipeline_signature
@@ -45,10 +45,10 @@ def make_dali_pipeline(directory=None, *, source=None, **options):
     """
     options = Options.from_keywords("make_dali_pipeline", options)
     source = first_argument("make_dali_pipeline", directory, source)
-    return image_pipelines(source, options)
+    return split_source(source, options)
 
 
-def image_pipelines(source, options, device_id=0, sharding=None):
+def split_source(source, options, device_id=0, sharding=None):
     """`make_dali_pipeline` for validated `Options`: index, check, split.
 
     `options.device` may be "auto" (the GPU when DALI sees one), "gpu" or "cpu";
@@ -277,7 +277,7 @@ class ImagePipeline:
     @property
     def feeds_bytes(self):
         """Whether `"samples"` holds the images' bytes, read here (TFRecord records,
-        and `gs://` objects: `storage.index.read_in_python`), else the paths that
+        and `gs://` objects: `storage.remote_sources.read_in_python`), else the paths that
         DALI reads."""
         return self.from_tfrecord or self._read_in_python
 
@@ -427,7 +427,7 @@ class ImagePipeline:
         self._verify_unchanged(paths, sample_ids)
         return fetch.read_batch(paths)
 
-    def dali_pipeline(self, feed=None, batch_size=None):
+    def build_dali_pipeline(self, feed=None, batch_size=None):
         """A new DALI `Pipeline` object for this graph, not yet built.
 
         Args:

@@ -144,7 +144,7 @@ class DALIPyDataset(keras.utils.PyDataset):
                 f"of {pipeline.batch_size}, {self.backend} tensors on {pipeline.device}>")
 
 
-def make_py_dataset(image_pipelines, backend):
+def make_py_dataset(splits, backend):
     """`make_dali_dataset`'s `"pydataset"` format: a `DALIPyDataset` per placed
-    `ImagePipeline` of `image_pipelines` (one, or a pair for `subset="both"`)."""
-    return tuple(DALIPyDataset(p, backend) for p in image_pipelines)
+    `ImagePipeline` of `split_source` (one, or a pair for `subset="both"`)."""
+    return tuple(DALIPyDataset(p, backend) for p in splits)

@@ -27,7 +27,7 @@ from dalipipe.calls import warn
 from dalipipe.folders import LocalTree
 from dalipipe.options import is_inferred
 from dalipipe.targets import class_order, is_missing, table_targets, warn_numeric_classes
-from dalipipe.storage import index as remote
+from dalipipe.storage import remote_sources as remote
 from dalipipe.utils import IMAGE_EXTENSIONS, MAX_LISTED, UNDECODABLE_EXTENSIONS, listing
 
 
@@ -325,7 +325,7 @@ def _index_directory(directory, labels, class_names, follow_links, tree=None):
     """The images of a directory, as `image_dataset_from_directory` lists them.
 
     `tree` answers what the folder holds (`folders.LocalTree`'s methods); a prefix in object
-    storage passes its own (`dalipipe.storage.index.RemoteTree`)."""
+    storage passes its own (`dalipipe.storage.remote_sources.RemoteTree`)."""
     tree = tree or LocalTree(directory, follow_links)
     inferred = is_inferred(labels)
     if not inferred and labels is not None:

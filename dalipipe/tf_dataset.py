@@ -12,7 +12,7 @@ import tensorflow as tf
 from dalipipe import dali_hooks
 from dalipipe.devices import resolve_tensorflow_device, strategy_device, tf_gpu_cuda_ordinal
 from dalipipe.install import import_dali_tf
-from dalipipe.pipeline import image_pipelines
+from dalipipe.pipeline import split_source
 from dalipipe.sharding import check_global_batch
 from dalipipe.tf_inputs import EpochFeed
 from dalipipe.tf_keras_dataset import KerasDataset
@@ -40,7 +40,7 @@ def make_tf_dataset(source, options, strategy=None):
     elif device in ("auto", "gpu"):
         options = options.replace(device=resolve_tensorflow_device(device))
     device_id = tf_gpu_cuda_ordinal(GPU) if options.device == "gpu" else 0
-    result = image_pipelines(source, options, device_id=device_id)
+    result = split_source(source, options, device_id=device_id)
     wrap = to_dataset if strategy is None else (lambda p: distribute(p, strategy))
     if isinstance(result, tuple):
         return tuple(wrap(p) for p in result)
@@ -197,7 +197,7 @@ def _dali_dataset(feed, numbers, batch_size, *, join, device):
     with tf.device(device):
         dtypes = tuple(tf.as_dtype(d) for d in image_pipeline.output_dtypes)
         shapes = tuple(tf.TensorShape(s) for s in image_pipeline.output_shapes)
-        pipeline = image_pipeline.dali_pipeline(batch_size=batch_size)
+        pipeline = image_pipeline.build_dali_pipeline(batch_size=batch_size)
         dataset = dali_tf.experimental.DALIDatasetWithInputs(
             pipeline=pipeline,
             input_datasets={

@@ -80,7 +80,7 @@ def cpu_pipe(color_dir):
 def gpu_graph(cpu_pipe, **changes):
     """The DALI graph (defined, not built) of `cpu_pipe` on a GPU, with `changes`."""
     options = cpu_pipe.options.replace(device="gpu", **changes)
-    return ImagePipeline(cpu_pipe.index, options).dali_pipeline()
+    return ImagePipeline(cpu_pipe.index, options).build_dali_pipeline()
 
 
 def test_nvjpeg_version_is_the_installed_wheels():
@@ -191,7 +191,7 @@ def test_forcing_the_older_setup_changes_the_gpu_graph(cpu_pipe, monkeypatch):
 def test_cpu_graph_still_decodes_only_the_crop(cpu_pipe, monkeypatch):
     monkeypatch.setenv(codecs.ROI_FANCY_UPSAMPLING_ENV, "0")
     pipe = ImagePipeline(cpu_pipe.index, cpu_pipe.options.replace(augment=True))
-    assert decoder_ops(pipe.dali_pipeline()) == [("region", "cpu", False)]
+    assert decoder_ops(pipe.build_dali_pipeline()) == [("region", "cpu", False)]
 
 
 GPU_DECODER_SETTINGS = {"hw_decoder_load": 0.35, "preallocate_width_hint": 640,
@@ -239,7 +239,7 @@ def test_gpu_decoders_take_the_decoder_settings_and_the_cpu_ones_none(cpu_pipe, 
         assert not set(DECODER_ARGUMENTS) & set(arguments)
     pipe = ImagePipeline(cpu_pipe.index, cpu_pipe.options.replace(
         augment=augment, decoder=GPU_DECODER_SETTINGS))
-    for device, arguments in decoder_arguments(pipe.dali_pipeline()):
+    for device, arguments in decoder_arguments(pipe.build_dali_pipeline()):
         assert device == "cpu" and not set(DECODER_ARGUMENTS) & set(arguments)
 
 
@@ -295,7 +295,7 @@ def test_preallocation_hints_default_to_the_sizes_the_check_read(tmp_path, fresh
     assert hints(decoder={"preallocate_width_hint": 4000})[1] == (4000, 50)
     assert hints(check=None)[1] == (None, None)
     gpu = decoder_arguments(ImagePipeline(pipe.index, pipe.options.replace(device="gpu"))
-                            .dali_pipeline())
+                            .build_dali_pipeline())
     assert [(a["preallocate_width_hint"], a["preallocate_height_hint"]) for _, a in gpu] == \
         [(64, 50)]
 

@@ -407,7 +407,7 @@ def gcs_emulator(monkeypatch, tmp_path):
 def test_gcs_listing_and_reads_on_an_emulator(gcs_emulator):
     """dalipipe's GCS client lists and reads; DALI 2.4's fn.io.file.read asks for the
     object's name with a NUL byte appended (`%00`), which is why dalipipe reads `gs://`
-    objects itself (`storage.index.read_in_python`)."""
+    objects itself (`storage.remote_sources.read_in_python`)."""
     pytest.importorskip("nvidia.dali")
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage as gcs

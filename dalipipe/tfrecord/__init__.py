@@ -19,7 +19,7 @@ One job per module:
   `tf.train.Example` message class;
 - `files`: which sources are TFRecord files (`is_tfrecord`, `tfrecord_files`);
 - `paths`: where indexes and the scan cache go, and writing files whole;
-- `index`: index files (`write_index`, `read_index`, `ensure_indexes`);
+- `idx_files`: index files (`write_index`, `read_index`, `ensure_indexes`);
 - `read`: reading and parsing records (`read_example`, `parse_example`,
   `load_encoded`);
 - `scanning`: the records, labels and class texts of files (`Records`, `scan`);
@@ -31,7 +31,7 @@ from dalipipe.tfrecord.format import (
 )
 from dalipipe.tfrecord.files import is_tfrecord, tfrecord_files
 from dalipipe.tfrecord.paths import index_path_for
-from dalipipe.tfrecord.index import ensure_indexes, read_index, write_index
+from dalipipe.tfrecord.idx_files import ensure_indexes, read_index, write_index
 from dalipipe.tfrecord.read import load_encoded, parse_example, read_example
 from dalipipe.tfrecord.scanning import Records, scan
 from dalipipe.tfrecord.write import check_write_args, write_tfrecords

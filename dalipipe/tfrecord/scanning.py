@@ -9,7 +9,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from dalipipe.tfrecord.format import LABEL, TEXT, record_data
-from dalipipe.tfrecord.index import ensure_and_read_indexes
+from dalipipe.tfrecord.idx_files import ensure_and_read_indexes
 from dalipipe.tfrecord.paths import scan_cache_path, write_atomically
 from dalipipe.tfrecord.read import feature_values, parse
 from dalipipe.utils import cache_disabled, progress, warn_without_cache, writable_cache_dir

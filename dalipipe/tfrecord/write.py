@@ -6,7 +6,7 @@ import os
 import numpy as np
 
 from dalipipe.tfrecord.format import ENCODED, FILENAME, LABEL, TEXT, example_class, framed
-from dalipipe.tfrecord.index import write_index
+from dalipipe.tfrecord.idx_files import write_index
 from dalipipe.tfrecord.paths import index_path_for, replacing
 from dalipipe.utils import progress
 
