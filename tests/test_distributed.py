@@ -52,7 +52,7 @@ def _run_mirrored(source, out):
     """The mirrored job, run a second time if the first dies of SIGSEGV: DALI's
     TensorFlow plugin crashes the process, rarely, when a distributed iterator over a
     DALI dataset is destroyed after a partial read (Keras's `evaluate` does so; about
-    once in 1,300 such iterators on a loaded 2-core machine). README: known limits."""
+    once in 1,300 such iterators on a loaded 2-core machine). docs/limits.md."""
     for attempt in range(2):
         process = subprocess.Popen([sys.executable, JOB, "mirrored", source, str(out)],
                                    env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
