@@ -46,6 +46,19 @@ def load_dali():
     return _S3_PROBLEM
 
 
+def require_dali(caller):
+    """Raises ImportError, naming `caller` (the public function) and what installs
+    DALI, where `nvidia.dali` does not import; `import dalipipe` goes on without it."""
+    try:
+        load_dali()
+        import nvidia.dali  # noqa: F401
+    except ImportError as e:
+        from dalipipe.install import DALI_FIX
+
+        raise ImportError(f"`{caller}` needs NVIDIA DALI, which does not import here ({e}): "
+                          f"{DALI_FIX}. `dalipipe doctor` says what else is missing.") from e
+
+
 def s3_problem(module_names):
     """Why DALI, already imported before dalipipe, cannot read `s3://`: the message
     when TensorFlow comes before `nvidia.dali` in `module_names` (the keys of

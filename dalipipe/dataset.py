@@ -7,6 +7,7 @@ JAX). Nothing here imports TensorFlow, so that Keras on torch or JAX never loads
 """
 
 from dalipipe.calls import first_argument
+from dalipipe.dali_import import require_dali
 from dalipipe.devices import resolve_device
 from dalipipe.keras_config import keras_backend
 from dalipipe.options import Options, check_keywords
@@ -174,6 +175,7 @@ def make_dali_dataset(
     check_keywords("make_dali_dataset", kwargs, ())
     options = Options.from_arguments(locals())
     source = first_argument("make_dali_dataset", directory, source)
+    require_dali("make_dali_dataset")
     return _make(source, options, strategy)
 
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from dalipipe import checks, feed, graph, sampling, sources, tfrecord
 from dalipipe.calls import first_argument, warn
+from dalipipe.dali_import import require_dali
 from dalipipe.devices import dali_device
 from dalipipe.options import TARGET_MODES, Options, is_inferred, pipeline_signature
 from dalipipe.sharding import Sharding, check_global_batch
@@ -45,6 +46,7 @@ def make_dali_pipeline(directory=None, *, source=None, **options):
     """
     options = Options.from_keywords("make_dali_pipeline", options)
     source = first_argument("make_dali_pipeline", directory, source)
+    require_dali("make_dali_pipeline")
     return split_source(source, options)
 
 

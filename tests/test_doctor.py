@@ -78,6 +78,24 @@ def test_without_dali_dalipipe_imports_and_doctor_says_dali_does_not_import():
     assert "dataset (cpu)" not in done.stdout
 
 
+def test_without_dali_each_public_function_names_what_installs_it():
+    script = ('import sys; sys.modules["nvidia.dali"] = None\n'
+              "import dalipipe\n"
+              "for f in (dalipipe.make_dali_dataset, dalipipe.make_dali_pipeline):\n"
+              "    try:\n"
+              "        f('photos/')\n"
+              "    except ImportError as e:\n"
+              "        print(e)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=child_env(), timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2, done.stdout
+    for name, line in zip(("make_dali_dataset", "make_dali_pipeline"), lines):
+        assert line.startswith(f"`{name}` needs NVIDIA DALI, which does not import here"), line
+        assert "pip install" in line and "[cuda12]" in line and "dalipipe doctor" in line, line
+
+
 def test_doctor_says_when_keras_is_outside_the_versions_dalipipe_requires():
     from dalipipe.doctor import keras_outside_range
 
