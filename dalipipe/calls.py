@@ -35,19 +35,25 @@ def first_argument(function, directory, source):
 
 
 def warn(message, category=UserWarning):
-    """Gives warning `message` of `category` at the first frame outside the dalipipe
-    package: the user's line that called dalipipe, whose module the warning filters
-    match. Every warning of dalipipe goes through here.
+    """Gives warning `message` of `category` at the user's line that led to it: the
+    first frame outside dalipipe and outside Keras and TensorFlow (a callback's
+    warning is raised inside `fit`: it names the line that called `fit`), or, where
+    no such frame exists (Keras calling dalipipe on a thread of its own), the first
+    frame outside dalipipe. The warning filters match that frame's module. Every
+    warning of dalipipe goes through here.
 
-    Python 3.12's `skip_file_prefixes` skips the package's frames; before 3.12 the
-    `stacklevel` that does the same is counted by walking the stack.
+    Python 3.12's `skip_file_prefixes` skips the frames; before 3.12 the `stacklevel`
+    that does the same is counted by walking the stack.
     """
+    skipped = _PACKAGE_PREFIXES
+    if _has_frame_outside(_PACKAGE_PREFIXES + _framework_prefixes()):
+        skipped = _PACKAGE_PREFIXES + _framework_prefixes()
     if sys.version_info >= (3, 12):
-        warnings.warn(message, category, skip_file_prefixes=_PACKAGE_PREFIXES)
+        warnings.warn(message, category, skip_file_prefixes=skipped)
         return
-    # stacklevel=2 names warn's caller, sys._getframe(1); each frame in the package, one more.
+    # stacklevel=2 names warn's caller, sys._getframe(1); each frame skipped, one more.
     frame, level = sys._getframe(1), 2
-    while frame is not None and _in_package(frame.f_code.co_filename):
+    while frame is not None and _starts_with(frame.f_code.co_filename, skipped):
         frame, level = frame.f_back, level + 1
     warnings.warn(message, category, stacklevel=level)
 
@@ -57,5 +63,24 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _PACKAGE_PREFIXES = tuple(sorted({_PACKAGE_DIR, os.path.dirname(__file__) + os.sep}))
 
 
-def _in_package(filename):
-    return os.path.abspath(filename).startswith(_PACKAGE_DIR)
+def _framework_prefixes():
+    """The folders of Keras and TensorFlow where they are imported (frames between
+    the user's line and dalipipe's callbacks and datasets)."""
+    prefixes = []
+    for name in ("keras", "tensorflow"):
+        module = sys.modules.get(name)
+        for folder in getattr(module, "__path__", None) or ():
+            prefixes.append(os.path.abspath(folder) + os.sep)
+    return tuple(prefixes)
+
+
+def _has_frame_outside(prefixes):
+    """Whether a frame of the calling stack is outside every folder in `prefixes`."""
+    frame = sys._getframe(2)
+    while frame is not None and _starts_with(frame.f_code.co_filename, prefixes):
+        frame = frame.f_back
+    return frame is not None
+
+
+def _starts_with(filename, prefixes):
+    return filename.startswith(prefixes) or os.path.abspath(filename).startswith(prefixes)

@@ -509,6 +509,10 @@ def test_a_callback_without_saved_state_starts_fresh_with_a_warning(tagged_dir, 
         fit_killed_or_not(tagged_dir, tmp_path / "backup", restarted, kill_at=(1, 5))
     said = [str(w.message) for w in caught if "starts fresh" in str(w.message)]
     assert len(said) == 2, said
+    # Raised inside Keras's `fit`: each names the test's line that called `fit`.
+    tests = os.path.dirname(os.path.abspath(__file__))
+    assert {os.path.dirname(os.path.abspath(w.filename)) for w in caught
+            if "starts fresh" in str(w.message)} == {tests}
     assert said[0].startswith("EarlyStopping (`callbacks[2]` of `fit`) starts fresh: the "
                               "backup in ")
     assert "the backup holds: ModelCheckpoint at 2)" in said[0]
