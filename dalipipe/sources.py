@@ -161,7 +161,7 @@ def index_source(source, *, labels="inferred", class_names=None, path_column="pa
                 f"or a TFRecord file. Received: source='{path}'"
             )
     if isinstance(source, (str, os.PathLike)):
-        table = _read_csv(path)
+        table = read_csv(path)
         base = Base(root, "`root`") if root is not None else \
             Base(remote.folder_of(path), "the CSV file's folder")
         return _index_table(list(table), table.__getitem__, labels, class_names, path_column,
@@ -287,7 +287,7 @@ def _is_dataframe(obj):
     return pandas is not None and isinstance(obj, pandas.DataFrame)
 
 
-def _read_csv(path):
+def read_csv(path):
     """The columns of a CSV file by name, as lists of text.
 
     Every cell is text ("01" stays "01", a class named "NA" is a name); an empty cell

@@ -296,12 +296,12 @@ def table_boxes(table, *, bounding_box_format, class_names=None, root=None,
         ValueError: for an unknown format, a missing column, a row with some but
             not all of its cells empty, or a coordinate that is not a number.
     """
-    from dalipipe.sources import _read_csv  # the project's CSV reader (empty cell: None)
+    from dalipipe.sources import read_csv  # the project's CSV reader (empty cell: None)
     from dalipipe.targets import class_order
 
     bounding_box_format = check_format(bounding_box_format)
     if isinstance(table, (str, os.PathLike)):
-        what, columns = repr(os.fspath(table)), _read_csv(os.fspath(table))
+        what, columns = repr(os.fspath(table)), read_csv(os.fspath(table))
         root = os.path.dirname(os.path.abspath(os.fspath(table))) if root is None else root
     else:
         what = "the table"
