@@ -9,7 +9,8 @@ The graph has named inputs, fed one batch at a time; `dalipipe.feed` owns the
 layouts of the first two, both packing and unpacking:
 - `"samples"`: uint8, per sample its label and its image's path, or its encoded
   image where dalipipe reads the images (TFRecord records, `gs://` objects). One
-  input per sample keeps each label with its image whatever the order.
+  input per sample keeps each label with its image whatever the order. With
+  `masks`, the image's path and its mask's instead (`_masks` moves the masks).
 - `"random"`: float32, per sample the draws of the crop and flip, the recipe and
   the mixing that the options use (`dalipipe.feed.random_parts`), each read by its
   own step in the graph.

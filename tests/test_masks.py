@@ -241,6 +241,18 @@ def test_masks_above_255_are_refused(dense, tmp_path):
                            **{**OPTIONS, "class_names": None})
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("options", [dict(augment=True), dict(pad_to_aspect_ratio=True)])
+def test_gpu_masks_equal_the_cpu_graph_masks(dense, options):
+    """Masks are decoded on the CPU in both graphs; nearest-neighbour resizing, flips
+    and padding on the GPU give the CPU graph's ids exactly."""
+    cpu = [m for _, m in pipeline(dense, **options).epoch(0)]
+    gpu = list(pipeline(dense, device="gpu", **options).epoch(0))
+    for (images, masks), expected in zip(gpu, cpu):
+        np.testing.assert_array_equal(masks, expected)
+        check_aligned(images, masks, fill=0)
+
+
 def run_job(backend, mode, dense, out):
     pytest.importorskip(backend)
     environ = child_env(KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="")
