@@ -226,6 +226,19 @@ def test_bad_pairs_are_named(dense, tmp_path, check):
         make_dali_pipeline(source, masks=folder, **{**options, "on_bad_file": "skip"})
 
 
+@pytest.mark.parametrize("check", ["structure", None])
+def test_an_image_turned_by_its_exif_orientation_is_refused(dense, tmp_path, check):
+    images, _ = copy_dense(dense, tmp_path)
+    picture = Image.open(tmp_path / "images" / images[0]).convert("RGB")
+    exif = Image.Exif()
+    exif[0x0112] = 6  # DALI turns the image a quarter turn, and not its mask
+    os.remove(tmp_path / "images" / images[0])
+    picture.save(tmp_path / "images" / (images[0][:-4] + ".jpg"), exif=exif)
+    with pytest.raises(ValueError, match=r"\.jpg: has the EXIF orientation 6.*not supported yet"):
+        make_dali_pipeline(str(tmp_path / "images"), masks=str(tmp_path / "masks"),
+                           **{**OPTIONS, "check": check})
+
+
 def test_masks_must_be_a_folder_with_a_mask_per_image(dense, tmp_path):
     with pytest.raises(ValueError, match=r"`masks` must be a folder of image files"):
         pipeline(dense, masks=str(tmp_path / "none"))

@@ -8,7 +8,8 @@ their masks, checked, and each mask as an 8-bit greyscale PNG of its class ids.
 - the check of the pairs (`mask_verdicts`: a missing mask, one that does not decode
   or is not one channel of ids, one whose size differs from its image's, an id
   outside `class_names`) always runs, with the image check when `check` is set, and
-  `on_bad_file` applies to both;
+  `on_bad_file` applies to both; an image with an EXIF orientation other than 1
+  (which DALI applies to the image and not to its mask) is refused there too;
 - DALI decodes a palette PNG to its colours, not its indices: every mask that is not
   an 8-bit greyscale PNG is rewritten as one, of its ids, in dalipipe's cache folder
   (`greyscale_mask`), and the graph reads that.
@@ -28,6 +29,7 @@ from dalipipe.storage import remote_sources as remote
 from dalipipe.utils import cache_dir
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+EXIF_ORIENTATION = 0x0112
 
 
 def index_with_masks(source, options, *, device_id=0):
@@ -62,15 +64,16 @@ def index_with_masks(source, options, *, device_id=0):
     found = mask_verdicts(pairs, class_names=options.class_names,
                           mask_fill_value=options.mask_fill_value,
                           sizes=None if images is None else [v.size for v in images])
-    verdicts = found if images is None else [
-        Verdict(image.path, image.reason or mask.reason, image.size, image.stamp)
-        for image, mask in zip(images, found)]
+    if images is None:
+        images = [Verdict(v.path, None) for v in found]
+    verdicts = [Verdict(image.path, image.reason or mask.reason or _rotated(image.path),
+                        image.size, image.stamp) for image, mask in zip(images, found)]
     index = checks.apply_policy(index, verdicts, on_bad_file=options.on_bad_file,
                                 keep_classes=True)
-    if images is None:  # no stamps: the files were not checked
+    if options.check is None:  # no stamps: the files were not checked
         index = sources.Index(**{**index._asdict(), "stamps": None})
     masks = [greyscale_mask(path) for path in index.mask_paths]
-    sizes = [] if images is None else checks.image_sizes(images)
+    sizes = checks.image_sizes(images)
     return sources.Index(**{**index._asdict(), "mask_paths": masks}), sizes
 
 
@@ -110,6 +113,23 @@ def _pairs(source, options):
         raise ValueError("`masks` with `s3://` or `gs://` files is not supported yet: copy "
                          f"them to a local folder. Received: {remote_files[0]!r}")
     return pairs
+
+
+def _rotated(path):
+    """Why an image whose EXIF orientation is not 1 is refused, or None: DALI's
+    decoders turn the image as EXIF says, and not its mask."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as image:
+            orientation = image.getexif().get(EXIF_ORIENTATION, 1)
+    except (OSError, ValueError, SyntaxError):  # the image check judges unreadable images
+        return None
+    if orientation in (None, 1):
+        return None
+    return (f"has the EXIF orientation {orientation}, which DALI applies to the image "
+            "and not to its mask: not supported yet with `masks` (save the image with "
+            "its pixels turned)")
 
 
 def greyscale_mask(path):
