@@ -200,7 +200,7 @@ def read_table(source, root=None):
                 os.fspath(root) if root is not None else os.getcwd())
     if isinstance(source, (str, os.PathLike)) and os.fsdecode(source).lower().endswith(".csv"):
         path = os.fspath(source)
-        table = _read_csv(path)
+        table = read_csv(path)
         return (list(table), table.__getitem__,
                 os.fspath(root) if root is not None else remote.folder_of(path))
     return None
