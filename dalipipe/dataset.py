@@ -47,6 +47,8 @@ def make_dali_dataset(
     dtype="float32",
     drop_remainder=False,
     class_weight=None,
+    masks=None,
+    mask_fill_value=0,
     device="auto",
     num_threads=None,
     prefetch_queue_depth=2,
@@ -137,6 +139,9 @@ def make_dali_dataset(
         drop_remainder: drop the last partial batch of each epoch.
         class_weight: `{class index: weight}`, as Keras's `fit` takes it: float32 sample
             weights in each batch, from the graph (see Class weights).
+        masks: masks instead of labels: a folder of them matched to a flat folder of images
+            by file stem, or a table's mask column; int32 class ids (see `docs/dense.md`).
+        mask_fill_value: the mask id where `pad_to_aspect_ratio` pads (an ignore index).
         device: `"gpu"`, `"cpu"` (DALI's CPU operators, no CUDA), or `"auto"`: the GPU when
             TensorFlow and DALI both see one (for `make_dali_pipeline`, when DALI does).
         num_threads: DALI's CPU threads per pipeline; None means the usable cores on the
@@ -154,8 +159,8 @@ def make_dali_dataset(
         A `tf.data.Dataset` (format "tf"; a `tf.distribute.DistributedDataset` with
         `strategy`), a `DALIPyDataset` ("pydataset") or a `DALIGrainDataset` ("grain");
         a pair of them for `subset="both"`. Batches are `(images, labels)`, `(images,
-        labels, sample_weights)` with `class_weight` or `strategy`, the images alone
-        without labels (`(images,)` from the last two). Images are `dtype`, `(batch,
+        labels, sample_weights)` with `class_weight` or `strategy`, `(images, masks)` with
+        `masks`, the images alone without labels (`(images,)` from the last two). Images are `dtype`, `(batch,
         height, width, channels)` or `(batch, channels, height, width)`; labels as
         `label_mode` says (float32 for "raw" and "multi_hot"); weights float32 `(batch,)`.
         No batch dimension with `batch_size=None`. It has `class_names` and `file_paths`.

@@ -14,6 +14,10 @@ whatever the order (DALI iterates each input of a pipeline on its own):
   with zeros to its longest record (`pad_records`) where the TensorFlow inputs feed
   dense batches (`tf_inputs.feed_parts`).
 `unpack_samples` reads each sample's label and encoded image back in the graph.
+With `masks` (segmentation), a row is instead an image and its mask, both files that
+DALI reads (`pack_pairs`): the little-endian int32 length of the image's path, the
+image's path, then the mask's, padded with NUL bytes to the batch's longest;
+`unpack_pairs` reads both back.
 
 `"random"`, float32, one row per sample: the columns of the parts that `options`
 use, in this order (`random_parts`):
@@ -81,6 +85,39 @@ def pack_paths(file_paths: Sequence[str], labels: Optional[np.ndarray]) -> np.nd
     for row, path in zip(packed, paths):
         row[width:width + len(path)] = np.frombuffer(path, np.uint8)
     return packed
+
+
+def pack_pairs(file_paths: Sequence[str], mask_paths: Sequence[str]) -> np.ndarray:
+    """The `"samples"` batch of images with their masks, files that DALI reads: per
+    sample the int32 length of the image's path in bytes, the image's path, then its
+    mask's path (`mask_paths`, aligned with `file_paths`).
+
+    Returns:
+        uint8 `(len(file_paths), 4 + longest pair of paths in bytes)`, padded with
+        NUL bytes.
+    """
+    pairs = [(os.fsencode(p), os.fsencode(m)) for p, m in zip(file_paths, mask_paths)]
+    packed = np.zeros((len(pairs), VALUE_BYTES + max(len(p) + len(m) for p, m in pairs)),
+                      np.uint8)
+    for row, (path, mask) in zip(packed, pairs):
+        row[:VALUE_BYTES] = np.frombuffer(struct.pack("<i", len(path)), np.uint8)
+        row[VALUE_BYTES:VALUE_BYTES + len(path) + len(mask)] = np.frombuffer(path + mask,
+                                                                             np.uint8)
+    return packed
+
+
+def unpack_pairs(samples):
+    """Each sample's encoded image and encoded mask, read from the files that
+    `pack_pairs` put in the `"samples"` input (DALI graph code).
+
+    Returns:
+        `(encoded, mask)` DALI nodes: the uint8 bytes of the image and of its mask.
+    """
+    from nvidia.dali import fn, types
+
+    length = fn.reinterpret(samples[0:VALUE_BYTES], dtype=types.INT32, shape=[])
+    end = VALUE_BYTES + length
+    return fn.io.file.read(samples[VALUE_BYTES:end]), fn.io.file.read(samples[end:])
 
 
 def pack_records(payloads: Sequence[bytes], labels: Optional[np.ndarray]):

@@ -28,8 +28,9 @@ class DALIGrainDataset(grain.IterDataset):
     Each element is a batch, the tuple that a `DALIPyDataset` item is: the
     backend's tensors (torch tensors on torch, jax arrays on JAX, NumPy arrays on
     TensorFlow, where GPU batches are copied to the host), images `dtype` `(n,
-    height, width, channels)` (or channels first), then labels and sample weights
-    as `make_dali_dataset` says; `(images,)` without labels.
+    height, width, channels)` (or channels first), then labels (or int32 masks, with
+    `masks`) and sample weights as `make_dali_dataset` says; `(images,)` without
+    labels.
 
     Each iterator is one pass, `steps` batches, then `StopIteration`. The epoch
     of an iterator is taken at its first batch (`dalipipe.passes`): `n` when `n`

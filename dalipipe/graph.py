@@ -9,7 +9,8 @@ The graph has named inputs, fed one batch at a time; `dalipipe.feed` owns the
 layouts of the first two, both packing and unpacking:
 - `"samples"`: uint8, per sample its label and its image's path, or its encoded
   image where dalipipe reads the images (TFRecord records, `gs://` objects). One
-  input per sample keeps each label with its image whatever the order.
+  input per sample keeps each label with its image whatever the order. With
+  `masks`, the image's path and its mask's instead (`_masks` moves the masks).
 - `"random"`: float32, per sample the draws of the crop and flip, the recipe and
   the mixing that the options use (`dalipipe.feed.random_parts`), each read by its
   own step in the graph.
@@ -33,7 +34,7 @@ every GPU graph set-up for one).
 """
 
 from dalipipe import codecs, sampling
-from dalipipe.feed import random_columns, unpack_random, unpack_samples
+from dalipipe.feed import random_columns, unpack_pairs, unpack_random, unpack_samples
 from dalipipe.options import normalization_stats
 
 # Keras's interpolation names -> the closest DALI filter, and whether it must
@@ -84,8 +85,12 @@ def define(options, *, feed, padded, feeds_bytes, num_classes, target_shape=None
             return fn.external_source(name=name, dtype=dali_type, ndim=ndim, batch=True)
         return fn.external_source(source=feed(name), dtype=dali_type, ndim=ndim, batch=True)
 
-    label, encoded = unpack_samples(external("samples", dali_types.UINT8),
-                                    feeds_bytes=feeds_bytes, target_shape=target_shape)
+    if options.masks is not None:  # images with their masks: no labels
+        encoded, mask = unpack_pairs(external("samples", dali_types.UINT8))
+        label = None
+    else:
+        label, encoded = unpack_samples(external("samples", dali_types.UINT8),
+                                        feeds_bytes=feeds_bytes, target_shape=target_shape)
     random = external("random", dali_types.FLOAT) if random_columns(options) else None
     draws = unpack_random(random, options)  # {part name: its columns}
     images, mirror = _decode_and_resize(options, encoded, draws.get("crop"))
@@ -106,6 +111,8 @@ def define(options, *, feed, padded, feeds_bytes, num_classes, target_shape=None
         output_layout="HWC" if options.data_format == "channels_last" else "CHW",
     )
     outputs = [images]
+    if options.masks is not None:
+        outputs.append(_masks(options, encoded, mask, draws.get("crop")))
     if options.label_mode == "categorical":
         outputs.append(fn.one_hot(label, num_classes=num_classes, dtype=dali_types.FLOAT))
     elif options.label_mode == "binary":
@@ -246,9 +253,10 @@ def _png_with_alpha(encoded):
     return (byte(0) == 0x89) & (byte(25) == 6)
 
 
-def _letterbox(images, encoded, options, resize):
+def _letterbox(images, encoded, options, resize, fill_value=0, dtype=None):
     """`pad_to_aspect_ratio`: the whole image resized to fit `image_size`, centered and
-    padded with zeros, with the sizes and offsets of `tf.image.resize_with_pad`."""
+    padded with `fill_value` (cast to `dtype` first, if given), with the sizes and
+    offsets of `tf.image.resize_with_pad`."""
     import nvidia.dali.math as dmath
     from nvidia.dali import fn, types as dali_types
 
@@ -258,9 +266,11 @@ def _letterbox(images, encoded, options, resize):
     fit_h, fit_w = shape[0] / ratio, shape[1] / ratio
     images = fn.resize(images, size=fn.stack(dmath.floor(fit_h), dmath.floor(fit_w)), **resize)
     top, left = dmath.floor((height - fit_h) / 2), dmath.floor((width - fit_w) / 2)
+    if dtype is not None:
+        images = fn.cast(images, dtype=dtype)
     return fn.slice(images, fn.stack(0 - top, 0 - left), on_cpu([float(height), float(width)]),
                     axes=[0, 1], normalized_anchor=False, normalized_shape=False,
-                    out_of_bounds_policy="pad", fill_values=0)
+                    out_of_bounds_policy="pad", fill_values=fill_value)
 
 
 def on_cpu(values):
@@ -299,3 +309,49 @@ def _central_window(encoded, options):
         "roi_end": fn.stack(top + window_h, left + window_w),
         "roi_relative": False,
     }
+
+
+def _masks(options, encoded, mask, crop):
+    """The masks of `masks=`, moved exactly as `_decode_and_resize` moves their images.
+
+    Each mask (an 8-bit greyscale PNG of class ids, `dalipipe.annotations.inputs`)
+    is decoded as one channel on the CPU (only the crop window, with `augment`: the
+    window and flip of the same `"random"` columns, on the image's shape), moved to
+    the GPU in a GPU graph, and resized with nearest-neighbour sampling without
+    antialiasing, so that it holds only ids of the source; the central window of
+    `crop_to_aspect_ratio` and `central_fraction` is the image's, and the padding of
+    `pad_to_aspect_ratio` is `mask_fill_value`.
+
+    Returns:
+        int32 masks, `(height, width, 1)` (`"channels_last"`) or `(1, height, width)`.
+    """
+    from nvidia.dali import fn, types as dali_types
+
+    nearest = dict(interp_type=dali_types.INTERP_NN, antialias=False)
+
+    def decoded(window=None):
+        if window is None:
+            masks = fn.decoders.image(mask, output_type=dali_types.GRAY, device="cpu")
+        else:
+            x, y, width, height = window
+            masks = fn.decoders.image_slice(
+                mask, fn.stack(x, y), fn.stack(width, height), output_type=dali_types.GRAY,
+                normalized_anchor=False, normalized_shape=False, axis_names="WH", device="cpu")
+        return masks.gpu() if options.device == "gpu" else masks
+
+    if options.augment:
+        shape = fn.peek_image_shape(encoded, dtype=dali_types.FLOAT)
+        window, mirror = sampling.CROP.apply(crop, shape[0], shape[1])
+        masks = fn.flip(fn.resize(decoded(window), size=options.image_size, **nearest),
+                        horizontal=mirror)
+    elif options.pad_to_aspect_ratio:
+        masks = _letterbox(decoded(), encoded, options, nearest,
+                           fill_value=options.mask_fill_value, dtype=dali_types.INT32)
+    else:
+        if options.crop_to_aspect_ratio or options.central_fraction < 1:
+            nearest.update(_central_window(encoded, options))
+        masks = fn.resize(decoded(), size=options.image_size, **nearest)
+    masks = fn.cast(masks, dtype=dali_types.INT32)
+    if options.data_format == "channels_first":
+        masks = fn.transpose(masks, perm=[2, 0, 1])
+    return masks

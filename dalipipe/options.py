@@ -17,6 +17,7 @@ that each rule is written once.
 import dataclasses
 import inspect
 import math
+import os
 from collections.abc import Mapping
 from typing import Any, Optional
 
@@ -129,6 +130,9 @@ class Options:
     dtype: str = option("float32", data=True)
     drop_remainder: bool = option(False, data=True)
     class_weight: Optional[Any] = option(None, data=True)
+    # Segmentation masks (`dalipipe.annotations.inputs`).
+    masks: Optional[Any] = option(None, data=True)
+    mask_fill_value: int = option(0, data=True)
     device: str = option("auto", data=False)
     num_threads: Optional[int] = option(None, data=False)
     prefetch_queue_depth: int = option(2, data=False)
@@ -216,6 +220,9 @@ class Options:
             set_("num_threads", int(self.num_threads))
         if self.class_names is not None:
             set_("class_names", list(self.class_names))
+        if self.masks is not None:
+            set_("masks", os.fspath(self.masks))
+        set_("mask_fill_value", int(self.mask_fill_value))
         if isinstance(self.label_columns, (list, tuple)):
             set_("label_columns", list(self.label_columns))
         if self.class_weight is not None:
@@ -334,11 +341,38 @@ class Options:
                 "equalize...) for RGB images only: use `color_mode='rgb'`, or "
                 f"`augment=True` for a crop and a flip. Received: color_mode={self.color_mode!r}"
             )
+        self._check_masks()
         self._check_mix()
         self._check_label_columns()
         self._check_class_names()
         self._check_class_weight()
         self._check_split()
+
+    def _check_masks(self):
+        masks, fill = self.masks, self.mask_fill_value
+        if not is_int(fill) or not -2**31 <= fill < 2**31:
+            raise ValueError("`mask_fill_value` must be an integer (an int32 class id). "
+                             f"Received: mask_fill_value={fill!r}")
+        if masks is None:
+            return
+        if not isinstance(masks, (str, os.PathLike)):
+            raise ValueError(
+                "`masks` must be a folder of masks (matched to the images by file stem) or "
+                f"the name of a table's mask column. Received: masks={masks!r}")
+        given = {"labels": (self.labels, "'inferred'"), "label_mode": (self.label_mode, "'int'"),
+                 "label_columns": (self.label_columns, None),
+                 "class_weight": (self.class_weight, None), "mix": (self.mix, None)}
+        for name, (value, default) in given.items():
+            if not (value is None or is_inferred(value) or (name == "label_mode"
+                                                              and value == "int")):
+                raise ValueError(
+                    f"With `masks`, the targets are the masks: `{name}` must stay at its "
+                    f"default ({default}). Received: {name}={value!r}, masks={masks!r}")
+        if self.recipe is not None:
+            raise ValueError(
+                f"`augment={self.augment!r}` is not supported yet with `masks`: its "
+                "operations do not move masks yet. Use `augment=True` (a random-resized "
+                f"crop and a flip, applied to both). Received: augment={self.augment!r}")
 
     def _check_mix(self):
         mix = self.mix
@@ -411,7 +445,7 @@ class Options:
             raise ValueError(
                 f"`class_names` must not repeat a name. Received: class_names={list(names)!r}"
             )
-        if self.labels is None:
+        if self.labels is None and self.masks is None:
             raise ValueError(
                 "`class_names` names the classes of labels, so it needs `labels`. "
                 f"Received: labels=None, class_names={list(names)!r}"

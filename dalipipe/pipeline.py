@@ -18,6 +18,7 @@ import os
 import numpy as np
 
 from dalipipe import checks, feed, graph, sampling, sources, tfrecord
+from dalipipe.annotations.inputs import index_with_masks
 from dalipipe.calls import first_argument, warn
 from dalipipe.dali_import import require_dali
 from dalipipe.devices import dali_device
@@ -62,6 +63,35 @@ def split_source(source, options, device_id=0, sharding=None):
     shows the check's progress.
     """
     options = options.replace(device=dali_device(options.device)).resolved()
+    if options.masks is not None:
+        index, sizes = index_with_masks(source, options, device_id=device_id)
+        options = decoder_hints(options.replace(label_mode=None), sizes)
+    else:
+        index, options = _index_images(source, options, device_id)
+    parts = sources.split_index(index, validation_split=options.validation_split,
+                                subset=options.subset, seed=options.seed,
+                                shuffle=options.shuffle)
+    if options.verbose and options.validation_split:
+        subsets = ("training", "validation") if options.subset == "both" else (options.subset,)
+        for name, part in zip(subsets, parts):
+            print(f"Using {len(part)} files for {name}.")
+    if sharding is not None:
+        sharding = _check_sharding(options, *sharding)
+
+    def placed(part, options):
+        return ImagePipeline(part, options, sharding, device_id)
+
+    if options.subset != "both":
+        return placed(parts[0], options)
+    # Validation data is neither augmented nor trimmed to whole batches, and it is
+    # read in `file_paths` order, as Keras reads it.
+    validation = options.replace(augment=False, mix=None, drop_remainder=False, shuffle=False)
+    return placed(parts[0], options), placed(parts[1], validation)
+
+
+def _index_images(source, options, device_id):
+    """`split_source`'s index of an image source (without masks), checked:
+    `(index, options)`, the options without labels where the source has none."""
     is_directory = (isinstance(source, (str, os.PathLike)) and os.path.isdir(source)) \
         or remote.is_prefix(source)
     labels = options.labels
@@ -102,30 +132,17 @@ def split_source(source, options, device_id=0, sharding=None):
         )
     else:
         options.check_class_weight(index.class_names)
-    parts = sources.split_index(index, validation_split=options.validation_split,
-                                subset=options.subset, seed=options.seed,
-                                shuffle=options.shuffle)
-    if options.verbose and options.validation_split:
-        subsets = ("training", "validation") if options.subset == "both" else (options.subset,)
-        for name, part in zip(subsets, parts):
-            print(f"Using {len(part)} files for {name}.")
-    if sharding is not None:
-        sharding = _check_sharding(options, *sharding)
-
-    def placed(part, options):
-        return ImagePipeline(part, options, sharding, device_id)
-
-    if options.subset != "both":
-        return placed(parts[0], options)
-    # Validation data is neither augmented nor trimmed to whole batches, and it is
-    # read in `file_paths` order, as Keras reads it.
-    validation = options.replace(augment=False, mix=None, drop_remainder=False, shuffle=False)
-    return placed(parts[0], options), placed(parts[1], validation)
+    return index, options
 
 
 def _check_sharding(options, replica_ids, num_replicas):
     """`Sharding(num_replicas, replica_ids)`, or ValueError when `options` cannot be
     split over `num_replicas` replicas."""
+    if options.masks is not None:
+        raise ValueError(
+            "`masks` with several devices (a `strategy`, a distribution or "
+            "`torch.distributed`) is not supported yet. "
+            f"Received: masks={options.masks!r}, num_replicas={num_replicas}")
     if options.batch_size is None:
         raise ValueError(
             "A distributed dataset splits each global batch over the replicas, so it "
@@ -254,6 +271,10 @@ class ImagePipeline:
         image_shape = ((None, height, width, channels) if options.data_format == "channels_last"
                        else (None, channels, height, width))
         dtypes, shapes = [options.dtype], [image_shape]
+        if options.masks is not None:
+            dtypes.append("int32")
+            shapes.append((None, height, width, 1) if options.data_format == "channels_last"
+                          else (None, 1, height, width))
         if options.label_mode is not None:
             dtypes.append("int32" if options.label_mode == "int" else "float32")
             shapes.append((None, *self.target_shape) if self.target_shape is not None else {
@@ -372,7 +393,8 @@ class ImagePipeline:
         """The `"samples"` input batch for `sample_ids` (its layout: `dalipipe.feed`).
 
         Image files: uint8 `(n, label bytes + longest path)`, the label then the
-        path padded with zeros (`feed.pack_paths`; DALI reads the files). Where the
+        path padded with zeros (`feed.pack_paths`; DALI reads the files); with
+        `masks`, the image's path and its mask's (`feed.pack_pairs`). Where the
         bytes are fed (`feeds_bytes`: TFRecord records, `gs://` objects): a list of
         `n` uint8 arrays, each the label, the int32 length and the image's bytes
         (`load_records`, `feed.split_records`), so that no image is padded to the
@@ -387,6 +409,8 @@ class ImagePipeline:
         labels = None if self.labels is None else self.labels[sample_ids]
         paths = [self.file_paths[i] for i in sample_ids]
         self._verify_unchanged(paths, sample_ids)
+        if self.index.mask_paths is not None:
+            return feed.pack_pairs(paths, [self.index.mask_paths[i] for i in sample_ids])
         return feed.pack_paths(paths, labels)
 
     def load_records(self, sample_ids):

@@ -31,6 +31,8 @@ class DALIPyDataset(keras.utils.PyDataset):
     - labels, unless there are none: int32 `(n,)` for `label_mode="int"`, float32
       `(n, num_classes)` for `"categorical"` and `"multi_hot"`, float32 `(n, 1)` for
       `"binary"`, float32 `(n,)` or `(n, k)` for `"raw"` (one or `k` label columns);
+    - or, with `masks`, the masks: int32 `(n, height, width, 1)` class ids
+      (`(n, 1, height, width)` for `"channels_first"`);
     - sample weights, with `class_weight` or several devices: float32 `(n,)`.
 
     `n` is `batch_size`, smaller only for the last batch of an epoch (unless

@@ -45,6 +45,8 @@ class Index(NamedTuple):
             offset and size of each record; else None.
         stamps: int64 `(size, mtime_ns)` of each file (of each of `tfrecord_files` for
             records) when the files were checked, or None if they were not.
+        mask_paths: with `masks`, the mask file of each image, aligned with
+            `file_paths` (`dalipipe.annotations.inputs`); else None.
     """
 
     file_paths: list
@@ -53,6 +55,7 @@ class Index(NamedTuple):
     tfrecord_files: Optional[list] = None
     refs: Optional[np.ndarray] = None
     stamps: Optional[np.ndarray] = None
+    mask_paths: Optional[list] = None
 
     def take(self, indices):
         indices = np.asarray(indices, np.int64)
@@ -61,8 +64,9 @@ class Index(NamedTuple):
         stamps = self.stamps
         if stamps is not None and refs is None:
             stamps = stamps[indices]
+        masks = None if self.mask_paths is None else [self.mask_paths[i] for i in indices]
         return Index([self.file_paths[i] for i in indices], labels, self.class_names,
-                     self.tfrecord_files, refs, stamps)
+                     self.tfrecord_files, refs, stamps, masks)
 
     def without(self, paths, *, keep_classes=False):
         """This index less `paths`; classes left without samples are dropped (and
@@ -180,6 +184,26 @@ def index_source(source, *, labels="inferred", class_names=None, path_column="pa
         f"list, a NumPy array or one path) or TFRecord files. Received: source={source!r} "
         f"of type {type(source).__name__}"
     )
+
+
+def read_table(source, root=None):
+    """A table's columns, for a source that is a CSV file's path or a DataFrame.
+
+    Returns:
+        `(names, column, folder)`: the column names, `column(name)` a column's
+        values as a list, and the folder its relative paths resolve against (`root`,
+        else the CSV file's folder, else the working directory); None for a source
+        that is not a table.
+    """
+    if _is_dataframe(source):
+        return (list(source.columns), lambda name: source[name].tolist(),
+                os.fspath(root) if root is not None else os.getcwd())
+    if isinstance(source, (str, os.PathLike)) and os.fsdecode(source).lower().endswith(".csv"):
+        path = os.fspath(source)
+        table = read_csv(path)
+        return (list(table), table.__getitem__,
+                os.fspath(root) if root is not None else remote.folder_of(path))
+    return None
 
 
 def split_index(index, *, validation_split, subset, seed, shuffle):

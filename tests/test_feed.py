@@ -173,3 +173,29 @@ def test_random_columns_come_back_from_the_graph_as_drawn():
     for got, want in zip(window, expected):
         np.testing.assert_allclose(got, want, rtol=1e-5)
     np.testing.assert_array_equal(np.stack(outputs[7]), (rows[:, 4] < 0.5).astype(np.int32))
+
+
+def test_pack_pairs_packs_the_image_path_then_the_mask_path():
+    rows = feed.pack_pairs(["/a/b.jpg", "/ccc.png"], ["/m/b.png", "/m/ccc.png"])
+    assert rows.dtype == np.uint8 and rows.shape == (2, 4 + len("/ccc.png/m/ccc.png"))
+    assert rows[:, :4].copy().view("<i4").ravel().tolist() == [len("/a/b.jpg"), len("/ccc.png")]
+    assert bytes(rows[0, 4:]).rstrip(b"\0") == b"/a/b.jpg/m/b.png"
+
+
+def test_images_and_masks_come_back_from_the_graph(indexed_dir):
+    """`unpack_pairs` reads each sample's image and mask, whatever the lengths of
+    their paths."""
+    from nvidia.dali import fn, types
+
+    paths = indexed_paths(indexed_dir)[0][:4]
+    masks = paths[::-1]  # any files: here the images in the other order
+    samples = feed.pack_pairs(paths, masks)
+
+    def graph():
+        rows = fn.external_source(source=lambda: samples, dtype=types.UINT8, ndim=1,
+                                  batch=True)
+        return feed.unpack_pairs(rows)
+
+    images, mask_files = run_graph(graph, len(paths))
+    assert [bytes(e) for e in images] == file_bytes(paths)
+    assert [bytes(e) for e in mask_files] == file_bytes(masks)

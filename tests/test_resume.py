@@ -128,6 +128,7 @@ CHANGED = {
     "augment": dict(augment=True), "mix": dict(mix="mixup", label_mode="categorical"),
     "normalization": dict(normalization="imagenet"), "dtype": dict(dtype="float16"),
     "drop_remainder": dict(drop_remainder=True), "class_weight": dict(class_weight={0: 2.0}),
+    "masks": dict(masks="masks/"), "mask_fill_value": dict(mask_fill_value=255),
     "device": dict(device="gpu"), "num_threads": dict(num_threads=3),
     "prefetch_queue_depth": dict(prefetch_queue_depth=3),
     "decoder": dict(decoder={"hw_decoder_load": 0.9}), "check": dict(check=None),

@@ -11,6 +11,8 @@ nothing here imports DALI, TensorFlow or Keras.
   `dalipipe.checks.verdicts.Verdict` records.
 - `sample`: shapes drawn over pictures, whose pixels define masks and boxes.
 
-The DALI graph does not read them yet: `make_dali_dataset` takes no `masks=` or
-`boxes=`.
+- `inputs`: the masks of `make_dali_pipeline(..., masks=)`: a source's pairs,
+  checked, as the 8-bit greyscale PNGs that the DALI graph reads.
+
+The DALI graph does not read boxes yet: `make_dali_dataset` takes no `boxes=`.
 """

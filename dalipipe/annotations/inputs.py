@@ -1,0 +1,167 @@
+"""Segmentation masks as the DALI graph reads them: a source's images paired with
+their masks, checked, and each mask as an 8-bit greyscale PNG of its class ids.
+
+`index_with_masks` is the indexing and check of `make_dali_pipeline(..., masks=)`:
+- a flat folder of images (or a list of image paths) with a folder of masks,
+  matched by file stem (`match_masks`); or a table (a CSV file, a DataFrame) whose
+  column `masks` names each image's mask (`column_masks`);
+- the check of the pairs (`mask_verdicts`: a missing mask, one that does not decode
+  or is not one channel of ids, one whose size differs from its image's, an id
+  outside `class_names`) always runs, with the image check when `check` is set, and
+  `on_bad_file` applies to both; an image with an EXIF orientation other than 1
+  (which DALI applies to the image and not to its mask) is refused there too;
+- DALI decodes a palette PNG to its colours, not its indices: every mask that is not
+  an 8-bit greyscale PNG is rewritten as one, of its ids, in dalipipe's cache folder
+  (`greyscale_mask`), and the graph reads that.
+
+Not supported yet (refused with an error naming the source): TFRecord files,
+`s3://` and `gs://` images or masks, and class ids above 255.
+"""
+
+import hashlib
+import os
+
+from dalipipe import checks, sources, tfrecord
+from dalipipe.annotations.checks import mask_verdicts
+from dalipipe.annotations.masks import MaskPairs, column_masks, greyscale_png, match_masks, read_mask
+from dalipipe.checks.verdicts import Verdict
+from dalipipe.storage import remote_sources as remote
+from dalipipe.utils import cache_dir
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+EXIF_ORIENTATION = 0x0112
+
+
+def index_with_masks(source, options, *, device_id=0):
+    """The images of `source` with their masks, checked.
+
+    Args:
+        source: a flat folder of images, a list of image paths, a CSV file or a
+            DataFrame.
+        options: validated `Options` with `masks` set (`device` resolved).
+        device_id: the CUDA device a GPU check decodes on.
+
+    Returns:
+        `(index, sizes)`: a `sources.Index` without labels, whose `class_names` are
+        `options.class_names` and whose `mask_paths` are the 8-bit greyscale PNGs
+        the graph reads (`greyscale_mask`); and the `(width, height)` of the images
+        the image check read (for the GPU decoder's hints), empty without it.
+
+    Raises:
+        ValueError: for a source or masks that are not supported yet, a `masks`
+            column the table does not have, and bad pairs with `on_bad_file="raise"`
+            (each named, with its reason).
+    """
+    pairs = _pairs(source, options)
+    index = sources.Index(pairs.image_paths, None, options.class_names,
+                          mask_paths=pairs.mask_paths)
+    if options.verbose:
+        print(f"Found {len(index)} files with masks.")
+    images = None
+    if options.check is not None:
+        images = checks.check_index(index, check=options.check, verbose=options.verbose,
+                                    device=options.device, device_id=device_id)
+    found = mask_verdicts(pairs, class_names=options.class_names,
+                          mask_fill_value=options.mask_fill_value,
+                          sizes=None if images is None else [v.size for v in images])
+    if images is None:
+        images = [Verdict(v.path, None) for v in found]
+    verdicts = [Verdict(image.path, image.reason or mask.reason or _rotated(image.path),
+                        image.size, image.stamp) for image, mask in zip(images, found)]
+    index = checks.apply_policy(index, verdicts, on_bad_file=options.on_bad_file,
+                                keep_classes=True)
+    if options.check is None:  # no stamps: the files were not checked
+        index = sources.Index(**{**index._asdict(), "stamps": None})
+    masks = [greyscale_mask(path) for path in index.mask_paths]
+    sizes = checks.image_sizes(images)
+    return sources.Index(**{**index._asdict(), "mask_paths": masks}), sizes
+
+
+def _pairs(source, options):
+    """The `MaskPairs` of `source` (missing masks kept, for the check to report)."""
+    masks = options.masks
+    if tfrecord.tfrecord_files(source) is not None:
+        raise ValueError("`masks` with TFRecord files is not supported yet: give a folder "
+                         f"of images, a list of paths or a table. Received: source={source!r}")
+    if remote.is_remote_source(masks) or (isinstance(source, (str, os.PathLike))
+                                          and remote.is_remote_source(os.fspath(source))):
+        raise ValueError("`masks` with `s3://` or `gs://` files is not supported yet: "
+                         f"copy them to a local folder. Received: source={source!r}, "
+                         f"masks={masks!r}")
+    table = sources.read_table(source, options.root)
+    if table is None:
+        if isinstance(source, (str, os.PathLike)) and os.path.isdir(source):
+            images = os.fspath(source)
+        else:
+            images = sources.index_source(source, labels=None, root=options.root,
+                                          verbose=False).file_paths
+        pairs = match_masks(images, masks, allow_missing=True)
+    else:
+        names, column, folder = table
+        if masks not in names:
+            raise ValueError(
+                "For a table source, `masks` must name its column of mask paths. "
+                f"Available columns: {names}. Received: masks={masks!r}")
+        index = sources.index_source(source, labels=None, path_column=options.path_column,
+                                     root=options.root, allow_missing=True, verbose=False)
+        found = column_masks(index.file_paths, column(masks), root=folder, column=masks,
+                             allow_missing=True)
+        pairs = MaskPairs(index.file_paths, found.mask_paths, [])
+    remote_files = [p for p in pairs.image_paths + pairs.mask_paths
+                    if p is not None and remote.is_remote_source(p)]
+    if remote_files:
+        raise ValueError("`masks` with `s3://` or `gs://` files is not supported yet: copy "
+                         f"them to a local folder. Received: {remote_files[0]!r}")
+    return pairs
+
+
+def _rotated(path):
+    """Why an image whose EXIF orientation is not 1 is refused, or None: DALI's
+    decoders turn the image as EXIF says, and not its mask."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as image:
+            orientation = image.getexif().get(EXIF_ORIENTATION, 1)
+    except (OSError, ValueError, SyntaxError):  # the image check judges unreadable images
+        return None
+    if orientation in (None, 1):
+        return None
+    return (f"has the EXIF orientation {orientation}, which DALI applies to the image "
+            "and not to its mask: not supported yet with `masks` (save the image with "
+            "its pixels turned)")
+
+
+def greyscale_mask(path):
+    """The path of an 8-bit greyscale PNG of the class ids of the mask at `path`.
+
+    An 8-bit greyscale PNG is its own; any other mask (a palette PNG, which DALI
+    decodes to its colours; a 1-bit or 16-bit PNG; another format) is rewritten
+    (`greyscale_png`) into `<cache_dir()>/masks/`, named by a hash of its path, size
+    and modification time, so that a changed mask is rewritten.
+
+    Raises:
+        ValueError: naming the mask, for ids above 255 (not supported yet).
+    """
+    with open(path, "rb") as f:
+        head = f.read(26)
+    if head[:8] == PNG_SIGNATURE and head[12:16] == b"IHDR" and head[24:26] == b"\x08\x00":
+        return path
+    stat = os.stat(path)
+    key = hashlib.sha256(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()
+    folder = os.path.join(cache_dir(), "masks")
+    target = os.path.join(folder, key[:32] + ".png")
+    if os.path.isfile(target):
+        return target
+    with open(path, "rb") as f:
+        data = f.read()
+    ids = read_mask(data, path)
+    if ids.size and ids.max() > 255:
+        raise ValueError(f"The mask {path!r} holds the class id {int(ids.max())}: ids above "
+                         "255 are not supported yet with `masks`")
+    os.makedirs(folder, exist_ok=True)
+    partial = f"{target}.{os.getpid()}.tmp"
+    with open(partial, "wb") as f:
+        f.write(greyscale_png(data, path))
+    os.replace(partial, target)
+    return target

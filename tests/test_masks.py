@@ -1,0 +1,297 @@
+"""Segmentation masks through the DALI graph (`masks=`): each mask moves with its
+image, natively (`make_dali_pipeline(...).epoch()`), on the sample data whose
+shapes' colours define the masks; the formats in a subprocess (`masks_job.py`);
+refusals and bad inputs named."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from dalipipe import make_dali_pipeline
+from dalipipe.annotations.masks import read_mask
+from dalipipe.annotations.sample import MASK_CLASS_NAMES, SHAPE_COLOURS
+from dalipipe.sample_data import make_dense_sample_dataset
+from dalipipe.utils import child_env
+
+pytest.importorskip("nvidia.dali")
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+SIZE = (48, 64)
+CLASSES = list(MASK_CLASS_NAMES)
+OPTIONS = dict(image_size=SIZE, batch_size=4, seed=3, device="cpu", verbose=False,
+               num_threads=1, class_names=CLASSES)
+
+
+@pytest.fixture(scope="module")
+def dense(tmp_path_factory):
+    """8 sample images with shapes, their palette masks (palette not in brightness
+    order) and `labels.csv`."""
+    folder = tmp_path_factory.mktemp("dense")
+    make_dense_sample_dataset(str(folder), num_images=8, seed=0, crop_width=(64, 96))
+    return str(folder)
+
+
+def pipeline(dense, **options):
+    options = {**OPTIONS, "masks": os.path.join(dense, "masks"), **options}
+    return make_dali_pipeline(os.path.join(dense, "images"), **options)
+
+
+def interior(flags, margin):
+    """`flags` (bool `(h, w)`) where the whole `(2 margin + 1)` square around is set."""
+    padded = np.pad(flags, margin, constant_values=False)
+    h, w = flags.shape
+    out = np.ones_like(flags)
+    for dy in range(2 * margin + 1):
+        for dx in range(2 * margin + 1):
+            out &= padded[dy:dy + h, dx:dx + w]
+    return out
+
+
+def check_aligned(images, masks, *, fill=None):
+    """Each mask agrees with its image's colours away from shape edges: inside a
+    shape's mask the image has its colour, and inside a patch of a shape's colour the
+    mask has its id. Returns how many shape pixels were compared."""
+    compared = 0
+    for image, mask in zip(images, masks[..., 0]):
+        for k, colour in enumerate(SHAPE_COLOURS, start=1):
+            near = np.abs(image - np.array(colour, np.float32)).max(-1) < 0.5
+            inside_mask = interior(mask == k, 2)
+            assert near[inside_mask].all()
+            inside_colour = interior(near, 2)
+            assert (mask[inside_colour] == k).all()
+            compared += int(inside_mask.sum())
+        if fill is None:
+            assert set(np.unique(mask).tolist()) <= set(range(len(CLASSES)))
+    return compared
+
+
+@pytest.mark.parametrize("options", [
+    dict(augment=False), dict(augment=True), dict(crop_to_aspect_ratio=True),
+    dict(central_fraction=0.7), dict(interpolation="bicubic", antialias=True),
+])
+def test_each_mask_moves_with_its_image(dense, options):
+    p = pipeline(dense, **options)
+    assert p.output_dtypes == ("float32", "int32")
+    assert p.output_shapes == ((None, *SIZE, 3), (None, *SIZE, 1))
+    compared = 0
+    for epoch in (0, 1):
+        for images, masks in p.epoch(epoch):
+            assert masks.dtype == np.int32 and masks.shape == (len(images), *SIZE, 1)
+            compared += check_aligned(images, masks)
+    assert compared > 500
+
+
+def test_augment_flips_and_crops_masks_with_their_images(dense):
+    plain = np.concatenate([m for _, m in pipeline(dense, shuffle=False).epoch(0)])
+    augmented = np.concatenate([m for _, m in pipeline(dense, shuffle=False,
+                                                       augment=True).epoch(0)])
+    assert not np.array_equal(plain, augmented)  # the crops moved the masks
+
+
+def test_padding_holds_the_fill_value(dense):
+    p = pipeline(dense, pad_to_aspect_ratio=True, image_size=(64, 64), mask_fill_value=255,
+                 shuffle=False)
+    for images, masks in p.epoch(0):
+        check_aligned(images, masks, fill=255)
+        for image, mask in zip(images, masks[..., 0]):
+            padded = mask == 255
+            assert padded.any()  # the sample images are wider than tall
+            assert (image[padded] == 0).all()  # where the image is padded, and only there
+            assert (image[~padded].max(-1) > 0).mean() > 0.9
+
+
+def test_channels_first_masks(dense):
+    p = pipeline(dense, data_format="channels_first", shuffle=False)
+    assert p.output_shapes == ((None, 3, *SIZE), (None, 1, *SIZE))
+    images, masks = next(iter(p.epoch(0)))
+    assert masks.shape == (4, 1, *SIZE)
+    check_aligned(images.transpose(0, 2, 3, 1), masks.transpose(0, 2, 3, 1))
+
+
+def test_a_resized_mask_holds_only_its_source_ids_and_the_fill(dense):
+    p = pipeline(dense, pad_to_aspect_ratio=True, image_size=(37, 23), mask_fill_value=-1,
+                 shuffle=False)
+    masks = np.concatenate([m for _, m in p.epoch(0)])
+    for path, mask in zip(p.file_paths, masks):
+        source = mask_ids(dense, path)
+        assert set(np.unique(mask).tolist()) <= set(np.unique(source).tolist()) | {-1}
+
+
+def mask_ids(dense, image_path):
+    name = os.path.splitext(os.path.basename(image_path))[0] + ".png"
+    with open(os.path.join(dense, "masks", name), "rb") as f:
+        return read_mask(f.read())
+
+
+def test_palette_masks_give_their_indices_not_their_colours(dense):
+    """At the image's own size, the mask is its file's palette indices, exactly; the
+    sample palette's brightness order differs from its indices."""
+    first = sorted(os.listdir(os.path.join(dense, "images")))[0]
+    path = os.path.join(dense, "images", first)
+    width, height = Image.open(path).size
+    assert Image.open(os.path.join(dense, "masks", first)).mode == "P"
+    with pytest.warns(UserWarning, match="without an image of the same stem are left out"):
+        p = make_dali_pipeline([path], masks=os.path.join(dense, "masks"),
+                               **{**OPTIONS, "image_size": (height, width), "batch_size": None})
+    (_, mask), = list(p.epoch(0))
+    assert mask.shape == (height, width, 1)
+    np.testing.assert_array_equal(mask[..., 0], mask_ids(dense, path))
+    assert len(np.unique(mask)) > 1
+
+
+def test_a_table_names_its_mask_column(dense):
+    p = make_dali_pipeline(os.path.join(dense, "labels.csv"), masks="mask",
+                           **{**OPTIONS, "shuffle": False})
+    assert p.class_names == CLASSES and len(p.file_paths) == 8
+    for images, masks in p.epoch(0):
+        check_aligned(images, masks)
+    with pytest.raises(ValueError, match=r"`masks` must name its column.*masks='trimap'"):
+        make_dali_pipeline(os.path.join(dense, "labels.csv"), masks="trimap", **OPTIONS)
+
+
+def test_validation_split_splits_images_with_their_masks(dense):
+    train, val = pipeline(dense, augment=True, validation_split=0.25, subset="both")
+    assert len(train.file_paths) == 6 and len(val.file_paths) == 2
+    assert not val.options.augment
+    for p in (train, val):
+        for images, masks in p.epoch(0):
+            check_aligned(images, masks)
+
+
+@pytest.mark.parametrize("options, match", [
+    (dict(labels=[0] * 8), r"`labels` must stay at its default.*labels=\[0"),
+    (dict(label_mode="categorical"), r"`label_mode` must stay.*label_mode='categorical'"),
+    (dict(class_weight={0: 1.0}), r"`class_weight` must stay.*class_weight=\{0: 1.0\}"),
+    (dict(mix="mixup", label_mode=None), r"`mix` must stay.*mix=MixUp"),
+    (dict(augment="randaugment"), r"`augment=RandAugment\(.* is not supported yet with `masks`"),
+    (dict(augment="trivialaugment"), r"not supported yet with `masks`"),
+    (dict(masks=3), r"`masks` must be a folder.*Received: masks=3"),
+    (dict(mask_fill_value=0.5), r"`mask_fill_value` must be an integer.*mask_fill_value=0.5"),
+])
+def test_refusals_name_the_arguments(dense, options, match):
+    with pytest.raises(ValueError, match=match):
+        pipeline(dense, **options)
+
+
+def test_unsupported_sources_are_refused(dense, tmp_path):
+    from dalipipe.tfrecord.write import write_tfrecords
+
+    first = os.path.join(dense, "images", sorted(os.listdir(os.path.join(dense, "images")))[0])
+    write_tfrecords([first], None, None, str(tmp_path))
+    with pytest.raises(ValueError, match=r"TFRecord files is not supported yet"):
+        make_dali_pipeline(str(tmp_path / "train-*"), masks=os.path.join(dense, "masks"),
+                           **OPTIONS)
+    with pytest.raises(ValueError, match=r"`s3://` or `gs://` files is not supported yet"):
+        make_dali_pipeline(os.path.join(dense, "images"), masks="s3://bucket/masks/",
+                           **OPTIONS)
+    p = pipeline(dense)
+    with pytest.raises(ValueError, match=r"`masks` with several devices.*not supported yet"):
+        p.shard([0], 2)
+
+
+def copy_dense(dense, folder):
+    for sub in ("images", "masks"):
+        os.makedirs(folder / sub)
+        for name in sorted(os.listdir(os.path.join(dense, sub)))[:3]:
+            with open(os.path.join(dense, sub, name), "rb") as f:
+                (folder / sub / name).write_bytes(f.read())
+    return [sorted(os.listdir(folder / sub)) for sub in ("images", "masks")]
+
+
+@pytest.mark.parametrize("check", ["structure", None])
+def test_bad_pairs_are_named(dense, tmp_path, check):
+    images, masks = copy_dense(dense, tmp_path)
+    source, folder = str(tmp_path / "images"), str(tmp_path / "masks")
+    options = {**OPTIONS, "check": check}
+    os.remove(tmp_path / "masks" / masks[0])
+    Image.new("RGB", (5, 5)).save(tmp_path / "masks" / masks[1])  # colours, not ids
+    ids = np.zeros(Image.open(tmp_path / "images" / images[2]).size[::-1], np.uint8)
+    ids[0, 0] = 7
+    Image.fromarray(ids).save(tmp_path / "masks" / masks[2])
+    with pytest.raises(ValueError) as raised:
+        make_dali_pipeline(source, masks=folder, **options)
+    message = str(raised.value)
+    assert f"{images[0]}: has no mask" in message
+    assert f"{masks[1]}' is an image of mode 'RGB'" in message
+    assert f"{masks[2]}' holds the class id(s) 7, outside class_names" in message
+    Image.new("L", (5, 5)).save(tmp_path / "masks" / masks[1])
+    with pytest.raises(ValueError, match=r"is 5x5 pixels, the image"):
+        make_dali_pipeline(source, masks=folder, **options)
+    with pytest.raises(ValueError, match="All 3 files are bad"):
+        make_dali_pipeline(source, masks=folder, **{**options, "on_bad_file": "skip"})
+
+
+@pytest.mark.parametrize("check", ["structure", None])
+def test_an_image_turned_by_its_exif_orientation_is_refused(dense, tmp_path, check):
+    images, _ = copy_dense(dense, tmp_path)
+    picture = Image.open(tmp_path / "images" / images[0]).convert("RGB")
+    exif = Image.Exif()
+    exif[0x0112] = 6  # DALI turns the image a quarter turn, and not its mask
+    os.remove(tmp_path / "images" / images[0])
+    picture.save(tmp_path / "images" / (images[0][:-4] + ".jpg"), exif=exif)
+    with pytest.raises(ValueError, match=r"\.jpg: has the EXIF orientation 6.*not supported yet"):
+        make_dali_pipeline(str(tmp_path / "images"), masks=str(tmp_path / "masks"),
+                           **{**OPTIONS, "check": check})
+
+
+def test_masks_must_be_a_folder_with_a_mask_per_image(dense, tmp_path):
+    with pytest.raises(ValueError, match=r"`masks` must be a folder of image files"):
+        pipeline(dense, masks=str(tmp_path / "none"))
+
+
+def test_masks_above_255_are_refused(dense, tmp_path):
+    images, masks = copy_dense(dense, tmp_path)
+    ids = np.zeros(Image.open(tmp_path / "images" / images[0]).size[::-1], np.uint16)
+    ids[0, 0] = 300
+    Image.fromarray(ids).save(tmp_path / "masks" / masks[0])
+    with pytest.raises(ValueError, match=r"holds the class id 300: ids above 255"):
+        make_dali_pipeline(str(tmp_path / "images"), masks=str(tmp_path / "masks"),
+                           **{**OPTIONS, "class_names": None})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("options", [dict(augment=True), dict(pad_to_aspect_ratio=True)])
+def test_gpu_masks_equal_the_cpu_graph_masks(dense, options):
+    """Masks are decoded on the CPU in both graphs; nearest-neighbour resizing, flips
+    and padding on the GPU give the CPU graph's ids exactly."""
+    cpu = [m for _, m in pipeline(dense, **options).epoch(0)]
+    gpu = list(pipeline(dense, device="gpu", **options).epoch(0))
+    for (images, masks), expected in zip(gpu, cpu):
+        np.testing.assert_array_equal(masks, expected)
+        check_aligned(images, masks, fill=0)
+
+
+def run_job(backend, mode, dense, out):
+    pytest.importorskip(backend)
+    environ = child_env(KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="")
+    process = subprocess.run([sys.executable, os.path.join(TESTS, "masks_job.py"), mode, dense,
+                              str(out)], env=environ, capture_output=True, text=True,
+                             timeout=600)
+    assert process.returncode == 0, process.stderr[-4000:]
+    with open(out) as f:
+        return json.load(f)
+
+
+def test_every_format_gives_images_and_masks(dense, tmp_path):
+    """On TensorFlow, "tf", "pydataset" and "grain" each give the native epoch's
+    batches (`masks_job.py formats`)."""
+    pytest.importorskip("grain")
+    result = run_job("tensorflow", "formats", dense, tmp_path / "formats.json")
+    for name in ("tf", "pydataset", "grain"):
+        found = result[name]
+        assert found["mask_dtype"] == "int32", (name, found)
+        assert found["mask_shape"] == [4, *SIZE, 1] and found["equal_to_native"], name
+        assert found["unbatched_shape"] == [*SIZE, 1], name
+        assert found["val_steps"] == 1 and found["class_names"] == CLASSES, name
+
+
+@pytest.mark.slow
+def test_fit_a_tiny_segmentation_model_on_tensorflow(dense, tmp_path):
+    result = run_job("tensorflow", "fit", dense, tmp_path / "fit.json")
+    assert len(result["losses"]) == 2 and all(np.isfinite(result["losses"]))
+    assert result["predicted_shape"] == [8, *SIZE, len(CLASSES)] and result["same_predictions"]
