@@ -11,7 +11,7 @@ together are not supported yet.
 
 import os
 
-from dalipipe.annotations.boxes import check_format
+from dalipipe.annotations.formats import check_format
 from dalipipe.utils import is_int, is_number
 
 OUTPUTS = (None, "dict")
@@ -57,13 +57,16 @@ def check_dense(options):
             f"Received: boxes of type {type(boxes).__name__}")
     if masks is not None and boxes is not None:
         raise ValueError("`masks` and `boxes` together are not supported yet: make one "
-                         f"dataset for each. Received: masks={masks!r}, boxes={_shown(boxes)}")
+                         f"dataset for each. Received: masks={masks!r}, boxes={shown(boxes)}")
     for name, value in (("masks", masks), ("boxes", boxes)):
         if value is not None:
-            _check_targets(options, name, _shown(value))
+            _check_targets(options, name, shown(value))
 
 
-def _shown(value):
+def shown(value):
+    """`value` (a path, or a table of boxes) as an error message shows it."""
+    if value is None:
+        return "None"
     return repr(os.fspath(value)) if isinstance(value, (str, os.PathLike)) \
         else f"<a {type(value).__name__}>"
 
