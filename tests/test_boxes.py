@@ -94,3 +94,169 @@ def test_each_box_moves_with_its_image(dense, options):
             assert boxes.dtype == np.float32 and labels.dtype == np.int32
             compared += check_boxes(images, boxes, labels, size)
     assert compared > 10
+
+
+def source_boxes(dense):
+    """Each image's COCO boxes, absolute `xyxy`, and its size, by file name."""
+    with open(os.path.join(dense, "instances.json")) as f:
+        data = json.load(f)
+    found = {}
+    for entry in data["images"]:
+        boxes = [a["bbox"] for a in data["annotations"] if a["image_id"] == entry["id"]]
+        xyxy = np.array([[x, y, x + w, y + h] for x, y, w, h in boxes], np.float64)
+        found[entry["file_name"]] = (xyxy.reshape(-1, 4), (entry["width"], entry["height"]))
+    return found
+
+
+@pytest.mark.parametrize("share", [0.0, 0.25, 0.9])
+def test_a_box_is_dropped_when_less_than_its_share_stays_in_the_crop(dense, share):
+    """The crop window from `sampling` (the graph's, in whole pixels): the boxes kept
+    are those with at least `min_box_visibility` of their area inside it."""
+    from dalipipe import sampling
+
+    p = pipeline(dense, augment=True, min_box_visibility=share)
+    source = source_boxes(dense)
+    sample_ids, random, _ = p.epoch_inputs(0)
+    labels = np.concatenate([lab for _, _, lab in p.epoch(0)])
+    dropped = 0
+    for sample, row, kept in zip(sample_ids, random, labels):
+        boxes, (width, height) = source[os.path.basename(p.file_paths[sample])]
+        x, y, w, h = sampling.random_resized_crop_window(np.float32(height), np.float32(width),
+                                                         row[:5])
+        x1, y1, x2, y2 = (np.floor(v + 0.5) for v in (x, y, np.float32(x + w), np.float32(y + h)))
+        inside = (np.clip(boxes[:, [2]], x1, x2) - np.clip(boxes[:, [0]], x1, x2)) * \
+            (np.clip(boxes[:, [3]], y1, y2) - np.clip(boxes[:, [1]], y1, y2))
+        area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+        visible = inside[:, 0] / area
+        expected = int(((visible >= share) & (visible > 0)).sum())
+        assert (kept >= 0).sum() == expected
+        dropped += len(boxes) - expected
+    assert dropped > 0 or share == 0  # this data's crops leave a part of every box
+
+
+def test_formats_agree_with_keras_convert_format(dense):
+    keras = pytest.importorskip("keras")
+    from keras.utils import bounding_boxes
+
+    height, width = SIZE
+    (_, reference, labels), = list(pipeline(dense, batch_size=8, shuffle=False).epoch(0))
+    kept = labels >= 0
+    for name in BOX_FORMATS:
+        (_, boxes, same), = list(pipeline(dense, batch_size=8, shuffle=False,
+                                          bounding_box_format=name).epoch(0))
+        np.testing.assert_array_equal(same, labels)
+        assert (boxes[~kept] == -1).all()
+        expected = keras.ops.convert_to_numpy(bounding_boxes.convert_format(
+            reference[kept], source="xyxy", target=name, height=height, width=width))
+        np.testing.assert_allclose(boxes[kept], expected, rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(convert_format(boxes[kept], name, "xyxy", height, width),
+                                   reference[kept], rtol=1e-5, atol=1e-4)
+
+
+def test_a_table_of_boxes_gives_the_coco_boxes(dense):
+    coco = list(pipeline(dense, shuffle=False).epoch(0))
+    table = list(pipeline(dense, source="boxes.csv", shuffle=False,
+                          class_names=list(SHAPES)).epoch(0))
+    for (_, a, b), (_, c, d) in zip(coco, table):
+        np.testing.assert_allclose(a, c, atol=1e-4)
+        np.testing.assert_array_equal(b, d)
+
+
+def test_coco_labels_are_contiguous_crowds_left_out_images_without_boxes_kept(dense, tmp_path):
+    with open(os.path.join(dense, "instances.json")) as f:
+        data = json.load(f)
+    empty = data["images"][0]
+    data["annotations"] = [a for a in data["annotations"] if a["image_id"] != empty["id"]]
+    crowd = dict(data["annotations"][0], id=999, iscrowd=1)
+    data["annotations"].append(crowd)
+    path = tmp_path / "instances.json"
+    path.write_text(json.dumps(data))
+    p = pipeline(dense, source=str(path), shuffle=False, batch_size=None)
+    assert p.class_names == ["circle", "square", "triangle"]  # ids 2, 7, 11
+    found = {os.path.basename(f): (b, lab) for f, (_, b, lab) in zip(p.file_paths, p.epoch(0))}
+    boxes, labels = found[empty["file_name"]]
+    assert (boxes == -1).all() and (labels == -1).all()
+    total = sum(int((lab >= 0).sum()) for _, lab in found.values())
+    assert total == len(data["annotations"]) - 1  # the crowd is left out
+    assert set(np.concatenate([lab for _, lab in found.values()]).tolist()) == {-1, 0, 1, 2}
+
+
+def test_more_boxes_than_max_boxes_keep_the_first_with_one_warning(dense):
+    with pytest.warns(UserWarning, match=r"more than max_boxes=1 boxes.*The first: '.*\.png'"):
+        p = pipeline(dense, max_boxes=1, shuffle=False)
+    for _, boxes, labels in p.epoch(0):
+        assert boxes.shape[1:] == (1, 4) and labels.shape[1:] == (1,)
+    assert p.index.boxes[0].labels.tolist() == [p.class_names.index("square")]
+
+
+@pytest.mark.parametrize("options, match", [
+    (dict(labels=[0] * 8), r"With `boxes`.*`labels` must stay at its default.*labels=\[0"),
+    (dict(label_mode="categorical"), r"`label_mode` must stay.*label_mode='categorical'"),
+    (dict(class_weight={0: 1.0}), r"`class_weight` must stay.*class_weight=\{0: 1.0\}"),
+    (dict(mix="mixup", label_mode=None), r"`mix` must stay.*mix=MixUp"),
+    (dict(augment="randaugment"), r"`augment=RandAugment\(.* is not supported yet with `boxes`"),
+    (dict(masks="masks"), r"`masks` and `boxes` together are not supported yet"),
+    (dict(boxes=3), r"`boxes` must be a COCO instances JSON file.*boxes of type int"),
+    (dict(bounding_box_format="ltrb"), r"`bounding_box_format` must be one of.*'ltrb'"),
+    (dict(max_boxes=0), r"`max_boxes` must be a positive integer.*max_boxes=0"),
+    (dict(min_box_visibility=1.5), r"`min_box_visibility` must be a number in \[0, 1\].*=1.5"),
+    (dict(output="list"), r"`output` must be one of \(None, 'dict'\).*output='list'"),
+    (dict(class_names=["a", "b", "c"]), r"With a COCO JSON, `class_names` are its categories"),
+])
+def test_refusals_name_the_arguments(dense, options, match):
+    with pytest.raises(ValueError, match=match):
+        pipeline(dense, **options)
+
+
+def test_dict_output_needs_masks_or_boxes(dense):
+    with pytest.raises(ValueError, match=r"`output='dict'`.*needs `masks` or `boxes`"):
+        make_dali_pipeline(os.path.join(dense, "images"), labels=None, output="dict",
+                           **{k: v for k, v in OPTIONS.items() if k != "max_boxes"})
+
+
+def test_unsupported_sources_are_refused(dense, tmp_path):
+    from dalipipe.tfrecord.write import write_tfrecords
+
+    first = os.path.join(dense, "images", sorted(os.listdir(os.path.join(dense, "images")))[0])
+    write_tfrecords([first], None, None, str(tmp_path))
+    boxes = os.path.join(dense, "instances.json")
+    with pytest.raises(ValueError, match=r"`boxes` with TFRecord files is not supported yet"):
+        make_dali_pipeline(str(tmp_path / "train-*"), boxes=boxes, **OPTIONS)
+    with pytest.raises(ValueError, match=r"`boxes` with `s3://` or `gs://` files"):
+        make_dali_pipeline("s3://bucket/images/", boxes=boxes, **OPTIONS)
+    with pytest.raises(ValueError, match=r"With `boxes`, the source must be a flat folder"):
+        make_dali_pipeline(os.path.join(dense, "labels.csv"), boxes=boxes, **OPTIONS)
+    p = pipeline(dense)
+    with pytest.raises(ValueError, match=r"`boxes` with several devices.*not supported yet"):
+        p.shard([0], 2)
+    with pytest.raises(ValueError, match=r"With `boxes`, `random` holds.*random=None"):
+        next(iter(p.run(np.arange(4))))
+
+
+def test_bad_boxes_and_turned_images_are_named(dense, tmp_path):
+    with open(os.path.join(dense, "instances.json")) as f:
+        data = json.load(f)
+    data["annotations"][0]["bbox"] = [0, 0, 500, 10]
+    data["annotations"][1]["category_id"] = 99
+    path = tmp_path / "instances.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError) as raised:
+        pipeline(dense, source=str(path))
+    message = str(raised.value)
+    assert "annotation 1's box [0, 0, 500, 10] (xyxy) lies outside the image" in message
+    assert "annotation 2 has the category 99" in message
+    folder = tmp_path / "images"
+    folder.mkdir()
+    name = data["images"][0]["file_name"]
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.open(os.path.join(dense, "images", name)).convert("RGB").save(
+        folder / name, format="PNG", exif=exif)
+    with open(os.path.join(dense, "instances.json")) as f:
+        data = json.load(f)
+    first = data["images"][0]["id"]
+    data = {**data, "images": data["images"][:1],
+            "annotations": [a for a in data["annotations"] if a["image_id"] == first]}
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"has the EXIF orientation 6.*not to its boxes"):
+        make_dali_pipeline(str(folder), boxes=str(path), **OPTIONS)
