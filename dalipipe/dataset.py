@@ -53,6 +53,7 @@ def make_dali_dataset(
     bounding_box_format="xyxy",
     max_boxes=100,
     min_box_visibility=0.25,
+    box_crop=False,
     output=None,
     device="auto",
     num_threads=None,
@@ -147,6 +148,7 @@ def make_dali_dataset(
         bounding_box_format: the boxes' format, one of Keras's (a table's and the output's).
         max_boxes: boxes per image, padded with -1 as `keras.layers.MaxNumBoundingBoxes` pads.
         min_box_visibility: the share of a box's area a crop must keep to keep the box.
+        box_crop: with `augment=True`, move each crop to hold one of the image's boxes.
         output: None (tuples) or `"dict"`: the dicts of Keras's preprocessing layers.
         device: `"gpu"`, `"cpu"` (DALI's CPU operators, no CUDA), or `"auto"`: the GPU when
             TensorFlow and DALI both see one (for `make_dali_pipeline`, when DALI does).
@@ -179,8 +181,7 @@ def make_dali_dataset(
             column, mismatched lengths, bad files (with `on_bad_file="raise"`), a
             `batch_size` the devices do not divide, or a GPU whose CUDA device is unknown.
         ImportError: for `format="grain"` without Grain (naming the pip command).
-        RuntimeError: for `device="gpu"` without a usable GPU, or a GPU pipeline
-            where TensorFlow holds all GPU memory (no memory growth, no memory limit).
+        RuntimeError: for `device="gpu"` without a usable GPU, or TensorFlow holding it all.
     """
     check_keywords("make_dali_dataset", kwargs, ())
     options = Options.from_arguments(locals())

@@ -231,7 +231,7 @@ def box_columns(options):
 
 def part_columns(random, options, name):
     """Part `name`'s columns of NumPy `"random"` rows (`(n, random_columns)`), as
-    `unpack_random` slices them in the graph."""
+    `unpack_random` slices them in the graph: a view of `random`."""
     start = 0
     for part_name, part in random_parts(options).items():
         if part_name == name:

@@ -139,6 +139,7 @@ class Options:
     bounding_box_format: str = option("xyxy", data=True)
     max_boxes: int = option(100, data=True)
     min_box_visibility: float = option(0.25, data=True)
+    box_crop: bool = option(False, data=True)
     # The elements' structure: None (tuples) or "dict" (Keras's preprocessing layers').
     output: Optional[str] = option(None, data=True)
     device: str = option("auto", data=False)

@@ -20,7 +20,7 @@ import numpy as np
 from dalipipe import checks, feed, graph, sampling, sources, tfrecord
 from dalipipe.annotations.boxes import pad_boxes
 from dalipipe.annotations.inputs import index_with_boxes, index_with_masks
-from dalipipe.annotations.placement import place_boxes
+from dalipipe.annotations.placement import keep_a_box, place_boxes
 from dalipipe.calls import first_argument, warn
 from dalipipe.dali_import import require_dali
 from dalipipe.devices import dali_device
@@ -390,12 +390,18 @@ class ImagePipeline:
         """`random` (the draws of `sample_ids`) with each sample's boxes and labels
         after them, placed in its output image (`annotations.placement.place_boxes`)
         and padded to `max_boxes` (`feed.pack_boxes`): float32
-        `(len(sample_ids), feed.random_columns(options))`."""
+        `(len(sample_ids), feed.random_columns(options))`. With `box_crop`, the crop
+        columns are first moved to hold a box (`annotations.placement.keep_a_box`)."""
         options = self.options
+        entries = [self.index.boxes[i] for i in sample_ids]
         crops = feed.part_columns(random, options, "crop") if options.augment else None
+        if options.box_crop:  # windows moved to hold a box: the image's crop too
+            random = random.copy()
+            crops = feed.part_columns(random, options, "crop")
+            crops[:] = [keep_a_box(crop, e.boxes, e.size) for crop, e in zip(crops, entries)]
         placed = [place_boxes(options, entry.boxes, entry.labels, entry.size,
                               None if crops is None else crops[row])
-                  for row, entry in enumerate(self.index.boxes[i] for i in sample_ids)]
+                  for row, entry in enumerate(entries)]
         boxes, labels = pad_boxes([b for b, _ in placed], [lab for _, lab in placed],
                                   options.max_boxes)
         return np.concatenate([random, feed.pack_boxes(boxes, labels)], axis=1)

@@ -280,3 +280,65 @@ def test_every_format_gives_keras_s_structures(dense, tmp_path):
         else:
             assert found["dtypes"] == ["float32", "int32"], case
             assert found["unbatched_shapes"] == [[*SIZE, 3], [*SIZE, 1]], case
+
+
+def test_box_crop_keeps_a_box_of_every_image_that_has_one(dense):
+    """Small crops (8% of the area) often miss every box; `box_crop` moves each
+    window to hold one, and the image is cropped with the moved window (the boxes
+    still enclose their shapes' pixels)."""
+    plain = pipeline(dense, augment=True, seed=5)
+    moved = pipeline(dense, augment=True, seed=5, box_crop=True)
+    has_boxes = {p: len(e.boxes) > 0 for p, e in zip(moved.file_paths, moved.index.boxes)}
+    missed = 0
+    for epoch in range(3):
+        ids, _, _ = moved.epoch_inputs(epoch)
+        kept = np.concatenate([lab for _, _, lab in plain.epoch(epoch)])
+        missed += sum(int(has_boxes[moved.file_paths[i]] and not (k >= 0).any())
+                      for i, k in zip(ids, kept))
+        for images, boxes, labels in moved.epoch(epoch):
+            check_boxes(images, boxes, labels)
+        kept = np.concatenate([lab for _, _, lab in moved.epoch(epoch)])
+        for sample, labels in zip(ids, kept):
+            assert (labels >= 0).any() or not has_boxes[moved.file_paths[sample]]
+    assert missed > 0  # without it, some crops hold no box
+
+
+def test_box_crop_needs_boxes_and_augment(dense):
+    with pytest.raises(ValueError, match=r"`box_crop=True`.*needs `boxes` and `augment=True`"
+                                         r".*augment=False"):
+        pipeline(dense, box_crop=True)
+
+
+def test_tf_on_a_gpu_refuses_the_structures_it_cannot_give(dense):
+    """A GPU-placed DALI dataset cannot be mapped into Keras's structures: refused,
+    naming the arguments (shown on the CPU with the GPU's dataset structure)."""
+    pytest.importorskip("tensorflow")
+    from dalipipe.tf_dataset import to_dataset
+
+    with pytest.raises(ValueError, match=r"`boxes` and `output='dict'` with format 'tf' on a "
+                                         r"GPU are not supported yet.*boxes='.*instances"):
+        to_dataset(pipeline(dense), nested=False)
+
+
+def test_validation_split_splits_images_with_their_boxes(dense):
+    train, val = pipeline(dense, augment=True, validation_split=0.25, subset="both")
+    assert len(train.file_paths) == 6 and len(val.file_paths) == 2
+    assert not val.options.augment
+    for p in (train, val):
+        assert len(p.index.boxes) == len(p.file_paths)
+        for images, boxes, labels in p.epoch(0):
+            check_boxes(images, boxes, labels)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("options", [dict(augment=True), dict(pad_to_aspect_ratio=True)])
+def test_gpu_boxes_equal_the_cpu_graph_boxes(dense, options):
+    """The boxes are placed in NumPy and passed through: the GPU graph gives the CPU
+    graph's boxes exactly, and they enclose the GPU images' shapes."""
+    size = (64, 64) if options.get("pad_to_aspect_ratio") else SIZE
+    cpu = list(pipeline(dense, image_size=size, **options).epoch(0))
+    gpu = list(pipeline(dense, image_size=size, device="gpu", **options).epoch(0))
+    for (images, boxes, labels), (_, want_boxes, want_labels) in zip(gpu, cpu):
+        np.testing.assert_array_equal(boxes, want_boxes)
+        np.testing.assert_array_equal(labels, want_labels)
+        check_boxes(images, boxes, labels, size)

@@ -132,6 +132,7 @@ CHANGED = {
     "boxes": dict(boxes="instances.json"),
     "bounding_box_format": dict(bounding_box_format="yxyx"),
     "max_boxes": dict(max_boxes=7), "min_box_visibility": dict(min_box_visibility=0.5),
+    "box_crop": dict(box_crop=True, boxes="instances.json", augment=True),
     "output": dict(output="dict", masks="masks/"),
     "device": dict(device="gpu"), "num_threads": dict(num_threads=3),
     "prefetch_queue_depth": dict(prefetch_queue_depth=3),

@@ -10,6 +10,11 @@ boxes: transformed into the output image, clipped to it, dropped when less than
 converted to `bounding_box_format` (relative formats relative to the output image)
 and padded to `max_boxes` with -1 (`boxes.pad_boxes`). `dalipipe.feed.pack_boxes`
 carries the result into the graph, which passes it through.
+
+With `box_crop`, `keep_a_box` moves each crop window (its position only: the area,
+aspect ratio and flip stay as drawn) so that it holds the central 60% of one of the
+image's boxes, and that box is kept; the image and its boxes both use the moved
+window.
 """
 
 import math
@@ -105,3 +110,46 @@ def place_boxes(options, boxes, labels, size, crop=None):
 
 def _area(boxes):
     return np.maximum(boxes[:, 2] - boxes[:, 0], 0) * np.maximum(boxes[:, 3] - boxes[:, 1], 0)
+
+
+# The share of a chosen box's width and height, about its center, that a box-aware
+# crop holds (when the window is large enough): at least 36% of its area.
+BOX_CROP_CORE = 0.6
+
+
+def keep_a_box(crop, boxes, size):
+    """The crop columns `crop` (float32 `(5,)`, `sampling.CROP`'s) with the window's
+    position moved so that it holds the central `BOX_CROP_CORE` of one of `boxes`
+    (or, for a box larger than the window, its center).
+
+    The box is chosen by `(2 * crop[4]) % 1`, uniform and apart from the flip
+    (`crop[4] < 0.5`); the position within the allowed range keeps the drawn
+    `crop[2]` and `crop[3]`. Unchanged without boxes.
+
+    Args:
+        crop: one row's crop columns.
+        boxes: float `(n, 4)`, absolute `xyxy` pixels of the source image.
+        size: the source image's `(width, height)`.
+
+    Returns:
+        float32 `(5,)`.
+    """
+    boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
+    if not len(boxes):
+        return crop
+    crop = np.array(crop, np.float32)
+    image_w, image_h = (np.float32(v) for v in size)
+    _, _, crop_w, crop_h = sampling.random_resized_crop_window(image_h, image_w, crop)
+    chosen = boxes[min(int((2 * float(crop[4])) % 1 * len(boxes)), len(boxes) - 1)]
+    for axis, extent, window in ((0, float(image_w), float(crop_w)),
+                                 (1, float(image_h), float(crop_h))):
+        low, high = chosen[axis], chosen[axis + 2]
+        center, half = (low + high) / 2, (high - low) * BOX_CROP_CORE / 2
+        start, stop = max(0.0, center + half - window), min(extent - window, center - half)
+        if start > stop:  # the core does not fit: hold the center
+            start, stop = max(0.0, center - window), min(extent - window, center)
+        room = extent - window
+        if room > 0:
+            position = start + float(crop[2 + axis]) * max(stop - start, 0.0)
+            crop[2 + axis] = np.float32(min(max(position / room, 0.0), 1.0))
+    return crop

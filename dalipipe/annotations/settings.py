@@ -1,5 +1,5 @@
 """The options of dense tasks, checked: `masks`, `mask_fill_value`, `boxes`,
-`bounding_box_format`, `max_boxes`, `min_box_visibility` and `output`.
+`bounding_box_format`, `max_boxes`, `min_box_visibility`, `box_crop` and `output`.
 
 `check_dense(options)` is called by `dalipipe.options.Options` as it validates
 itself. With `masks` or `boxes` the targets are the masks or the boxes, so the
@@ -38,6 +38,13 @@ def check_dense(options):
         raise ValueError("`min_box_visibility` must be a number in [0, 1] (the share of a "
                          "box's area that must stay inside a crop for the box to be kept). "
                          f"Received: min_box_visibility={share!r}")
+    if options.box_crop not in (True, False):
+        raise ValueError(f"`box_crop` must be True or False. Received: "
+                         f"box_crop={options.box_crop!r}")
+    if options.box_crop and (boxes is None or options.augment is not True):
+        raise ValueError("`box_crop=True` moves the random-resized crop of `augment=True` to "
+                         "hold a box, so it needs `boxes` and `augment=True`. Received: "
+                         f"box_crop=True, boxes={shown(boxes)}, augment={options.augment!r}")
     if options.output not in OUTPUTS:
         raise ValueError(f"`output` must be one of {OUTPUTS}. Received: "
                          f"output={options.output!r}")
