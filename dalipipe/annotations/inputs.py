@@ -15,8 +15,15 @@ its class ids; or a source's images with their boxes, checked (`index_with_boxes
   an 8-bit greyscale PNG is rewritten as one, of its ids, in dalipipe's cache folder
   (`greyscale_mask`), and the graph reads that.
 
+`index_with_boxes` is the indexing and check of `make_dali_pipeline(..., boxes=)`: a
+flat folder of images (or a list of paths) with a COCO JSON or a table of boxes; the
+check of the boxes (`box_verdicts`) always runs, with the image check when `check` is
+set, and EXIF-turned images are refused as for masks. Each image keeps its size (for
+`dalipipe.annotations.placement`) and at most `max_boxes` boxes, with one warning.
+
 Not supported yet (refused with an error naming the source): TFRecord files,
-`s3://` and `gs://` images or masks, and class ids above 255.
+`s3://` and `gs://` images, masks or boxes, class ids above 255, and a table as the
+images' source with `boxes`.
 """
 
 import hashlib
