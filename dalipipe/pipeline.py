@@ -202,6 +202,9 @@ class ImagePipeline:
     - images: `(n, height, width, channels)` for `"channels_last"`,
       `(n, channels, height, width)` for `"channels_first"`, of `dtype`; 3, 1 or 4
       channels for `color_mode` "rgb", "grayscale" or "rgba";
+    - with `masks`, int32 masks `(n, height, width, 1)` (or `(n, 1, height, width)`);
+      with `boxes`, float32 boxes `(n, max_boxes, 4)` then int32 labels
+      `(n, max_boxes)`, -1 for padding (the adapters nest them: `annotations.elements`);
     - labels (unless `label_mode` is None): int32 `(n,)` for `"int"`, float32
       `(n, num_classes)` for `"categorical"` and `"multi_hot"`, float32 `(n, 1)` for
       `"binary"`, float32 `(n,)` for `"raw"` with one column's name in

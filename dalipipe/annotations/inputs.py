@@ -122,8 +122,8 @@ def index_with_boxes(source, options, *, device_id=0):
     verdicts = box_verdicts(found, sizes=None if images is None else [v.size for v in images])
     if images is None:
         images = [Verdict(v.path, None) for v in verdicts]
-    verdicts = [Verdict(image.path, image.reason or box.reason or _rotated(image.path, "boxes"),
-                        image.size or box.size, image.stamp)
+    verdicts = [Verdict(image.path, image.reason or box.reason or _unsized(image, box)
+                        or _rotated(image.path, "boxes"), image.size or box.size, image.stamp)
                 for image, box in zip(images, verdicts)]
     entries = [entry._replace(size=verdict.size) for entry, verdict in zip(found.images, verdicts)]
     over = [(e.path, len(e.boxes)) for e in entries if len(e.boxes) > options.max_boxes]
@@ -139,6 +139,14 @@ def index_with_boxes(source, options, *, device_id=0):
     if options.check is None:  # no stamps: the files were not checked
         index = sources.Index(**{**index._asdict(), "stamps": None})
     return index, checks.image_sizes(images)
+
+
+def _unsized(image, box):
+    """Why an image whose size is unknown is refused with `boxes` (they are placed
+    with it), or None."""
+    if image.size is None and box.size is None:
+        return "its size cannot be read from its header, and its boxes are placed with it"
+    return None
 
 
 def _box_source(source, options):
