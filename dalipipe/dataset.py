@@ -49,6 +49,12 @@ def make_dali_dataset(
     class_weight=None,
     masks=None,
     mask_fill_value=0,
+    boxes=None,
+    bounding_box_format="xyxy",
+    max_boxes=100,
+    min_box_visibility=0.25,
+    box_crop=False,
+    output=None,
     device="auto",
     num_threads=None,
     prefetch_queue_depth=2,
@@ -60,15 +66,11 @@ def make_dali_dataset(
 ):
     """Generates a dataset of images loaded by an NVIDIA DALI pipeline, for Keras.
 
-    Takes the arguments of `keras.utils.image_dataset_from_directory`, with its
-    defaults and results, and adds sources, augmentation, normalization, the check of
-    every file, devices and sharding. The result follows Keras's backend: a
-    `tf.data.Dataset` fed by DALI's TensorFlow plugin on TensorFlow, a
-    `keras.utils.PyDataset` of torch tensors or jax arrays on torch and JAX (which
-    never imports TensorFlow). Each pass over it is one exact epoch with a true partial
-    last batch; pass `n` loads what `make_dali_pipeline(...).epoch(n)` loads. Each
-    option's line below is its row of the table in `docs/options.md`, which says more
-    where a line is not enough (in the sections named here).
+    Takes the arguments of `keras.utils.image_dataset_from_directory`, with its defaults
+    and results, and adds sources, augmentation, normalization, the check of every file,
+    devices and sharding: a `tf.data.Dataset` on TensorFlow, a `keras.utils.PyDataset` on
+    torch and JAX. Pass `n` is one exact epoch (a true partial last batch), as
+    `make_dali_pipeline(...).epoch(n)`; each option's line is its row in `docs/options.md`.
 
     ```
     main_directory/
@@ -142,6 +144,12 @@ def make_dali_dataset(
         masks: masks instead of labels: a folder of them matched to a flat folder of images
             by file stem, or a table's mask column; int32 class ids (see `docs/dense.md`).
         mask_fill_value: the mask id where `pad_to_aspect_ratio` pads (an ignore index).
+        boxes: boxes instead of labels: a COCO JSON or a table of boxes (see `docs/dense.md`).
+        bounding_box_format: the boxes' format, one of Keras's (a table's and the output's).
+        max_boxes: boxes per image, padded with -1 as `keras.layers.MaxNumBoundingBoxes` pads.
+        min_box_visibility: the share of a box's area a crop must keep to keep the box.
+        box_crop: with `augment=True`, move each crop to hold one of the image's boxes.
+        output: None (tuples) or `"dict"`: the dicts of Keras's preprocessing layers.
         device: `"gpu"`, `"cpu"` (DALI's CPU operators, no CUDA), or `"auto"`: the GPU when
             TensorFlow and DALI both see one (for `make_dali_pipeline`, when DALI does).
         num_threads: DALI's CPU threads per pipeline; None means the usable cores on the
@@ -159,23 +167,21 @@ def make_dali_dataset(
         A `tf.data.Dataset` (format "tf"; a `tf.distribute.DistributedDataset` with
         `strategy`), a `DALIPyDataset` ("pydataset") or a `DALIGrainDataset` ("grain");
         a pair of them for `subset="both"`. Batches are `(images, labels)`, `(images,
-        labels, sample_weights)` with `class_weight` or `strategy`, `(images, masks)` with
-        `masks`, the images alone without labels (`(images,)` from the last two). Images are `dtype`, `(batch,
-        height, width, channels)` or `(batch, channels, height, width)`; labels as
-        `label_mode` says (float32 for "raw" and "multi_hot"); weights float32 `(batch,)`.
-        No batch dimension with `batch_size=None`. It has `class_names` and `file_paths`.
+        labels, sample_weights)` with `class_weight` or `strategy`, the images alone
+        without labels (`(images,)` from the last two); for `masks` and `boxes`, see
+        `docs/dense.md`. Images are `dtype`, `(batch, height, width, channels)` or `(batch,
+        channels, height, width)`; labels as `label_mode` says (float32 for "raw" and
+        "multi_hot"); weights float32 `(batch,)`; no batch dimension with `batch_size=None`.
+        It has `class_names` and `file_paths`.
 
     Raises:
         TypeError: for an unknown keyword, or an argument of DALI's GPU decoder given
             on its own instead of in `decoder`.
-        ValueError: for an invalid argument, an empty source, an unknown column,
-            mismatched lengths, missing or bad files (with `on_bad_file="raise"`), a
-            `batch_size` that the strategy's or distribution's devices do not divide,
-            a `strategy` with another format than "tf", or a TensorFlow GPU whose CUDA
-            device cannot be told.
+        ValueError: for an invalid argument or combination, an empty source, an unknown
+            column, mismatched lengths, bad files (with `on_bad_file="raise"`), a
+            `batch_size` the devices do not divide, or a GPU whose CUDA device is unknown.
         ImportError: for `format="grain"` without Grain (naming the pip command).
-        RuntimeError: for `device="gpu"` without a usable GPU, or a GPU pipeline
-            where TensorFlow holds all GPU memory (no memory growth, no memory limit).
+        RuntimeError: for `device="gpu"` without a usable GPU, or TensorFlow holding it all.
     """
     check_keywords("make_dali_dataset", kwargs, ())
     options = Options.from_arguments(locals())

@@ -24,6 +24,12 @@ use, in this order (`random_parts`):
 - `"crop"` (with `augment`): `sampling.CROP`, the random-resized crop and the flip;
 - `"recipe"`: the augmentation recipe (`dalipipe.recipes`);
 - `"mix"`: the batch mixing (`dalipipe.mixing`).
+With `boxes` (detection), each row ends with the sample's boxes and labels,
+moved into the output image in NumPy (`dalipipe.annotations.placement`) from the
+crop's columns: `max_boxes * 4` box coordinates then `max_boxes` labels (whole
+numbers in float32), -1 for padding (`pack_boxes`, `box_columns`); the graph passes
+them through (`unpack_boxes`). They ride in `"random"` because they depend on its
+crop draws, row for row.
 Each part has one shape: `columns` (its count of columns), `draw(seed, epoch,
 positions, *, batch_size, image_size)` (float32 `(len(positions), columns)`, its rows
 for the positions of an epoch's order that a pipeline loads) and `apply(draws,
@@ -212,8 +218,60 @@ def random_parts(options):
 
 
 def random_columns(options):
-    """The columns of the `"random"` input for `options` (0: it is not fed)."""
-    return sum(part.columns for part in random_parts(options).values())
+    """The columns of the `"random"` input for `options` (0: it is not fed): the
+    parts' draws, then `box_columns(options)`."""
+    return sum(part.columns for part in random_parts(options).values()) + box_columns(options)
+
+
+def box_columns(options):
+    """The columns of the boxes at the end of `"random"`: `5 * max_boxes` with
+    `boxes`, else 0."""
+    return 5 * options.max_boxes if getattr(options, "boxes", None) is not None else 0
+
+
+def part_columns(random, options, name):
+    """Part `name`'s columns of NumPy `"random"` rows (`(n, random_columns)`), as
+    `unpack_random` slices them in the graph: a view of `random`."""
+    start = 0
+    for part_name, part in random_parts(options).items():
+        if part_name == name:
+            return random[:, start:start + part.columns]
+        start += part.columns
+    raise KeyError(name)
+
+
+def pack_boxes(boxes, labels):
+    """Boxes and labels padded to `max_boxes` (`annotations.boxes.pad_boxes`), as the
+    last columns of `"random"`.
+
+    Args:
+        boxes: float32 `(n, max_boxes, 4)`.
+        labels: int32 `(n, max_boxes)`.
+
+    Returns:
+        float32 `(n, 5 * max_boxes)`: each row's coordinates, then its labels.
+    """
+    boxes, labels = np.asarray(boxes, np.float32), np.asarray(labels)
+    if np.abs(labels).max(initial=0) >= 2**24:
+        raise ValueError("Box labels must be below 2**24 to travel in float32. "
+                         f"Received: a label of {int(np.abs(labels).max())}")
+    return np.concatenate([boxes.reshape(len(boxes), -1), labels.astype(np.float32)], axis=1)
+
+
+def unpack_boxes(random, options):
+    """The boxes and labels at the end of the `"random"` input (DALI graph code).
+
+    Returns:
+        `(boxes, labels)` DALI nodes: float32 `(max_boxes, 4)` and int32
+        `(max_boxes,)` per sample.
+    """
+    from nvidia.dali import fn, types
+
+    count = options.max_boxes
+    start = random_columns(options) - box_columns(options)
+    boxes = fn.reshape(random[start:start + 4 * count], shape=[count, 4])
+    labels = fn.cast(random[start + 4 * count:start + 5 * count], dtype=types.INT32)
+    return boxes, labels
 
 
 def draw_random(options, epoch, positions, *, batch_size):

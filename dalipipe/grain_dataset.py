@@ -29,8 +29,9 @@ class DALIGrainDataset(grain.IterDataset):
     backend's tensors (torch tensors on torch, jax arrays on JAX, NumPy arrays on
     TensorFlow, where GPU batches are copied to the host), images `dtype` `(n,
     height, width, channels)` (or channels first), then labels (or int32 masks, with
-    `masks`) and sample weights as `make_dali_dataset` says; `(images,)` without
-    labels.
+    `masks`; `{"boxes", "labels"}` with `boxes`) and sample weights as
+    `make_dali_dataset` says; `(images,)` without labels; Keras's dicts with
+    `output="dict"` (`dalipipe.annotations.elements`).
 
     Each iterator is one pass, `steps` batches, then `StopIteration`. The epoch
     of an iterator is taken at its first batch (`dalipipe.passes`): `n` when `n`

@@ -13,7 +13,8 @@ layouts of the first two, both packing and unpacking:
   `masks`, the image's path and its mask's instead (`_masks` moves the masks).
 - `"random"`: float32, per sample the draws of the crop and flip, the recipe and
   the mixing that the options use (`dalipipe.feed.random_parts`), each read by its
-  own step in the graph.
+  own step in the graph; with `boxes`, then the sample's boxes and labels, placed in
+  the output image in NumPy (`dalipipe.annotations.placement`) and passed through.
 - `"weights"` (only for one shard of a distributed dataset): float32, one per
   sample, 0 for padding.
 
@@ -34,7 +35,7 @@ every GPU graph set-up for one).
 """
 
 from dalipipe import codecs, sampling
-from dalipipe.feed import random_columns, unpack_pairs, unpack_random, unpack_samples
+from dalipipe.feed import random_columns, unpack_boxes, unpack_pairs, unpack_random, unpack_samples
 from dalipipe.options import normalization_stats
 
 # Keras's interpolation names -> the closest DALI filter, and whether it must
@@ -113,6 +114,8 @@ def define(options, *, feed, padded, feeds_bytes, num_classes, target_shape=None
     outputs = [images]
     if options.masks is not None:
         outputs.append(_masks(options, encoded, mask, draws.get("crop")))
+    if options.boxes is not None:  # placed in NumPy (`annotations.placement`), passed through
+        outputs.extend(unpack_boxes(random, options))
     if options.label_mode == "categorical":
         outputs.append(fn.one_hot(label, num_classes=num_classes, dtype=dali_types.FLOAT))
     elif options.label_mode == "binary":

@@ -35,6 +35,9 @@ class Runner:
     def run(self, sample_ids, random=None, weights=None, *, copy_to_host=True):
         """See `ImagePipeline.run` (a generator: nothing runs before the first batch)."""
         count = len(sample_ids)
+        if random is None and self.image_pipeline.options.boxes is not None:
+            raise ValueError("With `boxes`, `random` holds each sample's boxes: pass the "
+                             "`random` of `ImagePipeline.epoch_inputs`. Received: random=None")
         inputs = {
             "samples": np.asarray(sample_ids),
             "random": np.zeros((count, self.image_pipeline.num_random), np.float32)

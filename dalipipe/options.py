@@ -23,6 +23,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from dalipipe.annotations.settings import check_dense
 from dalipipe.decoder_settings import DECODER_ARGUMENTS, check_decoder
 from dalipipe.devices import default_num_threads
 from dalipipe.keras_config import IMAGE_DATA_FORMATS, keras_image_data_format
@@ -133,6 +134,14 @@ class Options:
     # Segmentation masks (`dalipipe.annotations.inputs`).
     masks: Optional[Any] = option(None, data=True)
     mask_fill_value: int = option(0, data=True)
+    # Detection boxes (`dalipipe.annotations.inputs`, `dalipipe.annotations.placement`).
+    boxes: Optional[Any] = option(None, data=True)
+    bounding_box_format: str = option("xyxy", data=True)
+    max_boxes: int = option(100, data=True)
+    min_box_visibility: float = option(0.25, data=True)
+    box_crop: bool = option(False, data=True)
+    # The elements' structure: None (tuples) or "dict" (Keras's preprocessing layers').
+    output: Optional[str] = option(None, data=True)
     device: str = option("auto", data=False)
     num_threads: Optional[int] = option(None, data=False)
     prefetch_queue_depth: int = option(2, data=False)
@@ -223,6 +232,11 @@ class Options:
         if self.masks is not None:
             set_("masks", os.fspath(self.masks))
         set_("mask_fill_value", int(self.mask_fill_value))
+        if self.boxes is not None and isinstance(self.boxes, os.PathLike):
+            set_("boxes", os.fspath(self.boxes))
+        set_("bounding_box_format", self.bounding_box_format.lower())
+        set_("max_boxes", int(self.max_boxes))
+        set_("min_box_visibility", float(self.min_box_visibility))
         if isinstance(self.label_columns, (list, tuple)):
             set_("label_columns", list(self.label_columns))
         if self.class_weight is not None:
@@ -349,30 +363,7 @@ class Options:
         self._check_split()
 
     def _check_masks(self):
-        masks, fill = self.masks, self.mask_fill_value
-        if not is_int(fill) or not -2**31 <= fill < 2**31:
-            raise ValueError("`mask_fill_value` must be an integer (an int32 class id). "
-                             f"Received: mask_fill_value={fill!r}")
-        if masks is None:
-            return
-        if not isinstance(masks, (str, os.PathLike)):
-            raise ValueError(
-                "`masks` must be a folder of masks (matched to the images by file stem) or "
-                f"the name of a table's mask column. Received: masks={masks!r}")
-        given = {"labels": (self.labels, "'inferred'"), "label_mode": (self.label_mode, "'int'"),
-                 "label_columns": (self.label_columns, None),
-                 "class_weight": (self.class_weight, None), "mix": (self.mix, None)}
-        for name, (value, default) in given.items():
-            if not (value is None or is_inferred(value) or (name == "label_mode"
-                                                              and value == "int")):
-                raise ValueError(
-                    f"With `masks`, the targets are the masks: `{name}` must stay at its "
-                    f"default ({default}). Received: {name}={value!r}, masks={masks!r}")
-        if self.recipe is not None:
-            raise ValueError(
-                f"`augment={self.augment!r}` is not supported yet with `masks`: its "
-                "operations do not move masks yet. Use `augment=True` (a random-resized "
-                f"crop and a flip, applied to both). Received: augment={self.augment!r}")
+        check_dense(self)  # masks, boxes and `output`: dalipipe.annotations.settings
 
     def _check_mix(self):
         mix = self.mix
@@ -445,7 +436,7 @@ class Options:
             raise ValueError(
                 f"`class_names` must not repeat a name. Received: class_names={list(names)!r}"
             )
-        if self.labels is None and self.masks is None:
+        if self.labels is None and self.masks is None and self.boxes is None:
             raise ValueError(
                 "`class_names` names the classes of labels, so it needs `labels`. "
                 f"Received: labels=None, class_names={list(names)!r}"

@@ -29,6 +29,7 @@ import weakref
 import numpy as np
 
 from dalipipe import native
+from dalipipe.annotations.elements import element
 
 
 class Cursor:
@@ -118,7 +119,7 @@ class PassStream:
         self._at = (epoch, step + 1)
         if step + 1 == steps:
             self.close()
-        return tuple(self._receive(t) for t in batch)
+        return element(tuple(self._receive(t) for t in batch), self.image_pipeline.options)
 
     def close(self):
         """Ends the pass under way, dropping what was read ahead."""

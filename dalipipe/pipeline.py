@@ -18,7 +18,9 @@ import os
 import numpy as np
 
 from dalipipe import checks, feed, graph, sampling, sources, tfrecord
-from dalipipe.annotations.inputs import index_with_masks
+from dalipipe.annotations.boxes import pad_boxes
+from dalipipe.annotations.inputs import index_with_boxes, index_with_masks
+from dalipipe.annotations.placement import keep_a_box, place_boxes
 from dalipipe.calls import first_argument, warn
 from dalipipe.dali_import import require_dali
 from dalipipe.devices import dali_device
@@ -63,8 +65,9 @@ def split_source(source, options, device_id=0, sharding=None):
     shows the check's progress.
     """
     options = options.replace(device=dali_device(options.device)).resolved()
-    if options.masks is not None:
-        index, sizes = index_with_masks(source, options, device_id=device_id)
+    if options.masks is not None or options.boxes is not None:
+        dense = index_with_masks if options.masks is not None else index_with_boxes
+        index, sizes = dense(source, options, device_id=device_id)
         options = decoder_hints(options.replace(label_mode=None), sizes)
     else:
         index, options = _index_images(source, options, device_id)
@@ -138,6 +141,12 @@ def _index_images(source, options, device_id):
 def _check_sharding(options, replica_ids, num_replicas):
     """`Sharding(num_replicas, replica_ids)`, or ValueError when `options` cannot be
     split over `num_replicas` replicas."""
+    if options.boxes is not None:
+        raise ValueError(
+            "`boxes` with several devices (a `strategy`, a distribution or "
+            "`torch.distributed`) is not supported yet. "
+            f"Received: bounding_box_format={options.bounding_box_format!r}, "
+            f"num_replicas={num_replicas}")
     if options.masks is not None:
         raise ValueError(
             "`masks` with several devices (a `strategy`, a distribution or "
@@ -193,6 +202,9 @@ class ImagePipeline:
     - images: `(n, height, width, channels)` for `"channels_last"`,
       `(n, channels, height, width)` for `"channels_first"`, of `dtype`; 3, 1 or 4
       channels for `color_mode` "rgb", "grayscale" or "rgba";
+    - with `masks`, int32 masks `(n, height, width, 1)` (or `(n, 1, height, width)`);
+      with `boxes`, float32 boxes `(n, max_boxes, 4)` then int32 labels
+      `(n, max_boxes)`, -1 for padding (the adapters nest them: `annotations.elements`);
     - labels (unless `label_mode` is None): int32 `(n,)` for `"int"`, float32
       `(n, num_classes)` for `"categorical"` and `"multi_hot"`, float32 `(n, 1)` for
       `"binary"`, float32 `(n,)` for `"raw"` with one column's name in
@@ -275,6 +287,9 @@ class ImagePipeline:
             dtypes.append("int32")
             shapes.append((None, height, width, 1) if options.data_format == "channels_last"
                           else (None, 1, height, width))
+        if options.boxes is not None:
+            dtypes += ["float32", "int32"]
+            shapes += [(None, options.max_boxes, 4), (None, options.max_boxes)]
         if options.label_mode is not None:
             dtypes.append("int32" if options.label_mode == "int" else "float32")
             shapes.append((None, *self.target_shape) if self.target_shape is not None else {
@@ -369,8 +384,30 @@ class ImagePipeline:
         positions, weights = self.positions()
         random = feed.draw_random(options, epoch, positions, batch_size=self.batch_size)
         first = start_batch * self.batch_size * self.batches_per_step
-        return (order[positions][first:], random[first:],
-                None if weights is None else weights[first:])
+        sample_ids, random = order[positions][first:], random[first:]
+        if options.boxes is not None:
+            random = self.with_boxes(sample_ids, random)
+        return sample_ids, random, None if weights is None else weights[first:]
+
+    def with_boxes(self, sample_ids, random):
+        """`random` (the draws of `sample_ids`) with each sample's boxes and labels
+        after them, placed in its output image (`annotations.placement.place_boxes`)
+        and padded to `max_boxes` (`feed.pack_boxes`): float32
+        `(len(sample_ids), feed.random_columns(options))`. With `box_crop`, the crop
+        columns are first moved to hold a box (`annotations.placement.keep_a_box`)."""
+        options = self.options
+        entries = [self.index.boxes[i] for i in sample_ids]
+        crops = feed.part_columns(random, options, "crop") if options.augment else None
+        if options.box_crop:  # windows moved to hold a box: the image's crop too
+            random = random.copy()
+            crops = feed.part_columns(random, options, "crop")
+            crops[:] = [keep_a_box(crop, e.boxes, e.size) for crop, e in zip(crops, entries)]
+        placed = [place_boxes(options, entry.boxes, entry.labels, entry.size,
+                              None if crops is None else crops[row])
+                  for row, entry in enumerate(entries)]
+        boxes, labels = pad_boxes([b for b, _ in placed], [lab for _, lab in placed],
+                                  options.max_boxes)
+        return np.concatenate([random, feed.pack_boxes(boxes, labels)], axis=1)
 
     def check_position(self, epoch, start_batch):
         """`(epoch, start_batch)` as ints, or ValueError unless `epoch` is a

@@ -33,6 +33,9 @@ class DALIPyDataset(keras.utils.PyDataset):
       `"binary"`, float32 `(n,)` or `(n, k)` for `"raw"` (one or `k` label columns);
     - or, with `masks`, the masks: int32 `(n, height, width, 1)` class ids
       (`(n, 1, height, width)` for `"channels_first"`);
+    - or, with `boxes`, `{"boxes": float32 (n, max_boxes, 4), "labels": int32 (n,
+      max_boxes)}`; with `output="dict"`, Keras's dicts instead of the tuple
+      (`dalipipe.annotations.elements`);
     - sample weights, with `class_weight` or several devices: float32 `(n,)`.
 
     `n` is `batch_size`, smaller only for the last batch of an epoch (unless

@@ -47,6 +47,8 @@ class Index(NamedTuple):
             records) when the files were checked, or None if they were not.
         mask_paths: with `masks`, the mask file of each image, aligned with
             `file_paths` (`dalipipe.annotations.inputs`); else None.
+        boxes: with `boxes`, each image's `dalipipe.annotations.boxes.ImageBoxes`
+            (its `size` the image's), aligned with `file_paths`; else None.
     """
 
     file_paths: list
@@ -56,6 +58,7 @@ class Index(NamedTuple):
     refs: Optional[np.ndarray] = None
     stamps: Optional[np.ndarray] = None
     mask_paths: Optional[list] = None
+    boxes: Optional[list] = None
 
     def take(self, indices):
         indices = np.asarray(indices, np.int64)
@@ -65,8 +68,9 @@ class Index(NamedTuple):
         if stamps is not None and refs is None:
             stamps = stamps[indices]
         masks = None if self.mask_paths is None else [self.mask_paths[i] for i in indices]
+        boxes = None if self.boxes is None else [self.boxes[i] for i in indices]
         return Index([self.file_paths[i] for i in indices], labels, self.class_names,
-                     self.tfrecord_files, refs, stamps, masks)
+                     self.tfrecord_files, refs, stamps, masks, boxes)
 
     def without(self, paths, *, keep_classes=False):
         """This index less `paths`; classes left without samples are dropped (and

@@ -10,6 +10,8 @@ transformations on a GPU, is `dalipipe.tf_keras_dataset`; the device choice is
 import tensorflow as tf
 
 from dalipipe import dali_hooks
+from dalipipe.annotations.elements import element, nested as nested_element
+from dalipipe.annotations.settings import shown
 from dalipipe.devices import resolve_tensorflow_device, strategy_device, tf_gpu_cuda_ordinal
 from dalipipe.install import import_dali_tf
 from dalipipe.pipeline import split_source
@@ -148,6 +150,13 @@ def to_dataset(image_pipeline, device=None, *, nested=None):
         device = GPU if gpu else "/cpu:0"
     if nested is None:
         nested = not gpu
+    if not nested and nested_element(image_pipeline.options):
+        options = image_pipeline.options
+        raise ValueError(
+            "`boxes` and `output='dict'` with format 'tf' on a GPU are not supported yet "
+            "(their structure would need a `map` after DALI's GPU dataset): use "
+            "format='pydataset' or 'grain'. Received: "
+            f"boxes={shown(options.boxes)}, output={options.output!r}")
     feed = EpochFeed(image_pipeline, gpu=not nested)
 
     def pass_dataset(start=0):
@@ -175,6 +184,8 @@ def _pass_dataset(feed, device, start_batch=0, *, nested):
     whole = parts[0] if len(parts) == 1 else parts[0].concatenate(parts[1])
     with tf.device(device):
         dataset = tf.data.Dataset.range(1).flat_map(lambda _: whole)
+        if nested_element(image_pipeline.options):  # Keras's structure of boxes, dicts
+            dataset = dataset.map(lambda *outputs: element(outputs, image_pipeline.options))
         if image_pipeline.num_batches == image_pipeline.steps:
             # A real cardinality for tf.data too (`.map`, `.prefetch` keep it).
             dataset = dataset.apply(tf.data.experimental.assert_cardinality(

@@ -199,3 +199,35 @@ def test_images_and_masks_come_back_from_the_graph(indexed_dir):
     images, mask_files = run_graph(graph, len(paths))
     assert [bytes(e) for e in images] == file_bytes(paths)
     assert [bytes(e) for e in mask_files] == file_bytes(masks)
+
+
+def test_boxes_ride_at_the_end_of_random_and_come_back_from_the_graph():
+    """With `boxes`, `"random"` ends with `5 * max_boxes` columns (`pack_boxes`):
+    the crop's draws come first, and `unpack_boxes` gives back float32
+    `(max_boxes, 4)` boxes and int32 `(max_boxes,)` labels, -1 padding included."""
+    from nvidia.dali import fn, types
+
+    options = Options(seed=2, image_size=(8, 8), augment=True, boxes="instances.json",
+                      max_boxes=3)
+    assert feed.random_columns(options) == sampling.NUM_RANDOM + 15
+    assert feed.box_columns(options) == 15
+    boxes = np.full((2, 3, 4), -1, np.float32)
+    labels = np.full((2, 3), -1, np.int32)
+    boxes[0, :2] = [[0.5, 1.25, 3, 4], [2, 2, 7.75, 8]]
+    labels[0, :2] = [4, 0]
+    draws = feed.draw_random(options, 0, np.arange(2), batch_size=2)
+    rows = np.concatenate([draws, feed.pack_boxes(boxes, labels)], axis=1)
+    assert rows.shape == (2, feed.random_columns(options)) and rows.dtype == np.float32
+    np.testing.assert_array_equal(feed.part_columns(rows, options, "crop"), draws)
+
+    def graph():
+        random = fn.external_source(source=lambda: list(rows), dtype=types.FLOAT, ndim=1,
+                                    batch=True)
+        return feed.unpack_boxes(random, options)
+
+    got_boxes, got_labels = run_graph(graph, 2)
+    np.testing.assert_array_equal(np.stack(got_boxes), boxes)
+    assert np.stack(got_labels).dtype == np.int32
+    np.testing.assert_array_equal(np.stack(got_labels), labels)
+    with pytest.raises(ValueError, match=r"labels must be below 2\*\*24"):
+        feed.pack_boxes(boxes, labels + 2**24)

@@ -5,14 +5,19 @@ nothing here imports DALI, TensorFlow or Keras.
 - `masks`: image and mask files paired by file stem or by a table's column; a mask's
   class ids read exactly (a palette PNG's pixels are its indices).
 - `boxes`: a COCO `instances` JSON or a table with one row per box; box formats as
-  Keras names them (`convert_format`); padding to `max_boxes` as
+  Keras names them (`convert_format`, `formats`); padding to `max_boxes` as
   `keras.layers.MaxNumBoundingBoxes` pads.
 - `checks`: what is wrong with a pair (image, mask) or an image's boxes, as
   `dalipipe.checks.verdicts.Verdict` records.
 - `sample`: shapes drawn over pictures, whose pixels define masks and boxes.
 
 - `inputs`: the masks of `make_dali_pipeline(..., masks=)`: a source's pairs,
-  checked, as the 8-bit greyscale PNGs that the DALI graph reads.
-
-The DALI graph does not read boxes yet: `make_dali_dataset` takes no `boxes=`.
+  checked, as the 8-bit greyscale PNGs that the DALI graph reads; and the boxes of
+  `boxes=`, checked, with each image's size.
+- `placement`: each sample's boxes moved as the graph moves its image (crop, flip,
+  resize, padding), dropped by `min_box_visibility`, in `bounding_box_format`.
+- `settings`: the dense-task options checked (`masks`, `boxes`, `box_crop`,
+  `output`...), for `dalipipe.options`.
+- `elements`: the graph's flat outputs as Keras's elements (`(images, {"boxes",
+  "labels"})`, `output="dict"`).
 """

@@ -32,13 +32,10 @@ from typing import List, NamedTuple, Optional
 import numpy as np
 
 from dalipipe.annotations.files import flat_images, read_size, resolve, unmatched
+from dalipipe.annotations.formats import BOX_FORMATS, check_format
 from dalipipe.calls import warn
 from dalipipe.utils import is_number
 
-# The formats of keras.utils.bounding_boxes.convert_format (case-insensitive), in its
-# order. "rel_" formats are relative to the image's width and height.
-BOX_FORMATS = ("xyxy", "yxyx", "xywh", "center_xywh", "center_yxhw",
-               "rel_xyxy", "rel_yxyx", "rel_xywh", "rel_center_xywh")
 # A table's coordinate columns for each format, in the format's order.
 _ABSOLUTE_COLUMNS = {
     "xyxy": ("x1", "y1", "x2", "y2"), "yxyx": ("y1", "x1", "y2", "x2"),
@@ -88,14 +85,6 @@ class BoxSource(NamedTuple):
     missing: list
     unmatched: list
     crowd: int = 0
-
-
-def check_format(bounding_box_format, argument="bounding_box_format"):
-    """`bounding_box_format` in lower case, or a ValueError naming the formats."""
-    if isinstance(bounding_box_format, str) and bounding_box_format.lower() in BOX_FORMATS:
-        return bounding_box_format.lower()
-    raise ValueError(f"`{argument}` must be one of {BOX_FORMATS}. "
-                     f"Received: {argument}={bounding_box_format!r}")
 
 
 def convert_format(boxes, source, target, height=None, width=None, dtype="float32"):

@@ -1,5 +1,6 @@
-"""Segmentation masks as the DALI graph reads them: a source's images paired with
-their masks, checked, and each mask as an 8-bit greyscale PNG of its class ids.
+"""Segmentation masks and detection boxes as the DALI graph reads them: a source's
+images paired with their masks, checked, and each mask as an 8-bit greyscale PNG of
+its class ids; or a source's images with their boxes, checked (`index_with_boxes`).
 
 `index_with_masks` is the indexing and check of `make_dali_pipeline(..., masks=)`:
 - a flat folder of images (or a list of image paths) with a folder of masks,
@@ -14,17 +15,29 @@ their masks, checked, and each mask as an 8-bit greyscale PNG of its class ids.
   an 8-bit greyscale PNG is rewritten as one, of its ids, in dalipipe's cache folder
   (`greyscale_mask`), and the graph reads that.
 
+`index_with_boxes` is the indexing and check of `make_dali_pipeline(..., boxes=)`: a
+flat folder of images (or a list of paths) with a COCO JSON or a table of boxes; the
+check of the boxes (`box_verdicts`) always runs, with the image check when `check` is
+set, and EXIF-turned images are refused as for masks. Each image keeps its size (for
+`dalipipe.annotations.placement`) and at most `max_boxes` boxes, with one warning.
+
 Not supported yet (refused with an error naming the source): TFRecord files,
-`s3://` and `gs://` images or masks, and class ids above 255.
+`s3://` and `gs://` images, masks or boxes, class ids above 255, and a table as the
+images' source with `boxes`.
 """
 
 import hashlib
 import os
 
+import numpy as np
+
 from dalipipe import checks, sources, tfrecord
-from dalipipe.annotations.checks import mask_verdicts
+from dalipipe.annotations.boxes import BoxSource, ImageBoxes, coco_boxes, table_boxes
+from dalipipe.annotations.checks import box_verdicts, mask_verdicts
+from dalipipe.annotations.files import flat_images
 from dalipipe.annotations.masks import MaskPairs, column_masks, greyscale_png, match_masks, read_mask
 from dalipipe.checks.verdicts import Verdict
+from dalipipe.calls import warn
 from dalipipe.storage import remote_sources as remote
 from dalipipe.utils import cache_dir
 
@@ -77,6 +90,103 @@ def index_with_masks(source, options, *, device_id=0):
     return sources.Index(**{**index._asdict(), "mask_paths": masks}), sizes
 
 
+def index_with_boxes(source, options, *, device_id=0):
+    """The images of `source` with their boxes, checked.
+
+    Args:
+        source: a flat folder of images or a list of image paths.
+        options: validated `Options` with `boxes` set (`device` resolved): a COCO
+            instances JSON (`coco_boxes`) or a table with one row per box
+            (`table_boxes`, in `bounding_box_format`).
+        device_id: the CUDA device a GPU check decodes on.
+
+    Returns:
+        `(index, sizes)`: a `sources.Index` without labels whose `boxes` are each
+        image's `ImageBoxes` (at most `max_boxes`, `size` the image's own) and whose
+        `class_names` are the boxes' classes; and the image sizes, as
+        `index_with_masks` gives them.
+
+    Raises:
+        ValueError: for a source that is not supported yet, a `class_names` that
+            differs from a COCO JSON's categories, and bad images or boxes with
+            `on_bad_file="raise"` (each named, with its reason).
+    """
+    found = _box_source(source, options)
+    index = sources.Index([e.path for e in found.images], None, found.class_names)
+    if options.verbose:
+        print(f"Found {len(index)} files with boxes.")
+    images = None
+    if options.check is not None:
+        images = checks.check_index(index, check=options.check, verbose=options.verbose,
+                                    device=options.device, device_id=device_id)
+    verdicts = box_verdicts(found, sizes=None if images is None else [v.size for v in images])
+    if images is None:
+        images = [Verdict(v.path, None) for v in verdicts]
+    verdicts = [Verdict(image.path, image.reason or box.reason or _unsized(image, box)
+                        or _rotated(image.path, "boxes"), image.size or box.size, image.stamp)
+                for image, box in zip(images, verdicts)]
+    entries = [entry._replace(size=verdict.size) for entry, verdict in zip(found.images, verdicts)]
+    over = [(e.path, len(e.boxes)) for e in entries if len(e.boxes) > options.max_boxes]
+    if over:
+        warn(f"{len(over)} image(s) have more than max_boxes={options.max_boxes} boxes; "
+             f"each keeps its first {options.max_boxes}. The first: {over[0][0]!r}, with "
+             f"{over[0][1]} boxes")
+    count = options.max_boxes
+    entries = [e._replace(boxes=e.boxes[:count], labels=e.labels[:count]) for e in entries]
+    index = sources.Index(index.file_paths, None, index.class_names, boxes=entries)
+    index = checks.apply_policy(index, verdicts, on_bad_file=options.on_bad_file,
+                                keep_classes=True)
+    if options.check is None:  # no stamps: the files were not checked
+        index = sources.Index(**{**index._asdict(), "stamps": None})
+    return index, checks.image_sizes(images)
+
+
+def _unsized(image, box):
+    """Why an image whose size is unknown is refused with `boxes` (they are placed
+    with it), or None."""
+    if image.size is None and box.size is None:
+        return "its size cannot be read from its header, and its boxes are placed with it"
+    return None
+
+
+def _box_source(source, options):
+    """The `BoxSource` of `options.boxes` for the images of `source`."""
+    boxes = options.boxes
+    if tfrecord.tfrecord_files(source) is not None:
+        raise ValueError("`boxes` with TFRecord files is not supported yet: give a folder "
+                         f"of images or a list of paths. Received: source={source!r}")
+    if (isinstance(boxes, (str, os.PathLike)) and remote.is_remote_source(os.fspath(boxes))) \
+            or (isinstance(source, (str, os.PathLike))
+                and remote.is_remote_source(os.fspath(source))):
+        raise ValueError("`boxes` with `s3://` or `gs://` files is not supported yet: "
+                         f"copy them to a local folder. Received: source={source!r}")
+    if sources.read_table(source, options.root) is not None:
+        raise ValueError("With `boxes`, the source must be a flat folder of images or a list "
+                         "of image paths (the boxes' table or JSON names the images). "
+                         f"Received: source={source!r}")
+    if isinstance(source, (str, os.PathLike)) and os.path.isdir(source):
+        images = os.fspath(source)
+    else:
+        images = sources.index_source(source, labels=None, root=options.root,
+                                      verbose=False).file_paths
+    is_json = isinstance(boxes, (str, os.PathLike)) and os.fspath(boxes).lower().endswith(".json")
+    if not is_json:
+        found = table_boxes(boxes, bounding_box_format=options.bounding_box_format,
+                            class_names=options.class_names, root=options.root)
+        paths = flat_images(images, "source") if isinstance(images, str) else images
+        listed = {e.path: e for e in found.images}
+        empty = (np.zeros((0, 4), np.float32), np.zeros(0, np.int32), [], [])
+        entries = [listed.get(p) or ImageBoxes(p, *empty) for p in paths]
+        return BoxSource(entries, found.class_names, [p for p in paths if p not in listed],
+                         [p for p in listed if p not in set(paths)], 0)
+    found = coco_boxes(boxes, images, allow_missing=True)
+    if options.class_names is not None and list(options.class_names) != found.class_names:
+        raise ValueError("With a COCO JSON, `class_names` are its categories' names in id "
+                         f"order, {found.class_names}. Received: class_names="
+                         f"{options.class_names!r}")
+    return found
+
+
 def _pairs(source, options):
     """The `MaskPairs` of `source` (missing masks kept, for the check to report)."""
     masks = options.masks
@@ -115,9 +225,9 @@ def _pairs(source, options):
     return pairs
 
 
-def _rotated(path):
+def _rotated(path, what="masks"):
     """Why an image whose EXIF orientation is not 1 is refused, or None: DALI's
-    decoders turn the image as EXIF says, and not its mask."""
+    decoders turn the image as EXIF says, and not its mask or its boxes."""
     from PIL import Image
 
     try:
@@ -128,7 +238,7 @@ def _rotated(path):
     if orientation in (None, 1):
         return None
     return (f"has the EXIF orientation {orientation}, which DALI applies to the image "
-            "and not to its mask: not supported yet with `masks` (save the image with "
+            f"and not to its {what}: not supported yet with `{what}` (save the image with "
             "its pixels turned)")
 
 

@@ -1,0 +1,33 @@
+"""The elements of dense tasks in Keras's formats, from the graph's flat outputs.
+
+The graph's outputs are a flat tuple (`ImagePipeline.output_dtypes`); the element
+each format gives is `element(outputs, options)`:
+
+| options | element |
+|---|---|
+| `masks` | `(images, masks)` |
+| `masks`, `output="dict"` | `{"images": images, "segmentation_masks": masks}` |
+| `boxes` | `(images, {"boxes": boxes, "labels": labels})` |
+| `boxes`, `output="dict"` | `{"images": images, "bounding_boxes": {"boxes": boxes, "labels": labels}}` |
+
+The dicts are those Keras's preprocessing layers take. Anything else is the flat
+tuple, unchanged.
+"""
+
+
+def nested(options):
+    """Whether `element` gives other than the flat outputs for `options`."""
+    return options.boxes is not None or options.output == "dict"
+
+
+def element(outputs, options):
+    """The element of the flat `outputs` (a tuple of arrays or tensors) for `options`."""
+    if not nested(options):
+        return tuple(outputs)
+    images = outputs[0]
+    if options.boxes is not None:
+        boxes = {"boxes": outputs[1], "labels": outputs[2]}
+        if options.output == "dict":
+            return {"images": images, "bounding_boxes": boxes}
+        return images, boxes
+    return {"images": images, "segmentation_masks": outputs[1]}
