@@ -127,27 +127,14 @@ def run_child(loader, directory, size, batch_size):
     return result
 
 
-def versions():
-    import importlib.metadata as metadata
-
-    found = {"python": sys.version.split()[0]}
-    for name in ("nvidia-dali-cpu", "nvidia-dali-cuda120", "nvidia-dali-cuda130",
-                 "tensorflow", "tensorflow-cpu", "keras", "nvidia-dali-tf-plugin-cpu"):
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return found
-
-
 def machine():
-    model = None
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return {"cpu": model, "cores": os.cpu_count(), "usable_cores": len(os.sched_getaffinity(0))}
+    """The machine (`dalipipe.bench.harness.machine_info`: CPU model, usable cores,
+    versions) with the cores `/proc/cpuinfo` lists."""
+    from dalipipe.bench.harness import machine_info
+
+    found = machine_info()
+    found["cores_listed"] = os.cpu_count()
+    return found
 
 
 def summarize(runs):
@@ -188,7 +175,8 @@ def main():
         print(json.dumps(child(args.child, args.data[0], sizes[0], args.batch_size)))
         return
     loaders = args.loaders.split(",")
-    report = {"what": __doc__.split("\n\n")[0], "machine": machine(), "versions": versions(),
+    sys.path.insert(0, REPO_ROOT)
+    report = {"what": __doc__.split("\n\n")[0], "machine": machine(),
               "batch_size": args.batch_size, "rounds": args.rounds, "epochs": EPOCHS,
               "settings": {}, "cases": []}
     started = time.time()
