@@ -20,9 +20,10 @@ import tensorflow as tf
 
 from dalipipe import passes
 
-# The functions that `tf.data` traces here are plain TensorFlow: no Python control
-# flow on tensors, so AutoGraph's conversion (about 0.2 s of a dataset's creation
-# on 2 cores) is skipped.
+# The functions that `tf.data` traces here are plain TensorFlow, with no Python
+# control flow on tensors: AutoGraph's conversion, about 0.25 s of the first dataset
+# made in a process on 2 cores (benchmarks/results/autograph_creation.json), is
+# skipped.
 _plain = tf.autograph.experimental.do_not_convert
 
 
