@@ -183,9 +183,11 @@ def _pass_dataset(feed, device, start_batch=0, *, nested):
         return parts[0]
     whole = parts[0] if len(parts) == 1 else parts[0].concatenate(parts[1])
     with tf.device(device):
-        dataset = tf.data.Dataset.range(1).flat_map(lambda _: whole)
+        dataset = tf.data.Dataset.range(1).flat_map(
+            tf.autograph.experimental.do_not_convert(lambda _: whole))
         if nested_element(image_pipeline.options):  # Keras's structure of boxes, dicts
-            dataset = dataset.map(lambda *outputs: element(outputs, image_pipeline.options))
+            dataset = dataset.map(tf.autograph.experimental.do_not_convert(
+                lambda *outputs: element(outputs, image_pipeline.options)))
         if image_pipeline.num_batches == image_pipeline.steps:
             # A real cardinality for tf.data too (`.map`, `.prefetch` keep it).
             dataset = dataset.apply(tf.data.experimental.assert_cardinality(

@@ -20,6 +20,12 @@ import tensorflow as tf
 
 from dalipipe import feed, passes
 
+# The functions that `tf.data` traces here are plain TensorFlow, with no Python
+# control flow on tensors: AutoGraph's conversion, about 0.25 s of the first dataset
+# made in a process on 2 cores (benchmarks/results/autograph_creation.json), is
+# skipped.
+_plain = tf.autograph.experimental.do_not_convert
+
 
 def feed_parts(num_loaded, batch_size, *, feeds_bytes, gpu):
     """How DALI's plugin is fed an epoch of `num_loaded` samples in batches of
@@ -111,10 +117,12 @@ class EpochFeed:
         }[name]
         begin = self.current if join else self.start
 
+        @_plain
         def start(_):
             with tf.device("/cpu:0"):
                 return tf.numpy_function(lambda: begin(name), [], tf.int64, stateful=True)
 
+        @_plain
         def batch(epoch, number):
             # Placed explicitly: once a strategy has distributed other datasets, Keras's
             # own distribution of this one otherwise gives the op a malformed device.
@@ -132,11 +140,11 @@ class EpochFeed:
         numbers = tf.constant(list(numbers), tf.int64)
         batches = (
             tf.data.Dataset.range(1).map(start)
-            .flat_map(lambda epoch: tf.data.Dataset.from_tensor_slices(numbers).map(
-                lambda number: (epoch, number)))
+            .flat_map(_plain(lambda epoch: tf.data.Dataset.from_tensor_slices(numbers).map(
+                _plain(lambda number: (epoch, number)))))
             .map(batch, num_parallel_calls=2, deterministic=True)
         )
-        return batches.flat_map(_records) if per_record else batches
+        return batches.flat_map(_plain(_records)) if per_record else batches
 
     def _inputs(self, epoch):
         with self.lock:
@@ -181,4 +189,4 @@ def _records(flat, lengths):
     `feed.split_records` cuts it, in `tf.data`."""
     ends = tf.cumsum(lengths)
     return tf.data.Dataset.from_tensor_slices((ends - lengths, ends)).map(
-        lambda start, end: flat[start:end])
+        _plain(lambda start, end: flat[start:end]))

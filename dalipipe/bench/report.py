@@ -118,11 +118,13 @@ def run_bench(*, data, out, loaders=DEFAULT_LOADERS, workloads=None,
         if left is not None and left <= 0:
             reasons[name] = f"time budget of {time_budget:g} s spent"
         reason = reasons[name] or loaders_lib.unsupported(name, workload)
+        load_before = os.getloadavg()  # other work on the machine, per task
         if reason:
             result = {"loader": name, "workload": workload, "skipped": reason}
         else:
             result = harness.run_task_in_subprocess(
                 task, timeout=timeout if left is None else min(timeout, left))
+        result.update(load_average_before=load_before, load_average_after=os.getloadavg())
         report["results"].append(result)
         _write_json(report, os.path.join(out, "results.json"))
     _progress(stream, len(tasks), len(tasks), "done", started)
