@@ -9,7 +9,6 @@ import os
 import numpy as np
 import pytest
 from PIL import Image
-from scipy import ndimage
 
 from dalipipe import make_dali_pipeline
 from dalipipe.annotations.boxes import BOX_FORMATS, convert_format
@@ -41,6 +40,8 @@ def shape_extent(image, box, label):
     """The pixel extent `(x1, y1, x2, y2)` of the patches of class `label`'s colour
     (8-connected) that reach inside `box`, or None. Edge pixels are blends of the
     colour and the photograph: a pixel is the shape's within 100 of its colour."""
+    from scipy import ndimage  # not on the GPU machine, where this runs on no test
+
     near = np.abs(image - np.array(SHAPE_COLOURS[label], np.float32)).max(-1) < 100
     patches, _ = ndimage.label(near, structure=np.ones((3, 3)))
     x1, y1, x2, y2 = box
