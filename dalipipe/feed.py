@@ -226,7 +226,7 @@ def random_columns(options):
 def box_columns(options):
     """The columns of the boxes at the end of `"random"`: `5 * max_boxes` with
     `boxes`, else 0."""
-    return 5 * options.max_boxes if getattr(options, "boxes", None) is not None else 0
+    return 5 * options.max_boxes if options.boxes is not None else 0
 
 
 def part_columns(random, options, name):
