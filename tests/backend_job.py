@@ -1,8 +1,12 @@
 """One Keras backend in its own process, fed by `make_dali_dataset` (`test_backends.py`).
 
-    KERAS_BACKEND=torch python backend_job.py MODE TAGGED_DIR OUT_JSON
+    KERAS_BACKEND=torch python backend_job.py MODE[,MODE...] TAGGED_DIR OUT_JSON
 
-TAGGED_DIR may be a copy of it in object storage (`s3://bucket/tagged/`).
+TAGGED_DIR may be a copy of it in object storage (`s3://bucket/tagged/`). With one
+MODE, OUT_JSON is its result; with several (`conftest.py`'s `backend_jobs`, which
+runs every mode a session's tests need in one process per backend, since a process
+start costs seconds), it maps each mode to `{"result": ...}` or `{"error": ...}`
+(the traceback), so that one mode's failure fails its own tests only.
 
 MODE `single`: `fit` with a metric that counts every sample it sees, `evaluate`,
 `predict`, and the dataset's passes against the native epochs. MODE `data_parallel`
@@ -10,6 +14,9 @@ MODE `single`: `fit` with a metric that counts every sample it sees, `evaluate`,
 MODE `targets`: a table's raw and multi-hot targets.
 MODE `recipes`: `fit` with each augmentation recipe and each batch mixing, and
 their first pass against the native epoch.
+MODE `grain`: `grain_job.py`'s `fit`, `evaluate` and `predict` on Grain datasets.
+MODE `fits`: `epochs_job.py`'s epochs that `fit` trains on. MODE `plain_run`:
+`epochs_job.py`'s run, never killed; its records.
 MODE `torch_distributed` (with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set): one
 process of a `torch.distributed` group reads two passes of its shard, in the
 "pydataset" and the "grain" formats. The images are
@@ -266,9 +273,51 @@ def recipes(tagged_dir):
     return result
 
 
+def grain(tagged_dir):
+    from grain_job import grain_job
+
+    return grain_job(tagged_dir)
+
+
+def fits(tagged_dir):
+    import epochs_job
+
+    return epochs_job.fits(tagged_dir)
+
+
+def plain_run(tagged_dir):
+    import tempfile
+
+    import epochs_job
+
+    with tempfile.TemporaryDirectory() as folder:
+        records = os.path.join(folder, "records.jsonl")
+        epochs_job.run(tagged_dir, records, os.path.join(folder, "unused"), "plain")
+        with open(records) as f:
+            return f.read()
+
+
+MODES = {"single": single, "data_parallel": data_parallel, "targets": targets,
+         "torch_distributed": torch_distributed, "recipes": recipes, "grain": grain,
+         "fits": fits, "plain_run": plain_run}
+
+
+def run_modes(modes, tagged_dir):
+    """`{mode: {"result": ...}}`, or `{"error": traceback}` for a mode that raised."""
+    import traceback
+
+    found = {}
+    for mode in modes:
+        try:
+            found[mode] = {"result": MODES[mode](tagged_dir)}
+        except Exception:  # reported to the mode's tests
+            found[mode] = {"error": traceback.format_exc()}
+    return found
+
+
 if __name__ == "__main__":
-    mode, tagged_dir, out = sys.argv[1:4]
-    result = {"single": single, "data_parallel": data_parallel, "targets": targets,
-              "torch_distributed": torch_distributed, "recipes": recipes}[mode](tagged_dir)
+    modes, tagged_dir, out = sys.argv[1:4]
+    modes = modes.split(",")
+    result = MODES[modes[0]](tagged_dir) if len(modes) == 1 else run_modes(modes, tagged_dir)
     with open(out, "w") as f:
         json.dump(result, f)

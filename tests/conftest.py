@@ -4,8 +4,11 @@ skip rule. Shared values and readers of the images are in `helpers.py`.
 Nothing here imports TensorFlow: the `gpu` tests run on machines without it.
 """
 
+import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 
 import numpy as np
@@ -13,6 +16,7 @@ import pytest
 from PIL import Image
 
 from dalipipe.devices import dali_gpu_count
+from dalipipe.utils import child_env
 from helpers import CLASSES, NUM_INDEXED, NUM_TAGGED, indexed_color
 
 _CACHE = None
@@ -39,6 +43,38 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("gpu"):
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def backend_jobs(request, tagged_dir, tmp_path_factory):
+    """`results(backend, mode)`: what `backend_job.py`'s `mode` returned on Keras's
+    `backend`, on the CPU. The first call for a backend runs, in one process, every
+    mode that the session's tests of that backend name with
+    `@pytest.mark.backend_job(mode)` (a process start costs seconds)."""
+    found = {}
+    job = os.path.join(os.path.dirname(os.path.abspath(__file__)), "backend_job.py")
+
+    def results(backend, mode):
+        pytest.importorskip(backend)
+        if backend not in found:
+            modes = sorted({m for item in request.session.items
+                            for marker in item.iter_markers("backend_job") for m in marker.args
+                            if getattr(item, "callspec", None) is not None
+                            and item.callspec.params.get("backend") == backend})
+            out = tmp_path_factory.mktemp(f"backend_jobs_{backend}") / "results.json"
+            environ = child_env(KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="",
+                                TF_CPP_MIN_LOG_LEVEL="3")
+            process = subprocess.run([sys.executable, job, ",".join(modes), tagged_dir,
+                                      str(out)], env=environ, capture_output=True, text=True,
+                                     timeout=900, cwd=os.path.dirname(job))
+            found[backend] = json.loads(out.read_text()) if process.returncode == 0 else \
+                {"process": process.stderr[-4000:]}
+        ran = found[backend]
+        assert "process" not in ran, ran.get("process")
+        assert "error" not in ran[mode], ran[mode]["error"]
+        return ran[mode]["result"]
+
+    return results
 
 
 @pytest.fixture

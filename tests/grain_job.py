@@ -1,12 +1,10 @@
-"""`format="grain"` on one Keras backend in its own process (`test_grain.py`).
-
-    KERAS_BACKEND=torch python grain_job.py TAGGED_DIR OUT_JSON
+"""`format="grain"` on one Keras backend (`test_grain.py`): in the tests' own
+TensorFlow process, and as `backend_job.py`'s MODE `grain` on torch and JAX.
 
 `fit` (3 epochs, with a metric that counts every sample it sees), `evaluate` and
 `predict` on `DALIGrainDataset`s of `tagged_dir` (see `conftest.py`).
 """
 
-import json
 import sys
 
 import numpy as np
@@ -40,7 +38,3 @@ def grain_job(tagged_dir):
         "tensorflow_loaded": "tensorflow" in sys.modules,
     }
 
-
-if __name__ == "__main__":
-    with open(sys.argv[2], "w") as f:
-        json.dump(grain_job(sys.argv[1]), f)

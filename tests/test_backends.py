@@ -1,5 +1,6 @@
 """`make_dali_dataset` on Keras's torch and JAX backends, each in its own process
-(`backend_job.py`): what `fit`, `evaluate` and `predict` read, on the CPU."""
+(`backend_job.py`, most modes through the `backend_jobs` fixture): what `fit`,
+`evaluate` and `predict` read, on the CPU."""
 
 import json
 import os
@@ -35,17 +36,19 @@ def run_job(backend, mode, tagged_dir, out, *, env=None, timeout=300):
         return json.load(f)
 
 
+@pytest.mark.backend_job("single")
 @pytest.mark.parametrize("backend", ["torch", "jax"])
-def test_fit_evaluate_and_predict_on_the_backend(backend, tagged_dir, tmp_path):
-    result = run_job(backend, "single", tagged_dir, tmp_path / "single.json")
+def test_fit_evaluate_and_predict_on_the_backend(backend, backend_jobs):
+    result = backend_jobs(backend, "single")
     check_single(result, backend)
     assert all("cpu" in device.lower() for device in result["devices"]), result["devices"]
 
 
+@pytest.mark.backend_job("targets")
 @pytest.mark.parametrize("backend", ["torch", "jax"])
-def test_table_targets_on_the_backend(backend, tagged_dir, tmp_path):
+def test_table_targets_on_the_backend(backend, backend_jobs):
     """Raw and multi-hot targets: float32 tensors of the backend, each with its image."""
-    result = run_job(backend, "targets", tagged_dir, tmp_path / "targets.json")
+    result = backend_jobs(backend, "targets")
     module = {"torch": "torch", "jax": "jaxlib"}[backend]
     for mode, width in (("raw", 2), ("multi_hot", 2)):
         found = result[mode]
@@ -61,9 +64,10 @@ def test_table_targets_on_the_backend(backend, tagged_dir, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.backend_job("recipes")
 @pytest.mark.parametrize("backend", ["torch", "jax"])
-def test_recipes_and_mixing_on_the_backend(backend, tagged_dir, tmp_path):
-    result = run_job(backend, "recipes", tagged_dir, tmp_path / "recipes.json")
+def test_recipes_and_mixing_on_the_backend(backend, backend_jobs):
+    result = backend_jobs(backend, "recipes")
     module = {"torch": "torch", "jax": "jaxlib"}[backend]
     assert not result.pop("tensorflow_loaded")
     assert len(result) == 5

@@ -18,7 +18,6 @@ from helpers import NUM_TAGGED, tag_of
 pytest.importorskip("grain")
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
-JOB = os.path.join(TESTS, "grain_job.py")
 OPTIONS = dict(image_size=(12, 12), batch_size=8, normalization=None, verbose=False,
                device="cpu", seed=5)
 STEPS = 16  # 121 tagged images in batches of 8
@@ -105,16 +104,10 @@ def run_in_process(tagged_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.backend_job("grain")
 @pytest.mark.parametrize("backend", ["torch", "jax"])
-def test_fit_evaluate_and_predict_on_the_backend(backend, tagged_dir, tmp_path):
-    pytest.importorskip(backend)
-    out = tmp_path / "grain.json"
-    environ = child_env(KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="")
-    process = subprocess.run([sys.executable, JOB, tagged_dir, str(out)], env=environ,
-                             capture_output=True, text=True, timeout=300)
-    assert process.returncode == 0, process.stderr[-4000:]
-    with open(out) as f:
-        result = json.load(f)
+def test_fit_evaluate_and_predict_on_the_backend(backend, backend_jobs):
+    result = backend_jobs(backend, "grain")
     check_job(result, backend)
     assert not result["tensorflow_loaded"]
 

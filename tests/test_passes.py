@@ -3,7 +3,6 @@ and format, whatever Keras reads on the side; `ds[i]` outside Keras's loops; the
 DALI pipelines TensorFlow's iterators build; a run killed twice and resumed trains
 on what the run never killed trains on (`epochs_job.py`)."""
 
-import json
 import os
 import random
 import subprocess
@@ -132,13 +131,12 @@ def run_job(backend, *args):
 
 
 @pytest.mark.slow
+@pytest.mark.backend_job("fits")
 @pytest.mark.parametrize("backend", ["torch", "jax"])
-def test_fit_trains_epoch_e_on_the_native_epoch_e(backend, tagged_dir, tmp_path):
+def test_fit_trains_epoch_e_on_the_native_epoch_e(backend, backend_jobs):
     """Whatever `fit` reads up front, and with `shuffle` True or False, with and
     without `validation_data`: the samples and crops of epoch e are `epoch(e)`'s."""
-    out = tmp_path / "fits.json"
-    assert run_job(backend, "fits", tagged_dir, out) == 0
-    result = json.loads(out.read_text())
+    result = backend_jobs(backend, "fits")
     assert result["backend"] == backend
     assert len(result["cases"]) == 4
     for name, case in result["cases"].items():
@@ -147,17 +145,18 @@ def test_fit_trains_epoch_e_on_the_native_epoch_e(backend, tagged_dir, tmp_path)
 
 
 @pytest.mark.slow
+@pytest.mark.backend_job("plain_run")
 @pytest.mark.parametrize("backend", ["tensorflow", "torch", "jax"])
 def test_a_run_killed_twice_trains_on_what_a_run_never_killed_trains_on(backend, tagged_dir,
-                                                                         tmp_path):
+                                                                         tmp_path, backend_jobs):
     """With `validation_data` and a `ModelCheckpoint`: killed in epoch 0, restarted and
     killed in epoch 1, restarted to the end; against the same script without
-    `dalipipe.BackupAndRestore`, never killed."""
+    `dalipipe.BackupAndRestore`, never killed (in the `backend_jobs` process)."""
     from test_resume import read_runs, steps_of
 
     plain = tmp_path / "plain" / "records.jsonl"
     plain.parent.mkdir()
-    assert run_job(backend, "run", tagged_dir, plain, tmp_path / "unused", "plain") == 0
+    plain.write_text(backend_jobs(backend, "plain_run"))
     (whole,) = read_runs(plain)
     steps = 1 + max(r["batch"] for r in whole if "batch" in r)
     records = tmp_path / "killed" / "records.jsonl"
