@@ -32,12 +32,15 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(BIN)/dalipipe demo
 
+# One pytest worker per core (pytest-xdist), each test file on one worker.
+PYTEST := $(BIN)/python -m pytest -q -n auto --dist loadfile
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 
 # Everyday runs: the suite without the tests marked `slow` (CI runs `make test`).
 quick: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 clean:
 	rm -rf $(VENV) data .pytest_cache

@@ -4,6 +4,7 @@ skip rule. Shared values and readers of the images are in `helpers.py`.
 Nothing here imports TensorFlow: the `gpu` tests run on machines without it.
 """
 
+import fcntl
 import json
 import os
 import shutil
@@ -50,31 +51,50 @@ def backend_jobs(request, tagged_dir, tmp_path_factory):
     """`results(backend, mode)`: what `backend_job.py`'s `mode` returned on Keras's
     `backend`, on the CPU. The first call for a backend runs, in one process, every
     mode that the session's tests of that backend name with
-    `@pytest.mark.backend_job(mode)` (a process start costs seconds)."""
-    found = {}
+    `@pytest.mark.backend_job(mode)` (a process start costs seconds). Under
+    pytest-xdist the workers share that process's results, through a locked folder of
+    the run's temporary root."""
     job = os.path.join(os.path.dirname(os.path.abspath(__file__)), "backend_job.py")
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # shared by the workers of this run
+    found = {}
 
     def results(backend, mode):
         pytest.importorskip(backend)
         if backend not in found:
-            modes = sorted({m for item in request.session.items
-                            for marker in item.iter_markers("backend_job") for m in marker.args
-                            if getattr(item, "callspec", None) is not None
-                            and item.callspec.params.get("backend") == backend})
-            out = tmp_path_factory.mktemp(f"backend_jobs_{backend}") / "results.json"
-            environ = child_env(KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="",
-                                TF_CPP_MIN_LOG_LEVEL="3")
-            process = subprocess.run([sys.executable, job, ",".join(modes), tagged_dir,
-                                      str(out)], env=environ, capture_output=True, text=True,
-                                     timeout=900, cwd=os.path.dirname(job))
-            found[backend] = json.loads(out.read_text()) if process.returncode == 0 else \
-                {"process": process.stderr[-4000:]}
+            folder = root / f"backend_jobs_{backend}"
+            folder.mkdir(exist_ok=True)
+            with open(folder / "lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                out = folder / "results.json"
+                if not out.exists():
+                    _run_backend_job(job, backend, _modes(request, backend), tagged_dir, out)
+                found[backend] = json.loads(out.read_text())
         ran = found[backend]
         assert "process" not in ran, ran.get("process")
         assert "error" not in ran[mode], ran[mode]["error"]
         return ran[mode]["result"]
 
     return results
+
+
+def _modes(request, backend):
+    """The `backend_job` modes that the session's tests of `backend` name."""
+    return sorted({m for item in request.session.items
+                   for marker in item.iter_markers("backend_job") for m in marker.args
+                   if getattr(item, "callspec", None) is not None
+                   and item.callspec.params.get("backend") == backend})
+
+
+def _run_backend_job(job, backend, modes, tagged_dir, out):
+    """Runs `job` with `modes` on `backend`; a failed process leaves its stderr in `out`."""
+    environ = child_env(KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
+    process = subprocess.run([sys.executable, job, ",".join(modes), tagged_dir, str(out)],
+                             env=environ, capture_output=True, text=True, timeout=900,
+                             cwd=os.path.dirname(job))
+    if process.returncode != 0:
+        out.write_text(json.dumps({"process": process.stderr[-4000:]}))
 
 
 @pytest.fixture
