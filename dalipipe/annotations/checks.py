@@ -15,10 +15,17 @@ outside `class_names` (other than `mask_fill_value`).
 Boxes (`box_verdicts`): an image the source does not list, a box outside its image
 by more than `BOX_TOLERANCE` pixels, a box without area, a category outside the
 classes, a size in the source that differs from the image's.
+Both (`turned_images`): an image with an EXIF orientation other than 1.
+
+Files may be local or in `s3://` and `gs://`: every read goes through
+`dalipipe.storage.fetch`.
 """
+
+import io
 
 import numpy as np
 
+from dalipipe import storage
 from dalipipe.annotations.files import image_size
 from dalipipe.annotations.masks import MaskError, read_mask
 from dalipipe.checks.verdicts import Verdict
@@ -29,6 +36,7 @@ from dalipipe.utils import listing
 # hundredths of a pixel, reach a little past them.
 BOX_TOLERANCE = 1.0
 _CHUNK = 256  # images (and masks) read together
+EXIF_ORIENTATION = 0x0112
 
 
 def mask_verdicts(pairs, *, class_names=None, mask_fill_value=None, sizes=None):
@@ -142,3 +150,44 @@ def _box_reasons(entry, size, class_names, tolerance):
     if len(found) > 3:
         found = found[:3] + [f"and {len(found) - 3} more"]
     return found
+
+
+def turned_images(paths, what):
+    """Why each image is refused for its EXIF orientation, or None: DALI's decoders
+    turn the image as EXIF says, and not its masks or its boxes.
+
+    Args:
+        paths: the images' paths (local, or `s3://`, `gs://` URIs: objects are read
+            whole through `fetch.read_files`, `_CHUNK` at a time; a local file's
+            header is read by PIL).
+        what: `"masks"` or `"boxes"`, for the reasons.
+
+    Returns:
+        A list aligned with `paths` of a reason or None. An image that cannot be read
+        or decoded gets None: the image check judges it.
+    """
+    reasons = [None] * len(paths)
+    remote = [i for i, p in enumerate(paths) if storage.is_remote(p)]
+    for start in range(0, len(remote), _CHUNK):
+        chunk = remote[start:start + _CHUNK]
+        for i, (data, _) in zip(chunk, read_files([paths[i] for i in chunk])):
+            reasons[i] = None if data is None else _turned(io.BytesIO(data), what)
+    taken = set(remote)
+    return [reason if i in taken else _turned(paths[i], what)
+            for i, reason in enumerate(reasons)]
+
+
+def _turned(file, what):
+    """`turned_images`'s reason for one image: `file` a local path or a file object."""
+    from PIL import Image
+
+    try:
+        with Image.open(file) as image:
+            orientation = image.getexif().get(EXIF_ORIENTATION, 1)
+    except (OSError, ValueError, SyntaxError):  # the image check judges unreadable images
+        return None
+    if orientation in (None, 1):
+        return None
+    return (f"has the EXIF orientation {orientation}, which DALI applies to the image "
+            f"and not to its {what}: not supported yet with `{what}` (save the image with "
+            "its pixels turned)")
