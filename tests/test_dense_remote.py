@@ -72,22 +72,25 @@ def test_masks_from_s3_equal_the_local_ones(bucket, dense, images, masks, fresh_
                                masks=local_masks, **MASKS)
     source = images if "://" in images else os.path.join(dense, images)
     remote = make_dali_pipeline(source, masks=masks, **MASKS)
-    if "://" in images:
-        assert_same_epoch(remote, local, dense)
-    else:
-        assert remote.file_paths == local.file_paths
-        for a, b in zip(outputs(remote), outputs(local)):
-            np.testing.assert_array_equal(a, b)
+    assert_same_epoch(remote, local, dense, DATA if "://" in images else dense)
     # The graph reads local copies in the cache, never a mask's URI.
     assert all(p.startswith(fresh_cache) for p in remote.index.mask_paths)
 
 
-@pytest.mark.parametrize("boxes", ["instances.json", "boxes.csv"])
-def test_boxes_from_s3_equal_the_local_ones(bucket, dense, boxes):
+@pytest.mark.parametrize("images, boxes", [
+    (f"{DATA}/images/", "instances.json"), (f"{DATA}/images/", "boxes.csv"),
+    ("images", "instances.json"),  # local images, the COCO JSON in the bucket
+], ids=["coco", "table", "mixed"])
+def test_boxes_from_s3_equal_the_local_ones(bucket, dense, images, boxes):
     local = make_dali_pipeline(os.path.join(dense, "images"),
                                boxes=os.path.join(dense, boxes), **BOXES)
-    remote = make_dali_pipeline(f"{DATA}/images/", boxes=f"{DATA}/{boxes}", **BOXES)
-    assert_same_epoch(remote, local, dense)
+    if "://" in images:
+        remote = make_dali_pipeline(images, boxes=f"{DATA}/{boxes}", **BOXES)
+        assert_same_epoch(remote, local, dense)
+    else:
+        remote = make_dali_pipeline(os.path.join(dense, images), boxes=f"{DATA}/{boxes}",
+                                    **BOXES)
+        assert_same_epoch(remote, local, dense, dense)
 
 
 def test_a_missing_remote_mask_is_named(bucket, dense):
@@ -149,8 +152,7 @@ def test_gcs_boxes_and_masks(gcs_emulator, dense):
     images = os.path.join(dense, "images")
     local = make_dali_pipeline(images, masks=os.path.join(dense, "masks"), **MASKS)
     remote = make_dali_pipeline(images, masks=f"{base}/masks", **MASKS)
-    for a, b in zip(outputs(remote), outputs(local)):
-        np.testing.assert_array_equal(a, b)
+    assert_same_epoch(remote, local, dense, dense)
     with pytest.raises(ValueError, match=r"`masks` with `gs://` images is not supported yet.*"
                                          rf"Received: source='{base}/images'"):
         make_dali_pipeline(f"{base}/images", masks=f"{base}/masks", **MASKS)
