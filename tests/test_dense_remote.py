@@ -124,18 +124,28 @@ def test_a_changed_remote_mask_is_fetched_again(bucket, fresh_cache):
         assert bucket.object_gets(BUCKET, start) == ["changed/m.png"]  # fetched once
 
 
-def test_a_turned_remote_image_is_refused(bucket):
-    from dalipipe.annotations.checks import turned_images
+def test_a_turned_remote_image_is_refused(bucket, dense):
+    """A JPEG's EXIF is read from its head (one ranged GET), or from the whole object
+    where the head does not parse (an ICC profile past `EXIF_HEAD`)."""
+    from dalipipe.annotations.checks import EXIF_HEAD, turned_images
 
     exif = Image.Exif()
     exif[0x0112] = 6
-    out = io.BytesIO()
-    Image.new("RGB", (8, 6)).save(out, "JPEG", exif=exif)
-    bucket.client().put_object(Bucket=BUCKET, Key="turned/a.jpg", Body=out.getvalue())
-    reasons = turned_images([f"s3://{BUCKET}/turned/a.jpg", f"{DATA}/images/x.png"], "boxes")
-    assert reasons[0].startswith("has the EXIF orientation 6, which DALI applies to the image "
-                                 "and not to its boxes")
-    assert reasons[1] is None  # missing: the image check names it
+    for name, extra in (("a.jpg", {}), ("big.jpg", {"icc_profile": b"x" * EXIF_HEAD})):
+        out = io.BytesIO()
+        Image.new("RGB", (8, 6)).save(out, "JPEG", exif=exif, **extra)
+        bucket.client().put_object(Bucket=BUCKET, Key=f"turned/{name}", Body=out.getvalue())
+    uris = [f"s3://{BUCKET}/turned/a.jpg", f"s3://{BUCKET}/turned/big.jpg",
+            f"{DATA}/images/x.png", f"{DATA}/images/" + sorted(os.listdir(os.path.join(dense, "images")))[0]]
+    start = bucket.log_size()
+    reasons = turned_images(uris, "boxes")
+    for reason in reasons[:2]:
+        assert reason.startswith("has the EXIF orientation 6, which DALI applies to the "
+                                 "image and not to its boxes")
+    assert reasons[2:] == [None, None]  # missing (the image check names it); not turned
+    assert sorted(bucket.object_gets(BUCKET, start)) == [
+        "data/images/" + os.path.basename(uris[3]), "data/images/x.png",  # one GET each
+        "turned/a.jpg", "turned/big.jpg", "turned/big.jpg"]
 
 
 def test_gcs_boxes_and_masks(gcs_emulator, dense):

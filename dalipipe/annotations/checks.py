@@ -29,7 +29,7 @@ from dalipipe import storage
 from dalipipe.annotations.files import image_size
 from dalipipe.annotations.masks import MaskError, read_mask
 from dalipipe.checks.verdicts import Verdict
-from dalipipe.storage.fetch import read_files
+from dalipipe.storage.fetch import read_files, read_heads
 from dalipipe.utils import listing
 
 # How far (pixels) a box may reach past its image's edges: COCO's boxes, rounded to
@@ -37,6 +37,10 @@ from dalipipe.utils import listing
 BOX_TOLERANCE = 1.0
 _CHUNK = 256  # images (and masks) read together
 EXIF_ORIENTATION = 0x0112
+# Bytes of a JPEG object read for its EXIF: its APP0 and APP1 (EXIF) segments come
+# first, at most 64 KiB each.
+EXIF_HEAD = 1 << 17
+JPEG_EXTENSIONS = (".jpg", ".jpeg", ".jpe", ".jfif")
 
 
 def mask_verdicts(pairs, *, class_names=None, mask_fill_value=None, sizes=None):
@@ -157,37 +161,43 @@ def turned_images(paths, what):
     turn the image as EXIF says, and not its masks or its boxes.
 
     Args:
-        paths: the images' paths (local, or `s3://`, `gs://` URIs: objects are read
-            whole through `fetch.read_files`, `_CHUNK` at a time; a local file's
-            header is read by PIL).
+        paths: the images' paths: a local file's header is read by PIL; an object is
+            read through `dalipipe.storage.fetch`, `_CHUNK` at a time: a JPEG's first
+            `EXIF_HEAD` bytes (read whole where they do not parse), any other object
+            whole.
         what: `"masks"` or `"boxes"`, for the reasons.
 
     Returns:
         A list aligned with `paths` of a reason or None. An image that cannot be read
         or decoded gets None: the image check judges it.
     """
-    reasons = [None] * len(paths)
-    remote = [i for i, p in enumerate(paths) if storage.is_remote(p)]
+    orientations = {}
+    remote = [p for p in dict.fromkeys(paths) if storage.is_remote(p)]
     for start in range(0, len(remote), _CHUNK):
         chunk = remote[start:start + _CHUNK]
-        for i, (data, _) in zip(chunk, read_files([paths[i] for i in chunk])):
-            reasons[i] = None if data is None else _turned(io.BytesIO(data), what)
-    taken = set(remote)
-    return [reason if i in taken else _turned(paths[i], what)
-            for i, reason in enumerate(reasons)]
+        jpegs = [p for p in chunk if p.lower().endswith(JPEG_EXTENSIONS)]
+        for path, head in zip(jpegs, read_heads(jpegs, EXIF_HEAD)):
+            orientations[path] = None if head is None else _orientation(io.BytesIO(head))
+        whole = [p for p in chunk if orientations.get(p) is None]
+        for path, (data, _) in zip(whole, read_files(whole)):
+            orientations[path] = None if data is None else _orientation(io.BytesIO(data))
+    reasons = []
+    for path in paths:
+        orientation = orientations[path] if path in orientations else _orientation(path)
+        reasons.append(None if orientation in (None, 1) else (
+            f"has the EXIF orientation {orientation}, which DALI applies to the image and "
+            f"not to its {what}: not supported yet with `{what}` (save the image with its "
+            "pixels turned)"))
+    return reasons
 
 
-def _turned(file, what):
-    """`turned_images`'s reason for one image: `file` a local path or a file object."""
+def _orientation(file):
+    """The EXIF orientation of an image (1 without one; `file` a local path or a file
+    object), or None where it cannot be read."""
     from PIL import Image
 
     try:
         with Image.open(file) as image:
-            orientation = image.getexif().get(EXIF_ORIENTATION, 1)
+            return image.getexif().get(EXIF_ORIENTATION, 1)
     except (OSError, ValueError, SyntaxError):  # the image check judges unreadable images
         return None
-    if orientation in (None, 1):
-        return None
-    return (f"has the EXIF orientation {orientation}, which DALI applies to the image "
-            f"and not to its {what}: not supported yet with `{what}` (save the image with "
-            "its pixels turned)")
