@@ -98,6 +98,18 @@ def test_a_mask_column_resolves_against_the_table_folder(pets):
         masks.column_masks(["a.jpg", "b.jpg"], ["a.png", float("nan")])
 
 
+def test_a_mask_column_in_object_storage_resolves_to_uris(pets):
+    """Relative paths under a table in a bucket become URIs; URIs stay as they are,
+    whatever the root (no request is made)."""
+    pairs = masks.column_masks(["images/a.jpg", "s3://other/b.jpg"],
+                               ["../trimaps/a.png", "gs://g/m/b.png"], root="s3://bucket/t/")
+    assert pairs.image_paths == ["s3://bucket/t/images/a.jpg", "s3://other/b.jpg"]
+    assert pairs.mask_paths == ["s3://bucket/trimaps/a.png", "gs://g/m/b.png"]
+    local = masks.column_masks(["images/Abyssinian_1.jpg"], ["s3://bucket/m/a.png"], root=pets)
+    assert local.mask_paths == ["s3://bucket/m/a.png"]
+    assert local.image_paths == [str(pets / "images" / "Abyssinian_1.jpg")]
+
+
 # Masks: class ids
 
 

@@ -34,6 +34,8 @@ import numpy as np
 from dalipipe.annotations.files import flat_images, read_size, resolve, unmatched
 from dalipipe.annotations.formats import BOX_FORMATS, check_format
 from dalipipe.calls import warn
+from dalipipe.storage.fetch import read_files
+from dalipipe.storage.remote_sources import folder_of
 from dalipipe.utils import is_number
 
 # A table's coordinate columns for each format, in the format's order.
@@ -162,8 +164,9 @@ def coco_boxes(instances, images, *, allow_missing=False):
     An image file takes the JSON's image whose `file_name` has its base name.
 
     Args:
-        instances: the JSON file's path, or its content as a dict.
-        images: a flat folder of images, or a list of image paths.
+        instances: the JSON file's path (local, or an `s3://` or `gs://` URI), or its
+            content as a dict.
+        images: a flat folder of images, or a list of image paths (local or URIs).
         allow_missing: keep image files the JSON does not list, with no boxes, in
             `missing` for the check to report. Defaults to False: an error.
 
@@ -205,7 +208,7 @@ def coco_boxes(instances, images, *, allow_missing=False):
         warn(f"Annotations of {what} whose image_id is not among its 'images' are left "
              "out: " + unmatched("annotation id(s)", orphans))
     paths = (flat_images(images, "directory") if isinstance(images, (str, os.PathLike))
-             else [os.path.abspath(os.fspath(p)) for p in images])
+             else [resolve(p, None) for p in images])
     result, missing = [], []
     for path in paths:
         entry = by_name.get(os.path.basename(path))
@@ -233,11 +236,15 @@ def coco_boxes(instances, images, *, allow_missing=False):
 
 
 def _load_json(path):
+    """The object of a JSON file, local or in object storage (`fetch.read_files`)."""
     path = os.fspath(path)
+    (data, reason), = read_files([path])
+    if data is None:
+        raise ValueError(f"`boxes` must be a COCO instances JSON file. Received: "
+                         f"boxes={path!r}, which {reason}")
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError) as e:
+        data = json.loads(data.decode("utf-8-sig"))
+    except ValueError as e:  # UnicodeDecodeError and JSONDecodeError alike
         raise ValueError(f"`boxes` must be a COCO instances JSON file. Received: "
                          f"boxes={path!r}, which cannot be read as JSON ({e})") from e
     if not isinstance(data, dict):
@@ -264,8 +271,8 @@ def table_boxes(table, *, bounding_box_format, class_names=None, root=None,
     """The boxes of a table with one row per box.
 
     Args:
-        table: a CSV file's path, a dict of columns (`{name: list of cells}`) or a
-            pandas DataFrame. Its columns: `path_column`, `label_column` (a class
+        table: a CSV file's path (local, or an `s3://` or `gs://` URI), a dict of
+            columns (`{name: list of cells}`) or a pandas DataFrame. Its columns: `path_column`, `label_column` (a class
             name) and the four `BOX_COLUMNS[bounding_box_format]`. A row whose
             coordinates and label are all empty is an image without boxes.
         bounding_box_format: the format of the coordinates, one of `BOX_FORMATS`;
@@ -274,8 +281,8 @@ def table_boxes(table, *, bounding_box_format, class_names=None, root=None,
         class_names: the classes in label order; None: the names found, sorted
             (plain integers numerically first). A name outside them gets label -1,
             which the check reports.
-        root: the folder relative paths resolve against (None: a CSV file's
-            folder, else the working directory).
+        root: the folder relative paths resolve against, local or a URI (None: a
+            CSV file's folder, else the working directory).
         path_column, label_column: the columns' names. Default to "path", "label".
 
     Returns:
@@ -291,7 +298,7 @@ def table_boxes(table, *, bounding_box_format, class_names=None, root=None,
     bounding_box_format = check_format(bounding_box_format)
     if isinstance(table, (str, os.PathLike)):
         what, columns = repr(os.fspath(table)), read_csv(os.fspath(table))
-        root = os.path.dirname(os.path.abspath(os.fspath(table))) if root is None else root
+        root = folder_of(os.fspath(table)) if root is None else root
     else:
         what = "the table"
         columns = table.to_dict("list") if hasattr(table, "to_dict") else dict(table)

@@ -1,33 +1,50 @@
 """The files of a dense task's source: a flat folder's images, paths resolved against
-a table's folder, and the one wording of files left unmatched."""
+a table's folder, and the one wording of files left unmatched. A folder or a path
+may be local or in object storage (`s3://`, `gs://`): a prefix is listed by
+`dalipipe.storage.remote_sources`, a URI is kept as it is, and a relative path
+under a table in object storage becomes a URI."""
 
 import os
 
+from dalipipe import storage
+from dalipipe.storage import remote_sources
 from dalipipe.utils import IMAGE_EXTENSIONS, listing
 
 
 def flat_images(folder, argument):
-    """The image files directly in `folder`, sorted by name, as absolute paths.
+    """The image files directly in `folder`, sorted by name, as absolute paths (URIs
+    for a prefix in object storage).
 
     Hidden files (`._Abyssinian_1.jpg`, which macOS archives add) and other files are
     left out; subfolders are not walked.
 
     Args:
-        folder: a local folder.
+        folder: a local folder, or an `s3://` or `gs://` prefix (one listing:
+            `dalipipe.storage.remote_sources.flat_images`).
         argument: the argument that named it, for messages (`"directory"`, `"masks"`).
 
     Raises:
-        ValueError: when `folder` is not a folder or holds no image file.
+        ValueError: when `folder` is not a folder (an empty or missing prefix) or
+            holds no image file.
+        PermissionError, ConnectionError, ImportError: for a prefix, see
+            `dalipipe.storage`.
     """
     folder = os.fspath(folder)
-    if not os.path.isdir(folder):
+    if storage.is_remote(folder):
+        try:
+            found = remote_sources.flat_images(folder)
+        except ValueError as e:
+            raise ValueError(f"`{argument}` must be a folder of image files. Received: "
+                             f"{argument}={folder!r} ({e})") from e
+    elif not os.path.isdir(folder):
         raise ValueError(f"`{argument}` must be a folder of image files. "
                          f"Received: {argument}={folder!r}")
-    found = sorted(
-        os.path.abspath(os.path.join(folder, name)) for name in os.listdir(folder)
-        if not name.startswith(".") and name.lower().endswith(IMAGE_EXTENSIONS)
-        and os.path.isfile(os.path.join(folder, name))
-    )
+    else:
+        found = sorted(
+            os.path.abspath(os.path.join(folder, name)) for name in os.listdir(folder)
+            if not name.startswith(".") and name.lower().endswith(IMAGE_EXTENSIONS)
+            and os.path.isfile(os.path.join(folder, name))
+        )
     if not found:
         raise ValueError(f"No image files found in `{argument}`={folder!r}. "
                          f"Allowed formats: {IMAGE_EXTENSIONS}")
@@ -41,9 +58,14 @@ def stem(path):
 
 
 def resolve(path, root):
-    """`path` as an absolute path: a relative one against `root` (a table's folder),
-    or against the working directory where `root` is None."""
+    """`path` as an absolute path: a relative one against `root` (a table's folder,
+    local or a URI), or against the working directory where `root` is None. A URI
+    stays as it is."""
     path = os.fspath(path)
+    if storage.is_remote(path):
+        return path
+    if root is not None and storage.is_remote(root):
+        return storage.join(root, path)
     if root is not None and not os.path.isabs(path):
         path = os.path.join(root, path)
     return os.path.abspath(path)

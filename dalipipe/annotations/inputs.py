@@ -12,8 +12,9 @@ its class ids; or a source's images with their boxes, checked (`index_with_boxes
   `on_bad_file` applies to both; an image with an EXIF orientation other than 1
   (which DALI applies to the image and not to its mask) is refused there too;
 - DALI decodes a palette PNG to its colours, not its indices: every mask that is not
-  an 8-bit greyscale PNG is rewritten as one, of its ids, in dalipipe's cache folder
-  (`greyscale_mask`), and the graph reads that.
+  a local 8-bit greyscale PNG (another format, or any mask in object storage,
+  fetched once) is written as one, of its ids, in dalipipe's cache folder
+  (`greyscale_masks`), and the graph reads that.
 
 `index_with_boxes` is the indexing and check of `make_dali_pipeline(..., boxes=)`: a
 flat folder of images (or a list of paths) with a COCO JSON or a table of boxes; the
@@ -21,28 +22,31 @@ check of the boxes (`box_verdicts`) always runs, with the image check when `chec
 set, and EXIF-turned images are refused as for masks. Each image keeps its size (for
 `dalipipe.annotations.placement`) and at most `max_boxes` boxes, with one warning.
 
-Not supported yet (refused with an error naming the source): TFRecord files,
-`s3://` and `gs://` images, masks or boxes, class ids above 255, and a table as the
-images' source with `boxes`.
+Images, masks, tables and COCO JSON files may be local or in `s3://` and `gs://`,
+mixed: a folder is then a prefix, listed once (`files.flat_images`), a table's
+relative paths start at its own folder, and every read goes through
+`dalipipe.storage.fetch`. DALI reads `s3://` images itself; `gs://` images with
+`boxes` are read by dalipipe and fed as bytes (`remote_sources.read_in_python`).
+
+Not supported yet (refused with an error naming the source): TFRecord files, `gs://`
+images with `masks` (the graph reads an image and its mask by path, and DALI's
+reader cannot read `gs://`), class ids above 255, and a table as the images' source
+with `boxes`.
 """
 
-import hashlib
 import os
 
 import numpy as np
 
 from dalipipe import checks, sources, tfrecord
 from dalipipe.annotations.boxes import BoxSource, ImageBoxes, coco_boxes, table_boxes
-from dalipipe.annotations.checks import box_verdicts, mask_verdicts
+from dalipipe.annotations.checks import box_verdicts, mask_verdicts, turned_images
 from dalipipe.annotations.files import flat_images
-from dalipipe.annotations.masks import MaskPairs, column_masks, greyscale_png, match_masks, read_mask
+from dalipipe.annotations.masks import MaskPairs, column_masks, greyscale_masks, match_masks
 from dalipipe.checks.verdicts import Verdict
 from dalipipe.calls import warn
 from dalipipe.storage import remote_sources as remote
-from dalipipe.utils import cache_dir
-
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-EXIF_ORIENTATION = 0x0112
+from dalipipe.tfrecord.files import GLOB_CHARS
 
 
 def index_with_masks(source, options, *, device_id=0):
@@ -50,14 +54,16 @@ def index_with_masks(source, options, *, device_id=0):
 
     Args:
         source: a flat folder of images, a list of image paths, a CSV file or a
-            DataFrame.
-        options: validated `Options` with `masks` set (`device` resolved).
+            DataFrame; local, or in `s3://` (folders, files and paths) or `gs://`
+            (all but the images).
+        options: validated `Options` with `masks` set (`device` resolved): a folder
+            of masks (local or a prefix), or a table's column of mask paths.
         device_id: the CUDA device a GPU check decodes on.
 
     Returns:
         `(index, sizes)`: a `sources.Index` without labels, whose `class_names` are
         `options.class_names` and whose `mask_paths` are the 8-bit greyscale PNGs
-        the graph reads (`greyscale_mask`); and the `(width, height)` of the images
+        the graph reads (`greyscale_masks`); and the `(width, height)` of the images
         the image check read (for the GPU decoder's hints), empty without it.
 
     Raises:
@@ -79,13 +85,15 @@ def index_with_masks(source, options, *, device_id=0):
                           sizes=None if images is None else [v.size for v in images])
     if images is None:
         images = [Verdict(v.path, None) for v in found]
-    verdicts = [Verdict(image.path, image.reason or mask.reason or _rotated(image.path),
-                        image.size, image.stamp) for image, mask in zip(images, found)]
+    turned = _turned([image.reason or mask.reason for image, mask in zip(images, found)],
+                     [image.path for image in images], "masks")
+    verdicts = [Verdict(image.path, image.reason or mask.reason or why, image.size, image.stamp)
+                for image, mask, why in zip(images, found, turned)]
     index = checks.apply_policy(index, verdicts, on_bad_file=options.on_bad_file,
                                 keep_classes=True)
     if options.check is None:  # no stamps: the files were not checked
         index = sources.Index(**{**index._asdict(), "stamps": None})
-    masks = [greyscale_mask(path) for path in index.mask_paths]
+    masks = greyscale_masks(index.mask_paths)
     sizes = checks.image_sizes(images)
     return sources.Index(**{**index._asdict(), "mask_paths": masks}), sizes
 
@@ -94,10 +102,12 @@ def index_with_boxes(source, options, *, device_id=0):
     """The images of `source` with their boxes, checked.
 
     Args:
-        source: a flat folder of images or a list of image paths.
+        source: a flat folder of images or a list of image paths, local or in
+            `s3://` or `gs://`.
         options: validated `Options` with `boxes` set (`device` resolved): a COCO
             instances JSON (`coco_boxes`) or a table with one row per box
-            (`table_boxes`, in `bounding_box_format`).
+            (`table_boxes`, in `bounding_box_format`); a file may be local or an
+            object.
         device_id: the CUDA device a GPU check decodes on.
 
     Returns:
@@ -122,9 +132,11 @@ def index_with_boxes(source, options, *, device_id=0):
     verdicts = box_verdicts(found, sizes=None if images is None else [v.size for v in images])
     if images is None:
         images = [Verdict(v.path, None) for v in verdicts]
-    verdicts = [Verdict(image.path, image.reason or box.reason or _unsized(image, box)
-                        or _rotated(image.path, "boxes"), image.size or box.size, image.stamp)
-                for image, box in zip(images, verdicts)]
+    reasons = [image.reason or box.reason or _unsized(image, box)
+               for image, box in zip(images, verdicts)]
+    turned = _turned(reasons, [image.path for image in images], "boxes")
+    verdicts = [Verdict(image.path, reason or why, image.size or box.size, image.stamp)
+                for image, box, reason, why in zip(images, verdicts, reasons, turned)]
     entries = [entry._replace(size=verdict.size) for entry, verdict in zip(found.images, verdicts)]
     over = [(e.path, len(e.boxes)) for e in entries if len(e.boxes) > options.max_boxes]
     if over:
@@ -141,6 +153,14 @@ def index_with_boxes(source, options, *, device_id=0):
     return index, checks.image_sizes(images)
 
 
+def _turned(reasons, paths, what):
+    """`turned_images` of the images of `paths` whose `reasons` are None (the others
+    are refused already), None for the others."""
+    sound = [i for i, reason in enumerate(reasons) if reason is None]
+    found = dict(zip(sound, turned_images([paths[i] for i in sound], what)))
+    return [found.get(i) for i in range(len(paths))]
+
+
 def _unsized(image, box):
     """Why an image whose size is unknown is refused with `boxes` (they are placed
     with it), or None."""
@@ -149,26 +169,38 @@ def _unsized(image, box):
     return None
 
 
+def _refuse_tfrecords(source, name, sources_given):
+    """ValueError for TFRecord files as the images' source with `name` ("masks" or
+    "boxes"); `sources_given` says which sources that argument takes."""
+    path = os.fsdecode(os.fspath(source)) if isinstance(source, (str, os.PathLike)) else None
+    remote_pattern = path is not None and remote.is_remote_source(path) \
+        and any(c in path for c in GLOB_CHARS)
+    if remote_pattern or (not remote.is_remote_source(source)
+                          and tfrecord.tfrecord_files(source) is not None):
+        raise ValueError(f"`{name}` with TFRecord files is not supported yet: give "
+                         f"{sources_given}. Received: source={source!r}")
+
+
+def _images(source, options):
+    """The image paths (URIs for objects) of a source that is not a table: a flat
+    folder or prefix as it is, for `match_masks` and `coco_boxes` to list, or the
+    paths of a list."""
+    if isinstance(source, (str, os.PathLike)) and (
+            remote.is_prefix(source) or os.path.isdir(source)):
+        return os.fspath(source)
+    return sources.index_source(source, labels=None, root=options.root,
+                                verbose=False).file_paths
+
+
 def _box_source(source, options):
     """The `BoxSource` of `options.boxes` for the images of `source`."""
     boxes = options.boxes
-    if tfrecord.tfrecord_files(source) is not None:
-        raise ValueError("`boxes` with TFRecord files is not supported yet: give a folder "
-                         f"of images or a list of paths. Received: source={source!r}")
-    if (isinstance(boxes, (str, os.PathLike)) and remote.is_remote_source(os.fspath(boxes))) \
-            or (isinstance(source, (str, os.PathLike))
-                and remote.is_remote_source(os.fspath(source))):
-        raise ValueError("`boxes` with `s3://` or `gs://` files is not supported yet: "
-                         f"copy them to a local folder. Received: source={source!r}")
+    _refuse_tfrecords(source, "boxes", "a folder of images or a list of paths")
     if sources.read_table(source, options.root) is not None:
         raise ValueError("With `boxes`, the source must be a flat folder of images or a list "
                          "of image paths (the boxes' table or JSON names the images). "
                          f"Received: source={source!r}")
-    if isinstance(source, (str, os.PathLike)) and os.path.isdir(source):
-        images = os.fspath(source)
-    else:
-        images = sources.index_source(source, labels=None, root=options.root,
-                                      verbose=False).file_paths
+    images = _images(source, options)
     is_json = isinstance(boxes, (str, os.PathLike)) and os.fspath(boxes).lower().endswith(".json")
     if not is_json:
         found = table_boxes(boxes, bounding_box_format=options.bounding_box_format,
@@ -177,35 +209,25 @@ def _box_source(source, options):
         listed = {e.path: e for e in found.images}
         empty = (np.zeros((0, 4), np.float32), np.zeros(0, np.int32), [], [])
         entries = [listed.get(p) or ImageBoxes(p, *empty) for p in paths]
-        return BoxSource(entries, found.class_names, [p for p in paths if p not in listed],
-                         [p for p in listed if p not in set(paths)], 0)
-    found = coco_boxes(boxes, images, allow_missing=True)
-    if options.class_names is not None and list(options.class_names) != found.class_names:
-        raise ValueError("With a COCO JSON, `class_names` are its categories' names in id "
-                         f"order, {found.class_names}. Received: class_names="
-                         f"{options.class_names!r}")
+        found = BoxSource(entries, found.class_names, [p for p in paths if p not in listed],
+                          [p for p in listed if p not in set(paths)], 0)
+    else:
+        found = coco_boxes(boxes, images, allow_missing=True)
+        if options.class_names is not None and list(options.class_names) != found.class_names:
+            raise ValueError("With a COCO JSON, `class_names` are its categories' names in id "
+                             f"order, {found.class_names}. Received: class_names="
+                             f"{options.class_names!r}")
+    remote.refuse_if_dali_cannot_read_s3([e.path for e in found.images])
     return found
 
 
 def _pairs(source, options):
     """The `MaskPairs` of `source` (missing masks kept, for the check to report)."""
     masks = options.masks
-    if tfrecord.tfrecord_files(source) is not None:
-        raise ValueError("`masks` with TFRecord files is not supported yet: give a folder "
-                         f"of images, a list of paths or a table. Received: source={source!r}")
-    if remote.is_remote_source(masks) or (isinstance(source, (str, os.PathLike))
-                                          and remote.is_remote_source(os.fspath(source))):
-        raise ValueError("`masks` with `s3://` or `gs://` files is not supported yet: "
-                         f"copy them to a local folder. Received: source={source!r}, "
-                         f"masks={masks!r}")
+    _refuse_tfrecords(source, "masks", "a folder of images, a list of paths or a table")
     table = sources.read_table(source, options.root)
     if table is None:
-        if isinstance(source, (str, os.PathLike)) and os.path.isdir(source):
-            images = os.fspath(source)
-        else:
-            images = sources.index_source(source, labels=None, root=options.root,
-                                          verbose=False).file_paths
-        pairs = match_masks(images, masks, allow_missing=True)
+        pairs = match_masks(_images(source, options), masks, allow_missing=True)
     else:
         names, column, folder = table
         if masks not in names:
@@ -217,61 +239,12 @@ def _pairs(source, options):
         found = column_masks(index.file_paths, column(masks), root=folder, column=masks,
                              allow_missing=True)
         pairs = MaskPairs(index.file_paths, found.mask_paths, [])
-    remote_files = [p for p in pairs.image_paths + pairs.mask_paths
-                    if p is not None and remote.is_remote_source(p)]
-    if remote_files:
-        raise ValueError("`masks` with `s3://` or `gs://` files is not supported yet: copy "
-                         f"them to a local folder. Received: {remote_files[0]!r}")
+    if remote.read_in_python(pairs.image_paths):
+        first = next(p for p in pairs.image_paths if remote.read_in_python([p]))
+        raise ValueError(
+            "`masks` with `gs://` images is not supported yet: DALI's reader cannot read "
+            "`gs://` objects, and the bytes dalipipe reads for it carry no mask. Copy the "
+            "images to local disk or to `s3://` (their masks may stay in `gs://`). "
+            f"Received: source={source!r}, with the image {first!r}")
+    remote.refuse_if_dali_cannot_read_s3(pairs.image_paths)
     return pairs
-
-
-def _rotated(path, what="masks"):
-    """Why an image whose EXIF orientation is not 1 is refused, or None: DALI's
-    decoders turn the image as EXIF says, and not its mask or its boxes."""
-    from PIL import Image
-
-    try:
-        with Image.open(path) as image:
-            orientation = image.getexif().get(EXIF_ORIENTATION, 1)
-    except (OSError, ValueError, SyntaxError):  # the image check judges unreadable images
-        return None
-    if orientation in (None, 1):
-        return None
-    return (f"has the EXIF orientation {orientation}, which DALI applies to the image "
-            f"and not to its {what}: not supported yet with `{what}` (save the image with "
-            "its pixels turned)")
-
-
-def greyscale_mask(path):
-    """The path of an 8-bit greyscale PNG of the class ids of the mask at `path`.
-
-    An 8-bit greyscale PNG is its own; any other mask (a palette PNG, which DALI
-    decodes to its colours; a 1-bit or 16-bit PNG; another format) is rewritten
-    (`greyscale_png`) into `<cache_dir()>/masks/`, named by a hash of its path, size
-    and modification time, so that a changed mask is rewritten.
-
-    Raises:
-        ValueError: naming the mask, for ids above 255 (not supported yet).
-    """
-    with open(path, "rb") as f:
-        head = f.read(26)
-    if head[:8] == PNG_SIGNATURE and head[12:16] == b"IHDR" and head[24:26] == b"\x08\x00":
-        return path
-    stat = os.stat(path)
-    key = hashlib.sha256(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()
-    folder = os.path.join(cache_dir(), "masks")
-    target = os.path.join(folder, key[:32] + ".png")
-    if os.path.isfile(target):
-        return target
-    with open(path, "rb") as f:
-        data = f.read()
-    ids = read_mask(data, path)
-    if ids.size and ids.max() > 255:
-        raise ValueError(f"The mask {path!r} holds the class id {int(ids.max())}: ids above "
-                         "255 are not supported yet with `masks`")
-    os.makedirs(folder, exist_ok=True)
-    partial = f"{target}.{os.getpid()}.tmp"
-    with open(partial, "wb") as f:
-        f.write(greyscale_png(data, path))
-    os.replace(partial, target)
-    return target

@@ -20,19 +20,31 @@ ids. DALI decodes a palette PNG to its colours (as grey: a weighted sum of them)
 to its indices; `mask_palette` says whether a mask is a palette image and gives its
 colours, and `greyscale_png` rewrites a mask as a greyscale PNG of its ids, which any
 decoder reads as ids. RGB masks are refused: colours are not ids.
+
+`greyscale_masks` gives the local 8-bit greyscale PNGs the graph reads: a local one
+as it is, every other mask (other PNGs and formats, and every mask in object
+storage) written once into dalipipe's cache folder.
+
+Images and masks may be local or in `s3://` and `gs://` (`dalipipe.storage`), mixed.
 """
 
+import hashlib
 import io
 import os
 from typing import List, NamedTuple, Optional
 
 import numpy as np
 
+from dalipipe import storage
 from dalipipe.annotations.files import flat_images, resolve, stem, unmatched
 from dalipipe.calls import warn
+from dalipipe.storage import fetch
+from dalipipe.utils import cache_dir
 
 # PIL modes whose pixel values are class ids: greyscale, palette (indices), 1-bit.
 ID_MODES = ("L", "P", "1", "I", "I;16", "I;16B", "I;16L")
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_CHUNK = 256  # masks fetched together
 
 
 class MaskError(ValueError):
@@ -85,7 +97,7 @@ def match_masks(images, masks, *, allow_missing=False):
             every one; for two masks of one stem; for a folder without images.
     """
     image_paths = (flat_images(images, "directory") if isinstance(images, (str, os.PathLike))
-                   else [os.path.abspath(os.fspath(p)) for p in images])
+                   else [resolve(p, None) for p in images])
     by_stem = {}
     for path in flat_images(masks, "masks"):
         other = by_stem.setdefault(stem(path), path)
@@ -228,3 +240,85 @@ def greyscale_png(data, path="<bytes>"):
     out = io.BytesIO()  # uint8 gives mode "L", uint16 "I;16"
     Image.fromarray(ids.astype(np.uint8 if small else np.uint16)).save(out, "PNG")
     return out.getvalue()
+
+
+def greyscale_masks(paths):
+    """The paths of local 8-bit greyscale PNGs of the class ids of the masks at
+    `paths`, the files the graph reads.
+
+    A local 8-bit greyscale PNG is its own. Any other local mask (a palette PNG, which
+    DALI decodes to its colours; a 1-bit or 16-bit PNG; another format) is rewritten
+    (`greyscale_png`), and every mask in object storage is fetched once
+    (`dalipipe.storage.fetch.read_files`) and written as it is where it is an 8-bit
+    greyscale PNG, else rewritten: into `<cache_dir()>/masks/`, named by a hash of its
+    path or URI and its stamp (`fetch.stamps`: a file's size and modification time, an
+    object's size and ETag), so that a changed mask is written again. DALI never
+    reads a mask's URI: the graph's masks are local files.
+
+    Args:
+        paths: local paths and `s3://` or `gs://` URIs of masks.
+
+    Returns:
+        A list of local paths, aligned with `paths`.
+
+    Raises:
+        ValueError: naming the mask, for ids above 255 (not supported yet), and for a
+            mask that cannot be read now (deleted since the check).
+        PermissionError, ConnectionError, ImportError: see `dalipipe.storage`.
+    """
+    paths = list(paths)
+    folder = os.path.join(cache_dir(), "masks")
+    found, wanted = {}, {}
+    for path, stamp in zip(paths, fetch.stamps(paths)):
+        if path in found or path in wanted:
+            continue
+        if stamp is None:
+            raise ValueError(f"The mask {path!r} was checked and cannot be read now: "
+                             "it was deleted or replaced since")
+        if not storage.is_remote(path) and _is_greyscale_png(_head(path)):
+            found[path] = path
+            continue
+        key = hashlib.sha256(f"{path}\0{stamp[0]}\0{stamp[1]}".encode()).hexdigest()
+        target = os.path.join(folder, key[:32] + ".png")
+        if os.path.isfile(target):
+            found[path] = target
+        else:
+            wanted[path] = target
+    wanted = list(wanted.items())
+    for start in range(0, len(wanted), _CHUNK):
+        chunk = wanted[start:start + _CHUNK]
+        for (path, target), (data, reason) in zip(chunk, fetch.read_files([p for p, _ in chunk])):
+            if data is None:
+                raise ValueError(f"The mask {path!r} was checked and cannot be read now "
+                                 f"({reason})")
+            _write(target, data if _is_greyscale_png(data) else _greyscale_ids(data, path))
+            found[path] = target
+    return [found[p] for p in paths]
+
+
+def _head(path):
+    with open(path, "rb") as f:
+        return f.read(26)
+
+
+def _is_greyscale_png(data):
+    """Whether `data` (a file's bytes, or its first 26) is an 8-bit greyscale PNG."""
+    return data[:8] == PNG_SIGNATURE and data[12:16] == b"IHDR" and data[24:26] == b"\x08\x00"
+
+
+def _greyscale_ids(data, path):
+    """`greyscale_png` of a mask whose ids are at most 255."""
+    ids = read_mask(data, path)
+    if ids.size and ids.max() > 255:
+        raise ValueError(f"The mask {path!r} holds the class id {int(ids.max())}: ids above "
+                         "255 are not supported yet with `masks`")
+    return greyscale_png(data, path)
+
+
+def _write(target, data):
+    """Writes `data` to `target` whole (another process may read it meanwhile)."""
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    partial = f"{target}.{os.getpid()}.tmp"
+    with open(partial, "wb") as f:
+        f.write(data)
+    os.replace(partial, target)

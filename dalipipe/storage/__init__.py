@@ -242,6 +242,22 @@ def read_objects(uris, *, max_workers=None, verbose=None):
     return map_objects(uris, lambda uri, data: data, max_workers=max_workers, verbose=verbose)
 
 
+def read_heads(uris, size, *, max_workers=None):
+    """The first `size` bytes of each of `uris` (fewer where an object is shorter), one
+    ranged GET each, in parallel; None for a missing or empty object.
+
+    Returns:
+        A list of bytes or None, in the order of `uris`.
+    """
+    def one(uri):
+        try:
+            return read_object(uri, 0, size) or None
+        except (FileNotFoundError, ValueError):  # ValueError: the range of an empty object
+            return None
+
+    return _in_pool(one, uris, max_workers)
+
+
 def stat_objects(uris, *, max_workers=None):
     """`stat` of each of `uris`, in parallel: an `ObjectInfo` (key = the URI), or None
     for a missing object. One HEAD request per object: for the objects under one
@@ -401,5 +417,6 @@ class _errors:
 
 __all__ = [
     "ObjectInfo", "is_remote", "split_uri", "join", "list_objects", "stat", "read_object",
-    "open_object", "map_objects", "find_objects", "parent", "read_objects", "stat_objects", "reset_clients", "SCHEMES",
+    "open_object", "map_objects", "find_objects", "parent", "read_objects", "read_heads",
+    "stat_objects", "reset_clients", "SCHEMES",
 ]

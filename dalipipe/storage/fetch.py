@@ -2,7 +2,8 @@
 layer of dalipipe, and the stamps that say when a file was replaced.
 
 `read_files` reads each file whole: a local file from disk, an object with one
-request, the objects in parallel (`storage.MAX_WORKERS` at a time). A file that
+request, the objects in parallel (`storage.MAX_WORKERS` at a time); `read_heads`
+reads the first bytes of each. A file that
 cannot be read gives its reason, worded here once for local files and objects:
 "does not exist", "empty file (0 bytes)" or "empty object (0 bytes)", "not a regular
 file", "broken symbolic link (to '...')", "cannot be read (<the system's message>)".
@@ -44,6 +45,34 @@ def read_files(paths):
     fetched = iter(storage.map_objects([p for p, r in zip(paths, remote) if r], _object,
                                        verbose=False))
     return [next(fetched) if is_uri else _read_local(path) for path, is_uri in zip(paths, remote)]
+
+
+def read_heads(paths, size):
+    """The first `size` bytes of each of `paths` (fewer where a file is shorter): for
+    what a file's header says, without reading it whole (one ranged GET an object).
+
+    Returns:
+        A list aligned with `paths` of bytes, or None for a file that cannot be read
+        or is empty (`read_files` gives the reason).
+
+    Raises:
+        PermissionError, ConnectionError, ImportError: as `read_files`.
+    """
+    remote = [storage.is_remote(p) for p in paths]
+    fetched = iter(storage.read_heads([p for p, r in zip(paths, remote) if r], size)
+                   if any(remote) else ())
+    return [next(fetched) if is_uri else _read_local_head(path, size)
+            for path, is_uri in zip(paths, remote)]
+
+
+def _read_local_head(path, size):
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None  # a FIFO would block the read forever
+        with open(path, "rb") as f:
+            return f.read(size) or None
+    except OSError:
+        return None
 
 
 def read_batch(paths):

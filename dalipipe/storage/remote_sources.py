@@ -10,6 +10,7 @@ the `sources.Index` the same local source gives.
 - Table and list rows that hold URIs, and relative rows under `root="s3://..."`
   (`resolve`): the URIs are found by a listing of their common folder (or HEAD
   requests for a few), `storage.find_objects`.
+- A flat prefix of images or of masks, for masks and boxes (`flat_images`).
 - TFRecord files in object storage are refused, saying why (`tfrecord_error`);
   `gs://` objects are read by dalipipe, not DALI (`read_in_python`).
 
@@ -66,12 +67,12 @@ def prefix_tree(source):
     """
     if isinstance(source, (list, tuple)) and is_remote_list(source, None):
         uris = [os.fsdecode(os.fspath(p)) for p in source if _remote(p)]
-        _refuse_if_dali_cannot_read_s3(uris)
+        refuse_if_dali_cannot_read_s3(uris)
         _refuse_tfrecords(uris, dict.fromkeys(uris, True))
     if not is_remote_source(source):
         return None
     uri = os.fsdecode(os.fspath(source))
-    _refuse_if_dali_cannot_read_s3([uri])
+    refuse_if_dali_cannot_read_s3([uri])
     if any(c in uri for c in GLOB_CHARS):
         raise tfrecord_error(uri)
     if uri.lower().endswith((".csv",) + IMAGE_EXTENSIONS):
@@ -81,6 +82,20 @@ def prefix_tree(source):
     except ValueError as e:
         _refuse_object(uri, e)
         raise
+
+
+def flat_images(uri):
+    """The URIs of the image objects directly under the prefix `uri` (its "sub-folders"
+    not walked, hidden names left out), sorted by name: what
+    `dalipipe.annotations.files.flat_images` lists for a local folder. One listing.
+
+    Raises:
+        ValueError: for an empty or missing prefix or bucket, naming the URI.
+        PermissionError, ConnectionError, ImportError: see `dalipipe.storage`.
+    """
+    tree = RemoteTree(uri, storage.list_objects(uri))
+    return [tree.base + key for key in tree.keys
+            if "/" not in key and not key.startswith(".") and key.lower().endswith(IMAGE_EXTENSIONS)]
 
 
 def folder_of(path):
@@ -125,7 +140,7 @@ def read_in_python(paths):
     return any(isinstance(p, str) and p.startswith("gs://") for p in paths)
 
 
-def _refuse_if_dali_cannot_read_s3(uris):
+def refuse_if_dali_cannot_read_s3(uris):
     """RuntimeError where `uris` hold an `s3://` one and DALI's S3 client would abort
     this process (TensorFlow imported before DALI: see `dalipipe.dali_import`)."""
     if not any(u.startswith("s3://") for u in uris):
@@ -217,7 +232,7 @@ def resolve(paths, root, what, allow_missing):
         else:
             file_paths.append(os.path.normpath(os.path.join(local_base, os.path.expanduser(path))))
     uris = [p for p in file_paths if storage.is_remote(p)]
-    _refuse_if_dali_cannot_read_s3(uris)
+    refuse_if_dali_cannot_read_s3(uris)
     found = dict(zip(uris, storage.find_objects(uris)))
     _refuse_tfrecords(uris, found)
     missing = [p for p in file_paths if (found[p] is None if p in found else not os.path.isfile(p))]
