@@ -189,9 +189,6 @@ def test_unsupported_sources_are_refused(dense, tmp_path):
     with pytest.raises(ValueError, match=r"`s3://` or `gs://` files is not supported yet"):
         make_dali_pipeline(os.path.join(dense, "images"), masks="s3://bucket/masks/",
                            **OPTIONS)
-    p = pipeline(dense)
-    with pytest.raises(ValueError, match=r"`masks` with several devices.*not supported yet"):
-        p.shard([0], 2)
 
 
 def copy_dense(dense, folder):
