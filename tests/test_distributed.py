@@ -56,13 +56,14 @@ def _wait(process, timeout=240, *, crash_ok=False):
     return True
 
 
-def _run_mirrored(source, out):
+def _run_mirrored(source, out, dense=None):  # noqa: F811 (not the fixture)
     """The mirrored job, run a second time if the first dies of SIGSEGV: DALI's
     TensorFlow plugin crashes the process, rarely, when a distributed iterator over a
     DALI dataset is destroyed after a partial read (Keras's `evaluate` does so; about
     once in 1,300 such iterators on a loaded 2-core machine). docs/limits.md."""
     for attempt in range(2):
-        process = subprocess.Popen([sys.executable, JOB, "mirrored", source, str(out)],
+        process = subprocess.Popen([sys.executable, JOB, "mirrored", source, str(out),
+                                    *([dense] if dense else [])],
                                    env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         if _wait(process, crash_ok=attempt == 0):
             return
@@ -86,10 +87,13 @@ def _check_epochs(replica_runs):
 
 @slow
 @pytest.mark.parametrize("kind", ["directory", "tfrecord"])
-def test_mirrored_strategy_over_two_logical_cpus(tagged_dir, tagged_tfrecords, tmp_path, kind):
+def test_mirrored_strategy_over_two_logical_cpus(tagged_dir, tagged_tfrecords, tmp_path, kind,
+                                                  dense):  # noqa: F811
+    """With a directory, the job also runs masks and boxes (`dense_run`): their rows
+    over the two replicas are the unsharded epoch's, then the padding."""
     out = tmp_path / "mirrored.json"
     source = tagged_dir if kind == "directory" else tagged_tfrecords
-    _run_mirrored(source, out)
+    _run_mirrored(source, out, dense if kind == "directory" else None)
     report = json.loads(out.read_text())
     assert report["replicas"] == 2
     assert report["cardinality"] == -(-NUM_TAGGED // GLOBAL_BATCH)
@@ -99,6 +103,23 @@ def test_mirrored_strategy_over_two_logical_cpus(tagged_dir, tagged_tfrecords, t
     assert report["history"]["accuracy"][-1] > 0.9
     assert report["history"]["plain_evaluate_accuracy"][0] > 0.9
     assert report["seed_error"] is None  # one process: its one seed serves every replica
+    if kind == "directory":
+        check_dense_rows(report["dense"], dense)
+
+
+def check_dense_rows(found, dense):  # noqa: F811
+    """`dense_run`'s rows: the real ones are the unsharded epoch's, in order; the
+    padding (weight 0) has masks of the fill value and labels of -1."""
+    for kind, column in (("masks", 1), ("boxes", 2)):
+        whole = make_dali_pipeline(os.path.join(dense, "images"),
+                                   **{**DENSE, **dense_targets(dense, kind)})
+        want = np.concatenate([batch[column] for batch in whole.epoch(0)])
+        targets = np.array([t for t, _ in found[kind]])
+        weights = np.array([w for _, w in found[kind]])
+        assert len(weights) == DENSE_STEPS * 6 and set(weights) == {0.0, 1.0}
+        np.testing.assert_array_equal(targets[weights == 1], want)
+        assert (targets[weights == 0] == -1).all() and (weights == 0).sum() == DENSE_PADDING
+    assert np.isfinite(found["loss"]).all()
 
 
 def _free_ports(count):
