@@ -26,7 +26,13 @@ from test_masks import dense  # noqa: F401 (the fixture: 8 images with masks and
 
 slow = pytest.mark.slow  # strategies in subprocesses, and in this process
 
-tf = pytest.importorskip("tensorflow")
+
+
+@pytest.fixture
+def tf():
+    """TensorFlow, for the strategies (the shards' native checks and the `gpu` one run
+    without it)."""
+    return pytest.importorskip("tensorflow")
 
 JOB = os.path.join(os.path.dirname(__file__), "distributed_job.py")
 GLOBAL_BATCH = 8
@@ -87,7 +93,7 @@ def _check_epochs(replica_runs):
 
 @slow
 @pytest.mark.parametrize("kind", ["directory", "tfrecord"])
-def test_mirrored_strategy_over_two_logical_cpus(tagged_dir, tagged_tfrecords, tmp_path, kind,
+def test_mirrored_strategy_over_two_logical_cpus(tf, tagged_dir, tagged_tfrecords, tmp_path, kind,
                                                   dense):  # noqa: F811
     """With a directory, the job also runs masks and boxes (`dense_run`): their rows
     over the two replicas are the unsharded epoch's, then the padding."""
@@ -145,7 +151,7 @@ def _tagged_bucket(server, tagged_dir):
 
 @slow
 @pytest.mark.parametrize("kind", ["directory", "s3"])
-def test_multi_worker_mirrored_strategy_with_two_workers(tagged_dir, tmp_path, request, kind):
+def test_multi_worker_mirrored_strategy_with_two_workers(tf, tagged_dir, tmp_path, request, kind):
     """With `kind="s3"`, both workers read from the session's local S3 server, each its
     shard, straight from the bucket."""
     source = tagged_dir
@@ -192,7 +198,7 @@ def test_multi_worker_mirrored_strategy_with_two_workers(tagged_dir, tmp_path, r
 
 
 @slow
-def test_one_device_strategy_in_process(tagged_dir):
+def test_one_device_strategy_in_process(tf, tagged_dir):
     """The per-worker path in this process: weights, cardinality and `fit`."""
     from dalipipe import make_dali_dataset
 
@@ -218,7 +224,7 @@ def test_one_device_strategy_in_process(tagged_dir):
     ({"label_mode": None}, r"needs labels.*Received: labels='inferred', label_mode=None"),
     ({"device": "gpu"}, r"`device='gpu'` needs a strategy whose replicas are GPUs"),
 ])
-def test_strategy_errors_name_the_argument(tagged_dir, options, message):
+def test_strategy_errors_name_the_argument(tf, tagged_dir, options, message):
     from dalipipe import make_dali_dataset
 
     options = {"strategy": tf.distribute.OneDeviceStrategy("/cpu:0"), **options}
@@ -227,7 +233,7 @@ def test_strategy_errors_name_the_argument(tagged_dir, options, message):
 
 
 @slow
-def test_class_weight_multiplies_the_padding_weights(tagged_dir):
+def test_class_weight_multiplies_the_padding_weights(tf, tagged_dir):
     from dalipipe import make_dali_dataset
 
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
@@ -243,7 +249,7 @@ def test_class_weight_multiplies_the_padding_weights(tagged_dir):
 
 
 @slow
-def test_raw_targets_under_a_strategy(tagged_dir):
+def test_raw_targets_under_a_strategy(tf, tagged_dir):
     """Float targets with the padding's weights: every sample once, weights summing to
     the dataset."""
     pd = pytest.importorskip("pandas")
@@ -271,6 +277,7 @@ DENSE_STEPS, DENSE_PADDING = 2, 4
 
 
 def dense_targets(dense, kind):  # noqa: F811 (`dense` is the fixture)
+    """The options of `kind` ("masks" or "boxes") for the `dense` sample data."""
     if kind == "masks":
         return dict(masks=os.path.join(dense, "masks"))
     return dict(boxes=os.path.join(dense, "instances.json"), max_boxes=6, class_names=None)
@@ -342,7 +349,7 @@ def test_the_dict_output_is_refused_on_several_devices(dense):  # noqa: F811
 
 
 @slow
-def test_masks_and_boxes_under_a_strategy_in_process(dense):  # noqa: F811
+def test_masks_and_boxes_under_a_strategy_in_process(tf, dense):  # noqa: F811
     """The per-worker path in this process: `(images, masks, weights)` with padding of
     `mask_fill_value` and weight 0, a segmentation `fit` with per-pixel weights in
     its loss and `MeanIoU`; `(images, {"boxes", "labels"}, weights)` with -1 padding."""
@@ -350,7 +357,8 @@ def test_masks_and_boxes_under_a_strategy_in_process(dense):  # noqa: F811
 
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     images = os.path.join(dense, "images")
-    seg = make_dali_dataset(images, strategy=strategy, **{**DENSE, **dense_targets(dense, "masks")})
+    seg = make_dali_dataset(images, strategy=strategy,
+                            **{**DENSE, **dense_targets(dense, "masks")})
     batches = [tuple(t.numpy() for t in batch) for batch in seg]
     assert len(batches) == DENSE_STEPS
     masks = np.concatenate([m for _, m, _ in batches])
@@ -359,17 +367,33 @@ def test_masks_and_boxes_under_a_strategy_in_process(dense):  # noqa: F811
     assert (masks[weights[:, 0, 0] == 0] == -1).all() and (masks[weights[:, 0, 0] == 1] >= 0).all()
     classes = len(MASK_CLASS_NAMES)
     with strategy.scope():
-        model = tf.keras.Sequential([tf.keras.Input((24, 32, 3)), tf.keras.layers.Rescaling(1 / 255),
+        model = tf.keras.Sequential([tf.keras.Input((24, 32, 3)),
+                                     tf.keras.layers.Rescaling(1 / 255),
                                      tf.keras.layers.Conv2D(classes, 1)])
         model.compile("adam", tf.keras.losses.SparseCategoricalCrossentropy(
             from_logits=True, ignore_class=-1), weighted_metrics=[tf.keras.metrics.MeanIoU(
                 classes, sparse_y_pred=False, ignore_class=-1)])
     history = model.fit(seg, epochs=1, verbose=0).history
     assert np.isfinite(history["loss"][0]) and 0 <= history["mean_io_u"][0] <= 1
-    det = make_dali_dataset(images, strategy=strategy, **{**DENSE, **dense_targets(dense, "boxes")})
+    det = make_dali_dataset(images, strategy=strategy,
+                            **{**DENSE, **dense_targets(dense, "boxes")})
     (_, first, w0), (_, last, w1) = list(det)
     assert set(first) == {"boxes", "labels"} and first["boxes"].shape == (6, 6, 4)
     padding = w1.numpy() == 0
     assert padding.sum() == DENSE_PADDING and w0.numpy().all()
     assert (last["boxes"].numpy()[padding] == -1).all()
     assert (last["labels"].numpy()[padding] == -1).all()
+
+
+@pytest.mark.gpu
+def test_gpu_shards_of_masks_equal_the_cpu_shards(dense):  # noqa: F811
+    """The GPU graph's padding (`sharding.padded_masks`, the weights moved to the GPU)
+    gives the CPU graph's masks and weights exactly."""
+    options = {**DENSE, **dense_targets(dense, "masks")}
+    for device in ("cpu", "gpu"):
+        whole = make_dali_pipeline(os.path.join(dense, "images"), **{**options, "device": device})
+        found = global_rows([whole.shard([r], 2) for r in range(2)], 1)
+        if device == "cpu":
+            cpu = found
+    for got, want in zip(found[1:], cpu[1:], strict=True):
+        np.testing.assert_array_equal(got, want)

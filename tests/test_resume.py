@@ -253,8 +253,8 @@ def run_job(backend, tagged_dir, backup_dir, records, kill="", dense=None):  # n
     pytest.importorskip(backend)
     environ = child_env(KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
     process = subprocess.run([sys.executable, JOB, tagged_dir, str(backup_dir), str(records),
-                              kill, *([dense] if dense else [])], env=environ, capture_output=True, text=True, timeout=300,
-                             cwd=TESTS)
+                              kill, *([dense] if dense else [])], env=environ,
+                             capture_output=True, text=True, timeout=300, cwd=TESTS)
     assert process.returncode in (0, -9), process.stderr[-4000:]
     return process.returncode, process.stdout
 
