@@ -103,10 +103,9 @@ def data_parallel_shard(options, backend):
     device) loads its `batch_size // world_size` samples of every global batch.
 
     Raises:
-        ValueError: for another Keras distribution, without labels, masks or boxes,
-            or without `batch_size`
-            (the padding needs weights), or for a `batch_size` that the devices do
-            not divide.
+        ValueError: for another Keras distribution, without labels, masks or boxes
+            or without `batch_size` (the padding needs weights), or for a
+            `batch_size` that the devices do not divide.
     """
     if backend == "jax":
         import keras
@@ -141,8 +140,7 @@ def data_parallel_shard(options, backend):
         raise ValueError(
             f"With {what}, every step is a full batch and the last one is padded with "
             "zero-weight samples, which needs labels (or masks, or boxes) to weigh and "
-            "a `batch_size`. To "
-            "predict, make the dataset on one device. Received: "
+            "a `batch_size`. To predict, make the dataset on one device. Received: "
             f"labels={options.labels!r}, label_mode={options.label_mode!r}, "
             f"batch_size={options.batch_size!r}"
         )

@@ -6,8 +6,8 @@
 
 Writes JSON: per epoch, per local replica, the (tag, label, weight) of every sample,
 and the training history; with DENSE_DIR (sample data with masks and boxes), also
-`dense`: the masks, boxes and weights of one epoch of each, row by row over the
-replicas, and the loss of a segmentation `fit` (`dense_run`).
+`dense`: the masks, box labels and weights of one epoch of each, row by row over the
+replicas (`dense_run`).
 """
 
 import json
@@ -91,14 +91,14 @@ def main(mode, data_dir, out, dense_dir=None):
 def dense_run(strategy, dense_dir):
     """Masks and boxes under `strategy` (`test_distributed.DENSE`'s options): epoch 0's
     rows in the order of the epoch's positions (step by step, replica by replica), as
-    `(mask or box labels, weight)`; then epoch 1 of the masks trained by `fit`, with
-    per-pixel weights."""
+    `(mask or box labels, weight)`. (`fit` with masks under a strategy:
+    `test_distributed.test_masks_and_boxes_under_a_strategy_in_process`.)"""
     from test_distributed import DENSE, dense_targets
 
     images = os.path.join(dense_dir, "images")
-    found, datasets = {}, {}
+    found = {}
     for kind in ("masks", "boxes"):
-        dataset = datasets[kind] = make_dali_dataset(
+        dataset = make_dali_dataset(
             images, strategy=strategy, **{**DENSE, **dense_targets(dense_dir, kind)})
         rows = []
         for _, targets, weights in dataset:
@@ -107,14 +107,6 @@ def dense_run(strategy, dense_dir):
                             strategy.experimental_local_results(weights)):
                 rows += [(t.tolist(), float(v.flat[0])) for t, v in zip(y.numpy(), w.numpy())]
         found[kind] = rows
-    with strategy.scope():
-        classes = len(DENSE["class_names"])
-        model = tf.keras.Sequential([tf.keras.Input((24, 32, 3)),
-                                     tf.keras.layers.Rescaling(1 / 255),
-                                     tf.keras.layers.Conv2D(classes, 1)])
-        model.compile("adam", tf.keras.losses.SparseCategoricalCrossentropy(
-            from_logits=True, ignore_class=-1))
-    found["loss"] = model.fit(datasets["masks"], epochs=1, verbose=0).history["loss"]
     return found
 
 

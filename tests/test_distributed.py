@@ -125,7 +125,6 @@ def check_dense_rows(found, dense):  # noqa: F811
         assert len(weights) == DENSE_STEPS * 6 and set(weights) == {0.0, 1.0}
         np.testing.assert_array_equal(targets[weights == 1], want)
         assert (targets[weights == 0] == -1).all() and (weights == 0).sum() == DENSE_PADDING
-    assert np.isfinite(found["loss"]).all()
 
 
 def _free_ports(count):
