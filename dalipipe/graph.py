@@ -16,7 +16,8 @@ layouts of the first two, both packing and unpacking:
   own step in the graph; with `boxes`, then the sample's boxes and labels, placed in
   the output image in NumPy (`dalipipe.annotations.placement`) and passed through.
 - `"weights"` (only for one shard of a distributed dataset): float32, one per
-  sample, 0 for padding.
+  sample, 0 for padding; a padding sample's mask is all `mask_fill_value`, and
+  its weight is given per pixel (`dalipipe.sharding.padded_masks`).
 
 With `class_weight` or a `"weights"` input, the last output is Keras's
 `sample_weight`: the class weight of each sample's label (a lookup table in the
@@ -37,6 +38,7 @@ every GPU graph set-up for one).
 from dalipipe import codecs, sampling
 from dalipipe.feed import random_columns, unpack_boxes, unpack_pairs, unpack_random, unpack_samples
 from dalipipe.options import normalization_stats
+from dalipipe.sharding import padded_masks
 
 # Keras's interpolation names -> the closest DALI filter, and whether it must
 # antialias. DALI has no area, Lanczos-5 or Mitchell-Netravali filter: "area" is the
@@ -128,6 +130,8 @@ def define(options, *, feed, padded, feeds_bytes, num_classes, target_shape=None
         outputs[:2] = [images if options.dtype == "float32"
                        else fn.cast(images, dtype=dtype), labels]
     weights = external("weights", dali_types.FLOAT, ndim=0) if padded else None
+    if padded and options.masks is not None:  # padding: fill-value masks, weighed per pixel
+        outputs[1], weights = padded_masks(outputs[1], weights, options)
     if options.class_weight is not None:
         keys, values = class_weight_table(options.class_weight)
         by_class = fn.lookup_table(label, keys=keys, values=values, default_value=1.0,

@@ -141,17 +141,12 @@ def _index_images(source, options, device_id):
 def _check_sharding(options, replica_ids, num_replicas):
     """`Sharding(num_replicas, replica_ids)`, or ValueError when `options` cannot be
     split over `num_replicas` replicas."""
-    if options.boxes is not None:
+    if options.output == "dict":
         raise ValueError(
-            "`boxes` with several devices (a `strategy`, a distribution or "
-            "`torch.distributed`) is not supported yet. "
-            f"Received: bounding_box_format={options.bounding_box_format!r}, "
-            f"num_replicas={num_replicas}")
-    if options.masks is not None:
-        raise ValueError(
-            "`masks` with several devices (a `strategy`, a distribution or "
-            "`torch.distributed`) is not supported yet. "
-            f"Received: masks={options.masks!r}, num_replicas={num_replicas}")
+            "With several devices (a `strategy`, a distribution or `torch.distributed`) "
+            "the last step is padded with samples of weight 0, which need the `(x, y, "
+            "sample_weight)` form; `output='dict'` is the dict of Keras's preprocessing "
+            f"layers, without weights. Received: output='dict', num_replicas={num_replicas}")
     if options.batch_size is None:
         raise ValueError(
             "A distributed dataset splits each global batch over the replicas, so it "
@@ -212,7 +207,10 @@ class ImagePipeline:
     - weights, with `class_weight` or for a shard of a distributed dataset
       (`shard`): float32 `(n,)`, Keras's `sample_weight`: the weight of the sample's
       class (1.0 without `class_weight` or for a class it leaves out), times 0 for
-      the padding of a shard, whose `n` is always the replica's batch size.
+      the padding of a shard, whose `n` is always the replica's batch size; with
+      `masks`, float32 `(n, height, width)`, the sample's weight at every pixel
+      (the shape of a segmentation loss's per-pixel values). A shard's padding
+      samples have masks of `mask_fill_value` and boxes and labels of -1.
 
     With `batch_size=None` the outputs are single samples, without the batch
     dimension (DALI runs batches of one). `len()` is the number of steps per epoch.
@@ -297,9 +295,9 @@ class ImagePipeline:
                 "categorical": (None, len(self.class_names)),
                 "binary": (None, 1),
             }[options.label_mode])
-        if self.weighted:
+        if self.weighted:  # a shard's masks weigh per pixel (`sharding.padded_masks`)
             dtypes.append("float32")
-            shapes.append((None,))
+            shapes.append((None, height, width) if options.masks is not None else (None,))
         if self.unbatched:
             shapes = [shape[1:] for shape in shapes]
         return tuple(dtypes), tuple(shapes)
@@ -327,8 +325,10 @@ class ImagePipeline:
         gets the `r`-th slice of `batch_size // num_replicas` samples. The last step
         is padded with samples of weight 0 (unless `drop_remainder=True`), so every
         replica runs `steps` full batches and each sample counts exactly once per
-        epoch. The pipeline gets a third output, float32 weights `(n,)` (0 for
-        padding, else the sample's class weight).
+        epoch. The pipeline gets a last output, float32 weights `(n,)` (0 for
+        padding, else the sample's class weight), `(n, height, width)` per pixel
+        with `masks`; a padding sample's mask is all `mask_fill_value`, its boxes
+        and labels all -1.
 
         Args:
             replica_ids: the consecutive replicas this pipeline feeds, in the order
@@ -385,16 +385,20 @@ class ImagePipeline:
         random = feed.draw_random(options, epoch, positions, batch_size=self.batch_size)
         first = start_batch * self.batch_size * self.batches_per_step
         sample_ids, random = order[positions][first:], random[first:]
+        weights = None if weights is None else weights[first:]
         if options.boxes is not None:
-            random = self.with_boxes(sample_ids, random)
-        return sample_ids, random, None if weights is None else weights[first:]
+            random = self.with_boxes(sample_ids, random,
+                                     padding=None if weights is None else weights == 0)
+        return sample_ids, random, weights
 
-    def with_boxes(self, sample_ids, random):
+    def with_boxes(self, sample_ids, random, padding=None):
         """`random` (the draws of `sample_ids`) with each sample's boxes and labels
         after them, placed in its output image (`annotations.placement.place_boxes`)
         and padded to `max_boxes` (`feed.pack_boxes`): float32
         `(len(sample_ids), feed.random_columns(options))`. With `box_crop`, the crop
-        columns are first moved to hold a box (`annotations.placement.keep_a_box`)."""
+        columns are first moved to hold a box (`annotations.placement.keep_a_box`).
+        The rows where `padding` (bool, a shard's padding samples) is set get no
+        boxes: all -1."""
         options = self.options
         entries = [self.index.boxes[i] for i in sample_ids]
         crops = feed.part_columns(random, options, "crop") if options.augment else None
@@ -407,6 +411,8 @@ class ImagePipeline:
                   for row, entry in enumerate(entries)]
         boxes, labels = pad_boxes([b for b, _ in placed], [lab for _, lab in placed],
                                   options.max_boxes)
+        if padding is not None:
+            boxes[padding], labels[padding] = -1, -1
         return np.concatenate([random, feed.pack_boxes(boxes, labels)], axis=1)
 
     def check_position(self, epoch, start_batch):

@@ -36,7 +36,9 @@ class DALIPyDataset(keras.utils.PyDataset):
     - or, with `boxes`, `{"boxes": float32 (n, max_boxes, 4), "labels": int32 (n,
       max_boxes)}`; with `output="dict"`, Keras's dicts instead of the tuple
       (`dalipipe.annotations.elements`);
-    - sample weights, with `class_weight` or several devices: float32 `(n,)`.
+    - sample weights, with `class_weight` or several devices: float32 `(n,)`, or
+      with `masks` (several devices) `(n, height, width)`, per pixel; a padding
+      sample's mask is all `mask_fill_value`, its boxes and labels all -1.
 
     `n` is `batch_size`, smaller only for the last batch of an epoch (unless
     `drop_remainder=True`, or with several devices, where the last step is padded

@@ -5,10 +5,13 @@ The arithmetic of `tf.distribute`, used on every backend: every step takes the n
 pipelines through the same `seed`), and replica `r` gets the `r`-th slice of
 `batch_size // num_replicas` samples. The last step is padded with samples from the
 start of the order, of weight 0, so that every replica runs the same number of
-full batches and each sample counts exactly once per epoch.
+full batches and each sample counts exactly once per epoch. A padding sample's
+mask is all `mask_fill_value` (`padded_masks`, in the graph) and its boxes and
+labels all -1 (`ImagePipeline.with_boxes`), as an image without objects.
 
 `data_parallel_shard` finds the replicas of this process under Keras's JAX
-distribution or `torch.distributed`; Keras, JAX and PyTorch are imported only there.
+distribution or `torch.distributed`; Keras, JAX and PyTorch are imported only there,
+and DALI only in `padded_masks` (graph code).
 """
 
 from typing import NamedTuple
@@ -45,6 +48,41 @@ class Sharding(NamedTuple):
         return positions % num_samples, (positions < num_samples).astype(np.float32)
 
 
+def padded_masks(masks, weights, options):
+    """A shard's masks and their sample weights, per pixel (DALI graph code).
+
+    Args:
+        masks: the int32 masks node, `(height, width, 1)` or `(1, height, width)`
+            per sample, on the graph's device.
+        weights: the `"weights"` input's node, float32 `()` per sample on the CPU:
+            1 for a real sample, 0 for padding.
+        options: resolved `Options` (`mask_fill_value`, `image_size`, `device`).
+
+    Returns:
+        `(masks, weights)`: the masks, all `mask_fill_value` for padding; float32
+        `(height, width)` weights, the sample's weight at every pixel, the shape of
+        the per-pixel loss of a segmentation model (Keras's losses and `MeanIoU`
+        take it; a `(batch,)` weight does not broadcast against `(batch, height,
+        width)`).
+    """
+    from nvidia.dali import fn, types
+
+    if options.device == "gpu":
+        weights = weights.gpu()
+    keep = fn.cast(weights > 0, dtype=types.INT32)
+    masks = masks * keep + int(options.mask_fill_value) * (1 - keep)
+    per_pixel = fn.cast(masks * 0, dtype=types.FLOAT) + weights
+    return masks, fn.reshape(per_pixel, shape=list(options.image_size))
+
+
+def has_targets(options):
+    """Whether `options` give targets to weigh: labels, masks or boxes (a padded
+    step needs them: its padding weighs 0)."""
+    if options.masks is not None or options.boxes is not None:
+        return True
+    return options.label_mode is not None and options.labels is not None
+
+
 def check_global_batch(batch_size, num_replicas):
     """Raises ValueError unless the global `batch_size` splits evenly over the replicas."""
     if batch_size % num_replicas:
@@ -65,9 +103,9 @@ def data_parallel_shard(options, backend):
     device) loads its `batch_size // world_size` samples of every global batch.
 
     Raises:
-        ValueError: for another Keras distribution, without labels or `batch_size`
-            (the padding needs weights), or for a `batch_size` that the devices do
-            not divide.
+        ValueError: for another Keras distribution, without labels, masks or boxes
+            or without `batch_size` (the padding needs weights), or for a
+            `batch_size` that the devices do not divide.
     """
     if backend == "jax":
         import keras
@@ -98,11 +136,11 @@ def data_parallel_shard(options, backend):
         return None
     if devices == 1 and processes == 1:
         return None
-    if options.label_mode is None or options.labels is None or options.batch_size is None:
+    if not has_targets(options) or options.batch_size is None:
         raise ValueError(
             f"With {what}, every step is a full batch and the last one is padded with "
-            "zero-weight samples, which needs labels to weigh and a `batch_size`. To "
-            "predict, make the dataset on one device. Received: "
+            "zero-weight samples, which needs labels (or masks, or boxes) to weigh and "
+            "a `batch_size`. To predict, make the dataset on one device. Received: "
             f"labels={options.labels!r}, label_mode={options.label_mode!r}, "
             f"batch_size={options.batch_size!r}"
         )

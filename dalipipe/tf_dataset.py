@@ -15,7 +15,7 @@ from dalipipe.annotations.settings import shown
 from dalipipe.devices import resolve_tensorflow_device, strategy_device, tf_gpu_cuda_ordinal
 from dalipipe.install import import_dali_tf
 from dalipipe.pipeline import split_source
-from dalipipe.sharding import check_global_batch
+from dalipipe.sharding import check_global_batch, has_targets
 from dalipipe.tf_inputs import EpochFeed
 from dalipipe.tf_keras_dataset import KerasDataset
 
@@ -112,10 +112,11 @@ def _check_strategy(strategy, options):
             "the same order, split and augmentation: pass the same `seed` on every "
             f"worker. Received: seed=None, strategy={type(strategy).__name__}"
         )
-    if options.label_mode is None or options.labels is None:
+    if not has_targets(options):
         raise ValueError(
             "`strategy` pads the last step with zero-weight samples, which needs labels "
-            "to weigh. To predict, make the dataset without `strategy`. "
+            "(or masks, or boxes) to weigh. To predict, make the dataset without "
+            "`strategy`. "
             f"Received: labels={options.labels!r}, label_mode={options.label_mode!r}"
         )
     check_global_batch(options.batch_size, strategy.num_replicas_in_sync)

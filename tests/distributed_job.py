@@ -1,11 +1,13 @@
 """One process of the distributed tests (`test_distributed.py`): feeds a strategy from
 `make_dali_dataset(..., strategy=...)`, records what every replica saw, then trains.
 
-    python distributed_job.py mirrored SOURCE OUT_JSON
+    python distributed_job.py mirrored SOURCE OUT_JSON [DENSE_DIR]
     TF_CONFIG=... python distributed_job.py multiworker SOURCE OUT_JSON
 
 Writes JSON: per epoch, per local replica, the (tag, label, weight) of every sample,
-and the training history.
+and the training history; with DENSE_DIR (sample data with masks and boxes), also
+`dense`: the masks, box labels and weights of one epoch of each, row by row over the
+replicas (`dense_run`).
 """
 
 import json
@@ -23,7 +25,7 @@ from dalipipe import make_dali_dataset  # noqa: E402
 EPOCHS = 2
 
 
-def main(mode, data_dir, out):
+def main(mode, data_dir, out, dense_dir=None):
     tf.keras.utils.set_random_seed(0)  # the same initial weights in every run
     if mode == "mirrored":
         cpu = tf.config.list_physical_devices("CPU")[0]
@@ -73,8 +75,10 @@ def main(mode, data_dir, out):
         # Keras 3's fit fails under MultiWorkerMirroredStrategy with any dataset
         # (keras-team/keras#20585): a custom training loop, as in README's recipe.
         history = custom_loop(strategy, model, dataset, global_batch=8)
+    dense = None if dense_dir is None else dense_run(strategy, dense_dir)
     with open(out, "w") as f:
         json.dump({
+            "dense": dense,
             "replicas": strategy.num_replicas_in_sync,
             "cardinality": int(dataset.cardinality),
             "epochs": epochs,
@@ -82,6 +86,28 @@ def main(mode, data_dir, out):
             "class_names": dataset.class_names,
             "seed_error": seed_error,
         }, f)
+
+
+def dense_run(strategy, dense_dir):
+    """Masks and boxes under `strategy` (`test_distributed.DENSE`'s options): epoch 0's
+    rows in the order of the epoch's positions (step by step, replica by replica), as
+    `(mask or box labels, weight)`. (`fit` with masks under a strategy:
+    `test_distributed.test_masks_and_boxes_under_a_strategy_in_process`.)"""
+    from test_distributed import DENSE, dense_targets
+
+    images = os.path.join(dense_dir, "images")
+    found = {}
+    for kind in ("masks", "boxes"):
+        dataset = make_dali_dataset(
+            images, strategy=strategy, **{**DENSE, **dense_targets(dense_dir, kind)})
+        rows = []
+        for _, targets, weights in dataset:
+            targets = targets["labels"] if kind == "boxes" else targets
+            for y, w in zip(strategy.experimental_local_results(targets),
+                            strategy.experimental_local_results(weights)):
+                rows += [(t.tolist(), float(v.flat[0])) for t, v in zip(y.numpy(), w.numpy())]
+        found[kind] = rows
+    return found
 
 
 def custom_loop(strategy, model, dataset, global_batch):

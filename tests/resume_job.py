@@ -1,6 +1,6 @@
 """`fit` with `dalipipe.BackupAndRestore` in its own process, to be killed (`test_resume.py`).
 
-    KERAS_BACKEND=tensorflow python resume_job.py TAGGED_DIR BACKUP_DIR RECORDS [KILL]
+    KERAS_BACKEND=tensorflow python resume_job.py TAGGED_DIR BACKUP_DIR RECORDS [KILL [DENSE_DIR]]
 
 Trains `EPOCHS` epochs on `tagged_dir` (see `conftest.py`) with a backup every
 `SAVE_FREQ` steps, prints Keras's progress bar at each epoch's end (`verbose=2`),
@@ -11,6 +11,11 @@ last line with Keras's "ran out of data" warnings and the steps that a `StepCoun
 callback, whose state the backups hold, counted. KILL `at:E,B` sends the process
 SIGKILL after step B of epoch E; `write:N` during the N-th backup's write, after its
 files and before the rename.
+
+With DENSE_DIR (sample data with masks), the same process then trains a segmentation
+model on its masks three times (`dense_runs`): uninterrupted, interrupted by an
+exception (which stands for the kill) and resumed from the backup; a last line holds
+the digest of the masks each step trained on.
 """
 
 import json
@@ -24,6 +29,7 @@ from keras import ops
 
 import dalipipe
 import backend_job
+from test_resume import DENSE, DENSE_EPOCHS, DENSE_KILL, mask_digest
 
 BATCH = 8
 EPOCHS = 4
@@ -131,7 +137,76 @@ class KilledInWrite(dalipipe.BackupAndRestore):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-def main(tagged_dir, backup_dir, records, kill=""):
+class LastMasks(keras.metrics.Metric):
+    """The masks of the last batch (rows of -2 past a partial batch's end)."""
+
+    def __init__(self, name="last_masks"):
+        super().__init__(name=name)
+        self.shape = (DENSE["batch_size"], *DENSE["image_size"], 1)
+        self.masks = self.add_variable(shape=self.shape, initializer="zeros", name="masks")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        masks = ops.cast(y_true, "float32")
+        self.masks.assign(ops.concatenate([masks, -2 * ops.ones(self.shape)])[:self.shape[0]])
+
+    def result(self):
+        return ops.sum(self.masks)
+
+
+class Interrupted(Exception):
+    """Stands for SIGKILL."""
+
+
+class MaskSteps(keras.callbacks.Callback):
+    """`[epoch, step, digest of its masks]` of each step trained; raises `Interrupted`
+    after step `kill_at`."""
+
+    def __init__(self, steps, kill_at=None):
+        super().__init__()
+        self.steps, self.kill_at, self.seen = steps, kill_at, []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch, self.offset = epoch, self.steps - self.params["steps"]
+
+    def on_train_batch_end(self, batch, logs=None):
+        metric = next(m for m in _metrics(self.model) if isinstance(m, LastMasks))
+        self.seen.append([self.epoch, self.offset + batch,
+                          mask_digest(ops.convert_to_numpy(metric.masks))])
+        if (self.epoch, self.offset + batch) == self.kill_at:
+            raise Interrupted()
+
+
+def dense_fit(dense_dir, backup_dir, kill_at=None):
+    """A new masks dataset, model and `BackupAndRestore` in `backup_dir`, as a started
+    program makes them; `fit` until the end or `kill_at`. Returns the steps trained."""
+    from dalipipe.annotations.sample import MASK_CLASS_NAMES
+
+    train = dalipipe.make_dali_dataset(os.path.join(dense_dir, "images"),
+                                       masks=os.path.join(dense_dir, "masks"),
+                                       class_names=list(MASK_CLASS_NAMES), **DENSE)
+    backup = dalipipe.BackupAndRestore(backup_dir, train, save_freq=1)
+    model = keras.Sequential([keras.Input((*DENSE["image_size"], 3)),
+                              keras.layers.Rescaling(1 / 255),
+                              keras.layers.Conv2D(len(MASK_CLASS_NAMES), 1)])
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                                     ignore_class=-1),
+                  metrics=[LastMasks()])
+    steps, start = MaskSteps(train.image_pipeline.steps, kill_at), list(backup.position)
+    try:
+        model.fit(train, epochs=DENSE_EPOCHS, verbose=0, callbacks=[backup, steps])
+    except Interrupted:
+        pass
+    return {"start": start, "steps": steps.seen}
+
+
+def dense_runs(dense_dir, backup_dir):
+    """The masks' runs: uninterrupted, interrupted at `DENSE_KILL`, resumed."""
+    return {"whole": dense_fit(dense_dir, backup_dir + "-whole"),
+            "killed": dense_fit(dense_dir, backup_dir + "-dense", DENSE_KILL),
+            "resumed": dense_fit(dense_dir, backup_dir + "-dense")}
+
+
+def main(tagged_dir, backup_dir, records, kill="", dense_dir=None):
     train = dalipipe.make_dali_dataset(tagged_dir, **OPTIONS)
     kill_at = None
     if kill.startswith("at:"):
@@ -149,6 +224,8 @@ def main(tagged_dir, backup_dir, records, kill=""):
     recorder.write({"warnings": [str(w.message) for w in caught
                                  if "ran out of data" in str(w.message)],
                     "counted": counter.steps})
+    if dense_dir:
+        recorder.write({"dense": dense_runs(dense_dir, backup_dir)})
 
 
 if __name__ == "__main__":

@@ -227,8 +227,6 @@ def test_unsupported_sources_are_refused(dense, tmp_path):
     with pytest.raises(ValueError, match=r"With `boxes`, the source must be a flat folder"):
         make_dali_pipeline(os.path.join(dense, "labels.csv"), boxes=boxes, **OPTIONS)
     p = pipeline(dense)
-    with pytest.raises(ValueError, match=r"`boxes` with several devices.*not supported yet"):
-        p.shard([0], 2)
     with pytest.raises(ValueError, match=r"With `boxes`, `random` holds.*random=None"):
         next(iter(p.run(np.arange(4))))
 

@@ -186,9 +186,6 @@ def test_unsupported_sources_are_refused(dense, tmp_path):
     with pytest.raises(ValueError, match=r"TFRecord files is not supported yet"):
         make_dali_pipeline(str(tmp_path / "train-*"), masks=os.path.join(dense, "masks"),
                            **OPTIONS)
-    p = pipeline(dense)
-    with pytest.raises(ValueError, match=r"`masks` with several devices.*not supported yet"):
-        p.shard([0], 2)
 
 
 def copy_dense(dense, folder):

@@ -1,7 +1,9 @@
 """Resuming mid-epoch: `ImagePipeline.epoch(n, start_batch=k)`, the datasets'
 `set_position`, and `dalipipe.BackupAndRestore` in `fit` jobs killed with SIGKILL and
-started again (`resume_job.py`), whose steps must be the uninterrupted run's."""
+started again (`resume_job.py`), whose steps must be the uninterrupted run's; masks and
+boxes natively, and masks in `fit` in the uninterrupted job's process."""
 
+import hashlib
 import json
 import os
 import random
@@ -16,6 +18,7 @@ import dalipipe
 from dalipipe.utils import child_env
 
 from helpers import tag_of
+from test_masks import dense  # noqa: F401 (the fixture: 8 images with masks and boxes)
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(TESTS, "resume_job.py")
@@ -23,6 +26,19 @@ OPTIONS = dict(image_size=(12, 12), batch_size=8, normalization=None, verbose=Fa
                device="cpu", seed=5)
 STEPS = 16  # 121 tagged images in batches of 8
 EPOCHS = 4
+# Masks (`dense`, `resume_job.dense_runs`): 8 images in batches of 3 (3 steps),
+# interrupted after step 1 of epoch 1, with a backup after every step.
+DENSE = dict(image_size=(24, 32), batch_size=3, seed=3, device="cpu", verbose=False,
+             num_threads=1, augment=True, mask_fill_value=-1)
+DENSE_EPOCHS = 3
+DENSE_KILL = (1, 1)
+
+
+def mask_digest(masks):
+    """The digest of a batch of int32 masks (rows of -2, past a partial batch's end
+    in `resume_job.LastMasks`, left out)."""
+    masks = np.asarray(masks).astype(np.int32)
+    return hashlib.sha1(masks[masks[:, 0, 0, 0] != -2].tobytes()).hexdigest()
 
 
 @pytest.mark.parametrize("augment", [False, True])
@@ -39,6 +55,19 @@ def test_start_batch_gives_the_rest_of_the_epoch(tagged_dir, augment):
     rest_ids, rest_randoms, _ = pipeline.epoch_inputs(2, start_batch=9)
     np.testing.assert_array_equal(rest_ids, ids[72:])
     np.testing.assert_array_equal(rest_randoms, randoms[72:])
+
+
+@pytest.mark.parametrize("kind", ["masks", "boxes"])
+def test_start_batch_gives_the_rest_of_an_epoch_of_masks_or_boxes(dense, kind):  # noqa: F811
+    targets = (dict(masks=os.path.join(dense, "masks")) if kind == "masks"
+               else dict(boxes=os.path.join(dense, "instances.json"), max_boxes=6))
+    pipeline = dalipipe.make_dali_pipeline(os.path.join(dense, "images"), **DENSE, **targets)
+    whole = list(pipeline.epoch(2))
+    rest = list(pipeline.epoch(2, start_batch=1))
+    assert len(whole) == 3 and len(rest) == 2
+    for got, want in zip(rest, whole[1:]):
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
 
 
 def test_start_batch_of_a_shard_counts_global_steps(tagged_dir):
@@ -218,13 +247,14 @@ def test_bad_arguments_raise(tagged_dir, tmp_path):
         dalipipe.BackupAndRestore(str(tmp_path / "b"), dataset, save_freq=0)
 
 
-def run_job(backend, tagged_dir, backup_dir, records, kill=""):
-    """Runs `resume_job.py`; returns its return code (-9 when killed) and stdout."""
+def run_job(backend, tagged_dir, backup_dir, records, kill="", dense=None):  # noqa: F811
+    """Runs `resume_job.py` (with `dense`, also its masks' runs); returns its return
+    code (-9 when killed) and stdout."""
     pytest.importorskip(backend)
     environ = child_env(KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
     process = subprocess.run([sys.executable, JOB, tagged_dir, str(backup_dir), str(records),
-                              kill], env=environ, capture_output=True, text=True, timeout=300,
-                             cwd=TESTS)
+                              kill, *([dense] if dense else [])], env=environ,
+                             capture_output=True, text=True, timeout=300, cwd=TESTS)
     assert process.returncode in (0, -9), process.stderr[-4000:]
     return process.returncode, process.stdout
 
@@ -290,14 +320,31 @@ def test_a_run_killed_during_a_backup_write_resumes_from_the_previous_one(tagged
 
 
 @pytest.mark.slow
-def test_the_uninterrupted_run_sees_the_native_epochs(tagged_dir, tmp_path):
+def test_the_uninterrupted_run_sees_the_native_epochs(tagged_dir, tmp_path, dense):  # noqa: F811
+    """The same process then fits masks uninterrupted, interrupted and resumed
+    (`resume_job.dense_runs`): the resumed steps are the uninterrupted run's, and
+    those are the native epochs' masks."""
     records = tmp_path / "whole.jsonl"
-    assert run_job("tensorflow", tagged_dir, tmp_path / "backup", records)[0] == 0
+    assert run_job("tensorflow", tagged_dir, tmp_path / "backup", records, dense=dense)[0] == 0
     (run,) = read_runs(records)
     pipeline = dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS)
     assert steps_of(run) == [
         (epoch, batch, [tag_of(image) for image in images])
         for epoch in range(EPOCHS) for batch, (images, _) in enumerate(pipeline.epoch(epoch))]
+    runs = run[-1]["dense"]
+    masks = dalipipe.make_dali_pipeline(os.path.join(dense, "images"),
+                                        masks=os.path.join(dense, "masks"), **DENSE)
+    want = [[epoch, step, mask_digest(batch)] for epoch in range(DENSE_EPOCHS)
+            for step, (_, batch) in enumerate(masks.epoch(epoch))]
+    assert runs["whole"]["steps"] == want
+    kill = list(DENSE_KILL)
+    assert runs["killed"]["steps"] == [s for s in want if s[:2] <= kill]
+    start = runs["resumed"]["start"]
+    # The backup after the interrupted step is written at the next step's start (all
+    # callbacks have seen the step then): lost with the interruption, as with SIGKILL,
+    # so the resumed run trains that step again.
+    assert start == kill
+    assert runs["resumed"]["steps"] == [s for s in want if s[:2] >= start]
 
 
 @pytest.mark.slow

@@ -8,10 +8,13 @@ each format gives is `element(outputs, options)`:
 | `masks` | `(images, masks)` |
 | `masks`, `output="dict"` | `{"images": images, "segmentation_masks": masks}` |
 | `boxes` | `(images, {"boxes": boxes, "labels": labels})` |
+| `boxes`, sharded | `(images, {"boxes": boxes, "labels": labels}, sample_weights)` |
 | `boxes`, `output="dict"` | `{"images": images, "bounding_boxes": {"boxes": boxes, "labels": labels}}` |
 
 The dicts are those Keras's preprocessing layers take. Anything else is the flat
-tuple, unchanged.
+tuple, unchanged: with masks, a shard's `(images, masks, sample_weights)`. A shard's
+weights (several devices) come last, as Keras's `(x, y, sample_weight)`; the dicts are
+refused there (`pipeline._check_sharding`).
 """
 
 
@@ -29,5 +32,5 @@ def element(outputs, options):
         boxes = {"boxes": outputs[1], "labels": outputs[2]}
         if options.output == "dict":
             return {"images": images, "bounding_boxes": boxes}
-        return images, boxes
+        return (images, boxes, *outputs[3:])
     return {"images": images, "segmentation_masks": outputs[1]}
