@@ -17,10 +17,9 @@ DEFAULT_LOADERS = ("python_generator", "pydataset", "image_dataset_from_director
 # The segmentation workload's loaders unless others are asked for.
 DEFAULT_SEGMENTATION_LOADERS = ("keras_oxford_pets", "tf_data_keras_layers", "dalipipe_cpu",
                                 "dalipipe_cpu_no_antialias", "dalipipe_gpu")
-
-
 # The loader the segmentation table divides by, unless the run's reference ran it.
 SEGMENTATION_REFERENCE = "tf_data_keras_layers"
+
 # A quick run: at most this many images, these workloads (unless others are asked for).
 QUICK_IMAGES = 64
 QUICK_WORKLOADS = ("stretch",)
@@ -113,8 +112,8 @@ def run_bench(*, data, out, loaders=None, workloads=None,
     tasks = [dict(kind="decode", device=device, **common) for device in ("cpu", "gpu")]
     names = {}
     for workload in workloads:
-        dense = workload in loaders_lib.DENSE_WORKLOADS
-        names[workload] = list(loaders or (DEFAULT_SEGMENTATION_LOADERS if dense
+        is_dense = workload in loaders_lib.DENSE_WORKLOADS
+        names[workload] = list(loaders or (DEFAULT_SEGMENTATION_LOADERS if is_dense
                                            else DEFAULT_LOADERS))
         for number in range(rounds):
             shift = number % len(names[workload])
@@ -122,7 +121,7 @@ def run_bench(*, data, out, loaders=None, workloads=None,
                 tasks.append(dict(kind="measure", loader=loader, workload=workload,
                                   train_steps=train_steps if workload == "train" else 0,
                                   **({"round": number + 1} if rounds > 1 else {}),
-                                  **(dense_common if dense else common)))
+                                  **(dense_common if is_dense else common)))
     report.update({
         "config": dict(batch_size=batch_size, images=len(common["files"]), runs=runs,
                        workloads=list(workloads), rounds=rounds,
