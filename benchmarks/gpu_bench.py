@@ -15,7 +15,10 @@ count (or DataLoader worker count) for every section, `--threads`:
    `torchvision.io.decode_jpeg(device="cuda")`, crop, resize and normalize on the GPU;
    a torch `DataLoader` decoding with `decode_jpeg` on the CPU; dalipipe's CPU graph
    run natively; and DALI's decoding alone, set up as dalipipe's graph sets it up
-   (the decode-only ceilings, CPU and GPU).
+   (the decode-only ceilings, CPU and GPU). Then, within the section's budget
+   (`--dense-budget` of it), the segmentation workload (`dalipipe.bench.dense_data`:
+   JPEGs with greyscale masks, random-resized crop and flip of both, 160x160) for
+   dalipipe's graphs (`DENSE_LOADERS`), under `"dense"`.
 2. Both crop set-ups of the train workload (`codecs.crop_setup()`: the one chosen for
    this nvJPEG, and `full_decode` forced with `DALIPIPE_ROI_FANCY_UPSAMPLING=0`): the
    GPU graph's images/s, the crop decode-only ceiling, and which decoder nvImageCodec
@@ -35,7 +38,8 @@ limit, and what is not started in time is recorded as skipped, as is one whose
 requirements are absent (torch, a GPU), so the script also runs on a CPU-only machine
 as a rehearsal. The default run is sized for the GPU machine's whole run
 (`scripts/gpu_run.sh`): at most about 4.5 minutes, by its budgets (making 1000 images
-about 0.5 on 16 cores, section 1 1.7, 2 0.4, 3 1, 4 0.8; not yet timed on an H200).
+about 0.5 on 16 cores, section 1 1.7 with its dense workloads, 2 0.4, 3 1, 4 0.8; not
+yet timed on an H200), plus making the 128 images with masks (not timed there either).
 
 Writes `results.json` (every setting under `settings`, each section's status under
 `sections`, the summary under `summary`) and `results.md` to `--out` at the start and
@@ -74,6 +78,13 @@ from dalipipe.bench.harness import error_line  # noqa: E402
 LOADERS = ("dalipipe_native_gpu", "dalipipe_native_gpu_on_device", "torchvision_gpu",
            "torch_dataloader", "dalipipe_native_cpu")
 WORKLOADS = ("train", "eval", "randaugment")
+# The dense workloads (images with masks) and the graphs measured on them.
+DENSE_WORKLOADS = ("segmentation",)
+DENSE_LOADERS = ("dalipipe_native_gpu_on_device", "dalipipe_native_gpu", "dalipipe_native_cpu")
+# At most this many images with masks (making them is slow: 1,000 took about 5 minutes
+# on 2 cores under a load average of 7-8), in batches of at most 32 (the batch of
+# Keras's segmentation example).
+DENSE_IMAGES, DENSE_BATCH = 128, 32
 # The GPU graph whose images/s is GPU preprocessing: batches left on the GPU.
 PREPROCESSING = "dalipipe_native_gpu_on_device"
 SETUPS = {"chosen": {}, "forced_full_decode": {"DALIPIPE_ROI_FANCY_UPSAMPLING": "0"}}
@@ -104,6 +115,8 @@ def parse_args(argv=None):
                         help="seconds after which one measurement is stopped")
     parser.add_argument("--time-budget", type=float, default=100,
                         help="seconds for section 1; what is left then is stopped or not started")
+    parser.add_argument("--dense-budget", type=float, default=20,
+                        help="seconds of section 1's --time-budget for the dense workloads")
     parser.add_argument("--setups-budget", type=float, default=25,
                         help="seconds for section 2 (both crop set-ups)")
     parser.add_argument("--fit-model", default=None, choices=("resnet50", "small"),
@@ -188,7 +201,9 @@ def main(argv=None):
     started = time.perf_counter()
     result = {"sections": {name: {"status": "not started"} for name in SECTIONS}}
     result["settings"] = {**vars(args), "threads": threads, "workloads": list(WORKLOADS),
-                          "loaders": list(LOADERS), "sweep_threads": list(sweep_threads),
+                          "loaders": list(LOADERS), "dense_workloads": list(DENSE_WORKLOADS),
+                          "dense_loaders": list(DENSE_LOADERS),
+                          "sweep_threads": list(sweep_threads),
                           "sweep_hw_decoder_loads": list(sweep_loads),
                           "environment": {k: v for k, v in os.environ.items()
                                           if k.startswith(("DALI", "KERAS", "CUDA"))}}
@@ -258,15 +273,20 @@ def run_section(result, name, run):
 
 def loaders_section(result, args, data, threads):
     """Section 1, `dalipipe.bench.report.run_bench`, which rewrites results.json after
-    each measurement: what it wrote there is kept when it is stopped or fails."""
+    each measurement: what it wrote there is kept when it is stopped or fails. Then
+    the dense workloads (`dense_loaders`), within `--dense-budget` of the section's
+    `--time-budget`."""
     from dalipipe.bench import report
 
+    dense_budget = min(args.dense_budget, args.time_budget)
     try:
         result.update(report.run_bench(
             data=data, out=args.out, loaders=LOADERS, workloads=WORKLOADS,
             batch_size=args.batch_size, num_images=args.num_images, runs=args.runs,
             train_steps=0, threads=threads, quick=args.quick, reference="dalipipe_native_gpu",
-            timeout=args.section_timeout, time_budget=args.time_budget, stream=sys.stdout))
+            timeout=args.section_timeout, time_budget=args.time_budget - dense_budget,
+            stream=sys.stdout))
+        dense_loaders(result.setdefault("dense", []), args, data, threads, dense_budget)
     except BaseException:
         try:
             with open(os.path.join(args.out, "results.json")) as f:
@@ -276,6 +296,25 @@ def loaders_section(result, args, data, threads):
         if "config" in written:  # run_bench's, not the one main wrote before it
             result.update({k: v for k, v in written.items() if k not in ("sections", "settings")})
         raise
+
+
+def dense_loaders(results, args, data, threads, budget):
+    """The dense workloads for `DENSE_LOADERS` over `dalipipe.bench.dense_data`'s images
+    (made in `data` with "-segmentation" added: `DENSE_IMAGES`, `DENSE_BATCH`), the
+    runs of section 1; appended to `results` as each ends."""
+    from dalipipe.bench.dense_data import dense_data
+
+    batch_size = min(args.batch_size, 16 if args.quick else DENSE_BATCH)
+    runs = 1 if args.quick else args.runs
+    dense = dense_data(data.rstrip("/") + "-segmentation", seed=0,
+                       num_images=min(args.num_images, 64 if args.quick else DENSE_IMAGES))
+    print(f"dense workloads on {len(dense.images)} images with masks:", flush=True)
+    tasks = [dict(kind="measure", loader=loader, workload=workload, train_steps=0, seed=0,
+                  files=dense.images, labels=dense.masks, threads=threads, num_classes=0,
+                  batch_size=batch_size, runs=runs)
+             for workload in DENSE_WORKLOADS for loader in DENSE_LOADERS]
+    for _, found in run_tasks(tasks, budget, args.section_timeout):
+        results.append(found)
 
 
 def write_results(result, out, started):
@@ -408,13 +447,15 @@ def keras_fit_section(args, *, data, threads):
 def summary(result):
     """GPU preprocessing images/s (train, eval) and end-to-end fit images/s, apart, of
     what has been measured; and each section's status."""
-    by_key = {(r.get("loader"), r.get("workload")): r for r in result.get("results", [])}
+    by_key = {(r.get("loader"), r.get("workload")): r
+              for r in result.get("results", []) + result.get("dense", [])}
     fit = result.get("keras_fit") or {}
     return {
         "gpu": result.get("machine", {}).get("gpu"),
         "threads": result["settings"]["threads"],
         "gpu_preprocessing_images_per_s": {
-            w: by_key.get((PREPROCESSING, w), {}).get("images_per_s") for w in WORKLOADS},
+            w: by_key.get((PREPROCESSING, w), {}).get("images_per_s")
+            for w in WORKLOADS + DENSE_WORKLOADS},
         "torchvision_randaugment_images_per_s":
             by_key.get(("torchvision_gpu", "randaugment"), {}).get("images_per_s"),
         "fit_images_per_s": fit.get("images_per_s_dalipipe"),
@@ -436,6 +477,7 @@ def results_markdown(result):
         ("Summary", lambda: summary_markdown(result["summary"], result["sections"])),
         ("Loaders", lambda: report.markdown(result) if "config" in result else
          "## Loaders\n\nNo result.\n"),
+        ("Dense workloads", lambda: dense_markdown(result.get("dense", []))),
         ("Crop set-ups", lambda: setups_markdown(result.get("crop_setups", []))),
         ("Keras fit", lambda: fit_markdown(result.get("keras_fit"))),
         ("Sweep", lambda: sweep_markdown(result.get("sweep", []))),
@@ -470,6 +512,8 @@ def summary_markdown(s, sections):
         f"| GPU preprocessing, train (`{PREPROCESSING}`) | {_cell(pre.get('train'))} |\n"
         f"| GPU preprocessing, eval | {_cell(pre.get('eval'))} |\n"
         f"| GPU preprocessing, train + RandAugment(2, 9) | {_cell(pre.get('randaugment'))} |\n"
+        f"| GPU preprocessing, segmentation (images with masks, 160x160) | "
+        f"{_cell(pre.get('segmentation'))} |\n"
         f"| torchvision's v2.RandAugment(2, 9) on the GPU, the same work | "
         f"{_cell(s.get('torchvision_randaugment_images_per_s'))} |\n"
         f"| end-to-end Keras fit, {s['fit_model'] or '–'}, torch backend | "
@@ -485,6 +529,16 @@ def _outcome(r):
         return f"{r['images_per_s']:.0f}"
     return ("skipped: " + str(r["skipped"]) if "skipped" in r
             else "error: " + str(r.get("error", "no result")))[:120].replace("|", "/")
+
+
+def dense_markdown(results):
+    lines = ["## Dense workloads", "",
+             "| workload | loader | images/s | masks of the first batch |", "|---|---|---|---|"]
+    for r in results:
+        masks = f"{r['mask_dtype']} {r['mask_shape']}, ids {r['mask_ids']}" \
+            if "mask_ids" in r else "–"
+        lines.append(f"| {r.get('workload')} | {r.get('loader')} | {_outcome(r)} | {masks} |")
+    return "\n".join(lines) + "\n"
 
 
 def setups_markdown(results):

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow  # a quick benchmark run of every loader
 
 pytest.importorskip("tensorflow")
 
-from dalipipe.bench import harness, loaders, report  # noqa: E402
+from dalipipe.bench import harness, loaders, pil_loaders, report  # noqa: E402
 from dalipipe.cli import main  # noqa: E402
 
 CPU_LOADERS = [name for name in report.DEFAULT_LOADERS if name != "dalipipe_gpu"]
@@ -135,11 +135,11 @@ def test_loaders_yield_normalized_batches_in_file_order(tmp_path):
 
 def test_python_generator_batches_keep_labels_across_chunks(monkeypatch):
     """Chunks are whole batches, and each batch's labels are its images' labels."""
-    monkeypatch.setattr(loaders, "pil_load",
+    monkeypatch.setattr(pil_loaders, "pil_load",
                         lambda path, workload, rng: np.full((2, 2, 3), int(path[1:]), np.float32))
     files = [f"f{i}" for i in range(10)]
-    loader = loaders.make_python_generator(files, np.arange(10), workload="eval", batch_size=3,
-                                           threads=1, seed=0, chunk_size=7)
+    loader = pil_loaders.make_python_generator(files, np.arange(10), workload="eval",
+                                               batch_size=3, threads=1, seed=0, chunk_size=7)
     batches = list(loader.epoch())
     assert [len(b[1]) for b in batches] == [3, 3, 3, 1]
     for images, batch_labels in batches:
@@ -234,3 +234,80 @@ def _report(results):
     config = dict(batch_size=4, threads=2, runs=1, reference="tf_data")
     dataset = dict(images=4, mean_width=10, mean_height=10, mean_bytes=1024)
     return dict(machine=machine, config=config, dataset=dataset, loaders={}, results=results)
+
+
+@pytest.fixture(scope="module")
+def dense(tmp_path_factory):
+    from dalipipe.bench.dense_data import dense_data
+
+    return dense_data(str(tmp_path_factory.mktemp("dense")), num_images=6)
+
+
+def test_dense_data_is_laid_out_as_oxford_pets_with_greyscale_ids(dense):
+    from PIL import Image
+
+    from dalipipe.annotations.masks import read_mask
+
+    assert len(dense.images) == len(dense.masks) == 6
+    for image, mask in zip(dense.images, dense.masks):
+        assert os.path.splitext(os.path.basename(image))[0] == \
+            os.path.splitext(os.path.basename(mask))[0]
+        assert image.endswith(".jpg") and os.path.dirname(mask) == dense.masks_folder
+        with Image.open(mask) as grey, Image.open(mask.replace("trimaps", "masks")) as palette:
+            assert grey.mode == "L" and palette.mode == "P"
+            # The same ids as the sample's palette mask, as pixel values.
+            assert (np.asarray(grey) == read_mask(open(palette.filename, "rb").read())).all()
+    with open(dense.boxes) as f:
+        assert all(i["file_name"].endswith(".jpg") for i in json.load(f)["images"])
+
+
+@pytest.mark.parametrize("name", loaders.SEGMENTATION_LOADERS[:5] + ("dalipipe_native_cpu",))
+def test_segmentation_loaders_give_images_with_their_mask_ids(dense, name):
+    """A tiny run of each: 6 images in batches of 4, 160x160, masks holding only the
+    source ids (0-3), whatever dtype the loader gives them."""
+    if loaders.unavailable(name):
+        pytest.skip(loaders.unavailable(name))
+    loader = loaders.LOADERS[name](dense.images, dense.masks, workload="segmentation",
+                                   batch_size=4, threads=1, seed=0)
+    batches = [(harness.to_numpy(i), harness.to_numpy(m)) for i, m in loader.epoch()]
+    assert [len(i) for i, _ in batches] == [4, 2]
+    images, masks = batches[0]
+    assert images.shape == (4, 160, 160, 3) and images.dtype == np.float32
+    assert 0 <= images.min() and images.max() <= 255 and images.max() > 50  # not normalized
+    fields = harness.mask_fields(masks)
+    assert fields["mask_shape"] == [4, 160, 160, 1]
+    assert set(fields["mask_ids"]) <= {0, 1, 2, 3} and len(fields["mask_ids"]) > 1
+    assert loader.note == loaders.SEGMENTATION_NOTES.get(name)
+
+
+def test_segmentation_runs_its_own_loaders_in_rotated_rounds(tmp_path):
+    """The plan alone (no loader runs): the segmentation workload's loaders, each round
+    in another order, on the dense data; the classification data is not made."""
+    result = report.run_bench(data=str(tmp_path / "data"), out=str(tmp_path / "out"),
+                              workloads=("segmentation",), num_images=4, rounds=3,
+                              time_budget=0, stream=io.StringIO())
+    assert not (tmp_path / "data").exists() and (tmp_path / "data-segmentation").is_dir()
+    measured = [r for r in result["results"] if r["workload"] == "segmentation"]
+    names = list(report.DEFAULT_SEGMENTATION_LOADERS)
+    assert [r["loader"] for r in measured] == names + names[1:] + names[:1] + names[2:] + names[:2]
+    assert [r["round"] for r in measured] == [1] * 5 + [2] * 5 + [3] * 5
+    assert result["dense_dataset"]["images"] == 4 and result["config"]["rounds"] == 3
+    # A loader without masks is skipped on it, a segmentation loader elsewhere.
+    assert "no masks" in loaders.unsupported("tf_data", "segmentation")
+    assert loaders.unsupported("keras_oxford_pets", "train") is not None
+    assert loaders.unsupported("dalipipe_cpu", "segmentation") is None
+
+
+def test_rounds_are_combined_into_the_median_round():
+    row = dict(workload="segmentation", cpu_s_per_1000=1.0, peak_rss_mb=10.0, note=None,
+               mask_dtype="int32", mask_ids=[0, 1])
+    rounds = [dict(row, loader=name, images_per_s=ips, round=k)
+              for k, (a, b) in enumerate([(100.0, 90.0), (300.0, 60.0), (200.0, 80.0)], 1)
+              for name, ips in (("dalipipe_cpu", a), ("tf_data_keras_layers", b))]
+    merged = {r["loader"]: r for r in report.combined(rounds)}
+    assert merged["dalipipe_cpu"]["images_per_s"] == 200.0
+    assert merged["dalipipe_cpu"]["rounds_images_per_s"] == [100.0, 300.0, 200.0]
+    assert merged["tf_data_keras_layers"]["images_per_s"] == 80.0
+    table = report.markdown(_report(rounds))
+    assert "### segmentation" in table and "× tf_data_keras_layers" in table
+    assert "| dalipipe_cpu | 200 | 2.50 |" in table and "int32, ids [0, 1]" in table

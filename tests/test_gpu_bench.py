@@ -158,6 +158,16 @@ def test_gpu_bench_runs_without_tensorflow_and_records_what_it_skipped(tmp_path)
     if gpu_reason:
         assert all(r["skipped"] == gpu_reason for r in report["sweep"] + report["crop_setups"])
     assert "## Sweep: DALI threads × hw_decoder_load" in table and "## Summary" in table
+    # The dense workload: dalipipe's CPU graph on images with masks (no TensorFlow
+    # needed), the GPU graphs skipped where DALI sees no GPU.
+    dense = {(r["loader"], r["workload"]): r for r in report["dense"]}
+    cpu = dense[("dalipipe_native_cpu", "segmentation")]
+    assert cpu["images"] == 20 and cpu["images_per_s"] > 0, cpu
+    assert cpu["mask_shape"] == [16, 160, 160, 1] and set(cpu["mask_ids"]) <= {0, 1, 2, 3}
+    for loader in ("dalipipe_native_gpu", "dalipipe_native_gpu_on_device"):
+        if unavailable(loader):
+            assert dense[(loader, "segmentation")]["skipped"] == unavailable(loader)
+    assert "## Dense workloads" in table and "GPU preprocessing, segmentation" in table
     # Keras's fit on the torch backend, fed by make_dali_dataset and from memory.
     fit = report["keras_fit"]
     if importlib.util.find_spec("torch") is None:

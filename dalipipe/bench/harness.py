@@ -11,6 +11,9 @@ includes building it); a GPU loader records the GPU memory in use after the time
 epochs and, where it can `rebuild`, the time to the first batch of a second pipeline
 built later in the process.
 
+On a dense workload (segmentation) the task's `labels` are the mask paths, and the
+first batch's masks are recorded: shape, dtype, class ids (`mask_fields`).
+
 Quality is measured on the eval and stretch workloads as the mean absolute difference, in grey
 levels, between the loader's first batch and a PIL reference (antialiased bilinear,
 shorter side 256, center crop 224). Training input efficiency is images/s of a fixed
@@ -137,7 +140,9 @@ def _no_sync():
 
 def measure(task):
     """Runs one (loader, workload) task in this process; returns its result dict."""
-    files, labels = task["files"], np.asarray(task["labels"], np.int32)
+    files, labels = task["files"], task["labels"]  # a dense workload's: the mask paths
+    if task["workload"] not in loaders_lib.DENSE_WORKLOADS:
+        labels = np.asarray(labels, np.int32)
     kwargs = dict(workload=task["workload"], batch_size=task["batch_size"],
                   threads=task["threads"], seed=task["seed"])
     kwargs.update(task.get("options") or {})
@@ -159,11 +164,13 @@ def measure(task):
 
     first = None
     count = 0
-    for images, _ in loader.epoch():
+    for images, targets in loader.epoch():
         if first is None:
             synchronize()
             result["first_batch_s"] = time.perf_counter() - start
             first = (loader.to_numpy or to_numpy)(images)
+            if task["workload"] in loaders_lib.DENSE_WORKLOADS:
+                result.update(mask_fields((loader.to_numpy or to_numpy)(targets)))
         count += len(images)
     if count != len(files):
         raise RuntimeError(f"{task['loader']} gave {count} images for {len(files)} files")
@@ -201,6 +208,15 @@ def measure(task):
     if task.get("train_steps"):
         result.update(training_efficiency(loader, task))
     return result
+
+
+def mask_fields(masks):
+    """What a dense workload's result records of its first batch of masks: their
+    shape, dtype and the class ids they hold (only ids of the source masks, 0-3 for
+    `dense_data`'s, when nothing blends them)."""
+    return {"mask_shape": list(masks.shape), "mask_dtype": str(masks.dtype),
+            "mask_ids": sorted(float(v) if masks.dtype.kind == "f" else int(v)
+                               for v in np.unique(masks))}
 
 
 def training_efficiency(loader, task):

@@ -12,13 +12,20 @@ Workloads, all ending in float32 NHWC batches normalized with ImageNet mean/std:
   Keras user's way), torchvision's `v2.RandAugment(2, 9)`. The loaders that have
   none (PIL and Keras's directory loader) skip it (`unsupported`).
 
+The dense workload `"segmentation"` (`DENSE_WORKLOADS`; images with masks,
+`dalipipe.bench.dense_data`) ends in float32 NHWC images on the 0-255 scale, as in
+Keras's segmentation example, and their masks: decode both, random-resized crop and
+flip of both, resize to 160x160. `SEGMENTATION_LOADERS` run it, with `labels` the mask
+paths: dalipipe's `masks=` with `augment=True`, `make_tf_data_keras_layers` (Keras has
+no random-resized crop: `SEGMENTATION_NOTES`), `make_keras_oxford_pets` (no augmentation).
+
 Each `make_<loader>(files, labels, *, workload, batch_size, threads, seed)` returns a
 `Loader`: `epoch()` starts one epoch and returns an iterator of `(images, labels)`
 batches (in file order for `"eval"`); `dataset` is what to hand to `model.fit`;
 `settings` says how it was called and `note` what it does instead where it cannot do
 the workload's exact work (Keras's directory loader on train and eval).
-`LOADERS` maps the names to them, with the PyTorch loaders of
-`dalipipe.bench.torch_loaders` imported only when asked for; `unavailable(name)`
+`LOADERS` maps the names to them, with the PIL and PyTorch loaders
+(`pil_loaders`, `torch_loaders`) imported only when asked for; `unavailable(name)`
 says what a loader lacks on this machine.
 
 Above 400 lines: every loader compared is written here beside the others, so that
@@ -76,6 +83,16 @@ class Loader:
 SIZE = 224
 RESIZE = 256
 WORKLOADS = ("train", "eval", "stretch", "randaugment")
+DENSE_WORKLOADS = ("segmentation",)
+# The segmentation workload's output size (Keras's Oxford-Pets example's), and the
+# size Keras's layers stretch each image to before their crop (256/224 of it).
+SEGMENTATION_SIZE = 160
+SEGMENTATION_RESIZE = 183
+# The loaders that run the segmentation workload, and those that run only it.
+SEGMENTATION_LOADERS = ("keras_oxford_pets", "tf_data_keras_layers", "dalipipe_cpu",
+                        "dalipipe_cpu_no_antialias", "dalipipe_gpu", "dalipipe_native_cpu",
+                        "dalipipe_native_gpu", "dalipipe_native_gpu_on_device")
+SEGMENTATION_ONLY = ("keras_oxford_pets", "tf_data_keras_layers")
 # RandAugment's settings in the randaugment workload (torchvision's defaults).
 RANDAUGMENT = dict(num_ops=2, magnitude=9, num_magnitude_bins=31)
 # The loaders that run the randaugment workload.
@@ -84,76 +101,6 @@ RANDAUGMENT_LOADERS = ("tf_data", "tf_data_antialias", "dalipipe_cpu", "dalipipe
                        "dalipipe_native_gpu_on_device", "torch_dataloader", "torchvision_gpu")
 _MEAN = np.asarray(IMAGENET_DEFAULT_MEAN, np.float32)
 _STD = np.asarray(IMAGENET_DEFAULT_STD, np.float32)
-
-
-# --- PIL, as people write it first -------------------------------------------------
-
-def pil_load(path, workload, rng):
-    """One image as float32 `(224, 224, 3)`, normalized, with PIL and NumPy."""
-    from PIL import Image
-
-    image = Image.open(path).convert("RGB")
-    width, height = image.size
-    if workload == "eval":
-        scale = RESIZE / min(width, height)
-        new_w, new_h = round(width * scale), round(height * scale)
-        left, top = (new_w - SIZE) // 2, (new_h - SIZE) // 2
-        image = image.resize((new_w, new_h), Image.BILINEAR).crop((left, top, left + SIZE, top + SIZE))
-    elif workload == "stretch":
-        image = image.resize((SIZE, SIZE), Image.BILINEAR)
-    else:
-        random = rng.random(NUM_RANDOM)
-        x, y, w, h = (float(v) for v in random_resized_crop_window(height, width, random))
-        image = image.resize((SIZE, SIZE), Image.BILINEAR, box=(x, y, x + w, y + h))
-        if random[4] < 0.5:
-            image = image.transpose(Image.FLIP_LEFT_RIGHT)
-    return (np.asarray(image, np.float32) - _MEAN) / _STD
-
-
-def make_python_generator(files, labels, *, workload, batch_size, threads, seed, chunk_size=1000):
-    """A loop that loads a chunk of about `chunk_size` images with PIL (a whole number
-    of batches), then yields its batches."""
-    chunk_size = max(1, chunk_size // batch_size) * batch_size
-
-    def epoch():
-        rng = np.random.default_rng(seed)
-        for start in range(0, len(files), chunk_size):
-            stop = min(start + chunk_size, len(files))
-            chunk = np.stack([pil_load(files[i], workload, rng) for i in range(start, stop)])
-            chunk_labels = labels[start:stop]
-            for b in range(0, stop - start, batch_size):
-                yield chunk[b: b + batch_size], chunk_labels[b: b + batch_size]
-
-    return Loader(epoch, settings=f"PIL bilinear, chunks of {chunk_size} images, batch_size="
-                                  f"{batch_size}, 1 process")
-
-
-def make_pydataset(files, labels, *, workload, batch_size, threads, seed):
-    """`keras.utils.PyDataset` with `workers=threads` and `use_multiprocessing=True`."""
-    import keras
-
-    from dalipipe import keras_hooks
-
-    class ImageFiles(keras.utils.PyDataset):
-        def __init__(self):
-            super().__init__(workers=threads, use_multiprocessing=True, max_queue_size=4)
-
-        def __len__(self):
-            return -(-len(files) // batch_size)
-
-        def __getitem__(self, index):
-            rng = np.random.default_rng([seed, index])
-            rows = range(index * batch_size, min((index + 1) * batch_size, len(files)))
-            return np.stack([pil_load(files[i], workload, rng) for i in rows]), labels[rows.start: rows.stop]
-
-    dataset = ImageFiles()
-
-    def epoch():
-        # As Keras's `fit` reads it, with its worker pool, for one epoch.
-        yield from keras_hooks.py_dataset_batches(dataset)
-
-    return Loader(epoch, settings=f"PyDataset(workers={threads}, use_multiprocessing=True, "
-                                  f"max_queue_size=4), PIL bilinear, batch_size={batch_size}")
 
 
 # --- TensorFlow ----------------------------------------------------------------------
@@ -322,10 +269,105 @@ def make_image_dataset_from_directory(files, labels, *, workload, batch_size, th
                   note=KERAS_NOTES.get(workload))
 
 
+# What the segmentation peers do where they cannot do the workload's exact work.
+SEGMENTATION_NOTES = {
+    "tf_data_keras_layers": f"no random-resized crop in Keras: each image and mask stretched "
+                            f"to {SEGMENTATION_RESIZE}x{SEGMENTATION_RESIZE}, then "
+                            f"RandomCrop({SEGMENTATION_SIZE}) (one scale, no aspect change) and "
+                            "RandomFlip; masks come out float32 (Keras casts them)",
+    "keras_oxford_pets": "no augmentation (the example's loader decodes and stretches each image "
+                         f"and mask to {SEGMENTATION_SIZE}x{SEGMENTATION_SIZE}, nothing more); "
+                         "masks uint8",
+}
+
+
+def make_tf_data_keras_layers(files, masks, *, workload, batch_size, threads, seed):
+    """`tf.data` from the file paths, as a Keras user writes it for segmentation: each
+    image and mask decoded, then Keras's preprocessing layers on the dict
+    `{"images", "segmentation_masks"}` (`Resizing`, `RandomCrop`, `RandomFlip`, which
+    move the mask with its image, nearest-neighbour for the mask) in a parallel `map`
+    (AUTOTUNE), `batch`, `prefetch`.
+
+    Keras's `RandomCrop` takes a fixed size, so each pair is first stretched to
+    `SEGMENTATION_RESIZE` (`SEGMENTATION_NOTES`). Yields `(images, masks)`: float32
+    `(batch, 160, 160, 3)` on the 0-255 scale and float32 `(batch, 160, 160, 1)`.
+    """
+    import keras
+    import tensorflow as tf
+
+    size = SEGMENTATION_SIZE
+    layers = [keras.layers.Resizing(SEGMENTATION_RESIZE, SEGMENTATION_RESIZE),
+              keras.layers.RandomCrop(size, size, seed=seed),
+              keras.layers.RandomFlip("horizontal", seed=seed)]
+
+    def load(image_path, mask_path):
+        data = {"images": tf.io.decode_jpeg(tf.io.read_file(image_path), channels=3),
+                "segmentation_masks": tf.io.decode_png(tf.io.read_file(mask_path), channels=1)}
+        for layer in layers:
+            data = layer(data)
+        return data["images"], data["segmentation_masks"]
+
+    options = tf.data.Options()
+    options.threading.private_threadpool_size = threads
+    dataset = (tf.data.Dataset.from_tensor_slices((list(files), list(masks)))
+               .map(load, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size)
+               .prefetch(tf.data.AUTOTUNE).with_options(options))
+    settings = (f"map(num_parallel_calls=AUTOTUNE): decode_jpeg, decode_png, then on the dict: "
+                f"Resizing({SEGMENTATION_RESIZE}, {SEGMENTATION_RESIZE}), RandomCrop({size}, "
+                f"{size}), RandomFlip('horizontal'); batch({batch_size}), prefetch(AUTOTUNE), "
+                f"private_threadpool_size={threads}")
+    return Loader(lambda: iter(dataset), dataset, settings=settings,
+                  note=SEGMENTATION_NOTES["tf_data_keras_layers"])
+
+
+def make_keras_oxford_pets(files, masks, *, workload, batch_size, threads, seed):
+    """The loader of Keras's segmentation example, as it is written there (its
+    `get_dataset`): `tf.data` over the file paths, a parallel `map` that decodes and
+    resizes each image and mask, `batch`; no augmentation, no `prefetch`, TensorFlow's
+    own thread pool (`threads` is not applied).
+
+    Yields `(images, masks)`: float32 `(batch, 160, 160, 3)` on the 0-255 scale and
+    uint8 `(batch, 160, 160, 1)`.
+    """
+    from tensorflow import data as tf_data
+    from tensorflow import image as tf_image
+    from tensorflow import io as tf_io
+
+    img_size = (SEGMENTATION_SIZE, SEGMENTATION_SIZE)
+
+    # keras-team/keras-io, examples/vision/oxford_pets_image_segmentation.py (the Keras 3
+    # version), `get_dataset`, copied as it is but for one line: its `target_img -= 1`
+    # turns Pets' trimap ids 1-3 into 0-2, and these masks' ids start at 0.
+    def load_img_masks(input_img_path, target_img_path):
+        input_img = tf_io.read_file(input_img_path)
+        input_img = tf_io.decode_png(input_img, channels=3)
+        input_img = tf_image.resize(input_img, img_size)
+        input_img = tf_image.convert_image_dtype(input_img, "float32")
+
+        target_img = tf_io.read_file(target_img_path)
+        target_img = tf_io.decode_png(target_img, channels=1)
+        target_img = tf_image.resize(target_img, img_size, method="nearest")
+        target_img = tf_image.convert_image_dtype(target_img, "uint8")
+        return input_img, target_img
+
+    dataset = tf_data.Dataset.from_tensor_slices((list(files), list(masks)))
+    dataset = dataset.map(load_img_masks, num_parallel_calls=tf_data.AUTOTUNE)
+    dataset = dataset.batch(batch_size)
+    settings = (f"keras-io oxford_pets_image_segmentation get_dataset: map(load_img_masks, "
+                f"num_parallel_calls=AUTOTUNE): decode_png, resize {img_size} (bilinear; mask "
+                f"nearest), batch({batch_size})")
+    return Loader(lambda: iter(dataset), dataset, settings=settings,
+                  note=SEGMENTATION_NOTES["keras_oxford_pets"])
+
+
 # --- dalipipe ------------------------------------------------------------------------
 
-def dalipipe_options(workload):
-    """`make_dali_dataset` options that do the workload's work."""
+def dalipipe_options(workload, labels=None):
+    """`make_dali_dataset` options that do the workload's work (for segmentation, with
+    `labels` the mask paths, all in one folder: `masks=` that folder)."""
+    if workload == "segmentation":
+        return dict(masks=os.path.dirname(os.path.abspath(labels[0])), augment=True,
+                    image_size=(SEGMENTATION_SIZE, SEGMENTATION_SIZE))
     if workload == "train":
         return dict(augment=True)
     if workload == "randaugment":
@@ -344,9 +386,14 @@ def make_dalipipe(files, labels, *, workload, batch_size, threads, seed, device=
 
     arguments = dict(image_size=(SIZE, SIZE), batch_size=batch_size, shuffle=False,
                      device=device, num_threads=threads, antialias=antialias,
-                     normalization="imagenet", **dalipipe_options(workload))
-    dataset = make_dali_dataset(list(files), labels=list(labels), seed=seed, verbose=False,
-                                **arguments)
+                     normalization="imagenet")
+    arguments.update(dalipipe_options(workload, labels))
+    if workload in DENSE_WORKLOADS:
+        del arguments["normalization"]  # 0-255, as the segmentation peers give
+    else:
+        arguments["labels"] = list(labels)
+    dataset = make_dali_dataset(list(files), seed=seed, verbose=False, **arguments)
+    arguments.pop("labels", None)
     return Loader(lambda: iter(dataset), dataset, settings=_call("make_dali_dataset", arguments))
 
 
@@ -387,12 +434,15 @@ def make_dalipipe_native(files, labels, *, workload, batch_size, threads, seed, 
     """
     from dalipipe import make_dali_pipeline
 
+    dense = workload in DENSE_WORKLOADS
+    arguments = {"image_size": (SIZE, SIZE), **dalipipe_options(workload, labels)}
+
     def build(count):
         return make_dali_pipeline(
-            list(files[:count]), labels=list(labels[:count]), image_size=(SIZE, SIZE),
+            list(files[:count]), **({} if dense else dict(labels=list(labels[:count]))),
             batch_size=batch_size, shuffle=False, seed=seed, device=device,
-            num_threads=threads, normalization="imagenet", verbose=False,
-            **dalipipe_options(workload), **options,
+            num_threads=threads, verbose=False,
+            **({} if dense else dict(normalization="imagenet")), **arguments, **options,
         )
 
     pipe = build(len(files))
@@ -411,8 +461,8 @@ def make_dalipipe_native(files, labels, *, workload, batch_size, threads, seed, 
             pass
 
     settings = _call("make_dali_pipeline", dict(
-        image_size=(SIZE, SIZE), batch_size=batch_size, device=device, num_threads=threads,
-        **dalipipe_options(workload), **options)) + f", run(copy_to_host={copy_to_host})"
+        batch_size=batch_size, device=device, num_threads=threads, **arguments,
+        **options)) + f", run(copy_to_host={copy_to_host})"
     return Loader(epoch, to_numpy=None if copy_to_host else _dali_to_numpy,
                   rebuild=rebuild if device == "gpu" else None, settings=settings)
 
@@ -435,11 +485,13 @@ def _imported_on_call(module, name):
 
 
 LOADERS = {
-    "python_generator": make_python_generator,
-    "pydataset": make_pydataset,
+    "python_generator": _imported_on_call("dalipipe.bench.pil_loaders", "make_python_generator"),
+    "pydataset": _imported_on_call("dalipipe.bench.pil_loaders", "make_pydataset"),
     "image_dataset_from_directory": make_image_dataset_from_directory,
     "tf_data": make_tf_data,
     "tf_data_antialias": make_tf_data_antialias,
+    "tf_data_keras_layers": make_tf_data_keras_layers,
+    "keras_oxford_pets": make_keras_oxford_pets,
     "dalipipe_cpu": make_dalipipe,
     "dalipipe_cpu_no_antialias": make_dalipipe_no_antialias,
     "dalipipe_gpu": make_dalipipe_gpu,
@@ -458,6 +510,12 @@ DESCRIPTIONS = {
                                     "batches, prefetch",
     "tf_data": "tuned tf.data: parallel map, decode_and_crop_jpeg, bilinear, prefetch",
     "tf_data_antialias": "tuned tf.data with antialiased resize",
+    "tf_data_keras_layers": "tf.data: decode image and mask, Keras's Resizing, RandomCrop and "
+                            "RandomFlip on the dict {'images', 'segmentation_masks'} in a "
+                            "parallel map, batch, prefetch",
+    "keras_oxford_pets": "the loader of Keras's Oxford-Pets segmentation example (keras-io "
+                         "get_dataset): parallel map decoding and resizing, batch; "
+                         "no augmentation",
     "dalipipe_cpu": "make_dali_dataset(device='cpu')",
     "dalipipe_cpu_no_antialias": "make_dali_dataset(device='cpu', antialias=False)",
     "dalipipe_gpu": "make_dali_dataset(device='gpu')",
@@ -481,6 +539,8 @@ REQUIREMENTS = {
     "image_dataset_from_directory": ("tensorflow",),
     "tf_data": ("tensorflow",),
     "tf_data_antialias": ("tensorflow",),
+    "tf_data_keras_layers": ("tensorflow", "keras"),
+    "keras_oxford_pets": ("tensorflow",),
     "dalipipe_cpu": ("nvidia.dali", "tensorflow"),
     "dalipipe_cpu_no_antialias": ("nvidia.dali", "tensorflow"),
     "dalipipe_gpu": ("nvidia.dali", "tensorflow", "dali_gpu"),
@@ -496,6 +556,11 @@ def unsupported(name, workload):
     """Why loader `name` does not run `workload`, or None when it does."""
     if workload == "randaugment" and name not in RANDAUGMENT_LOADERS:
         return "no RandAugment in this loader (tf_data is Keras's keras.layers.RandAugment)"
+    if workload in DENSE_WORKLOADS and name not in SEGMENTATION_LOADERS:
+        return ("no masks in this loader (keras_oxford_pets and tf_data_keras_layers are "
+                "Keras's segmentation loaders)")
+    if workload not in DENSE_WORKLOADS and name in SEGMENTATION_ONLY:
+        return "a segmentation loader: images with masks only"
     return None
 
 

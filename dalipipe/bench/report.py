@@ -14,7 +14,11 @@ from dalipipe.utils import usable_cores
 DEFAULT_LOADERS = ("python_generator", "pydataset", "image_dataset_from_directory", "tf_data",
                    "tf_data_antialias", "dalipipe_cpu", "dalipipe_cpu_no_antialias",
                    "dalipipe_gpu")
-
+# The segmentation workload's loaders unless others are asked for.
+DEFAULT_SEGMENTATION_LOADERS = ("keras_oxford_pets", "tf_data_keras_layers", "dalipipe_cpu",
+                                "dalipipe_cpu_no_antialias", "dalipipe_gpu")
+# The loader the segmentation table divides by, unless the run's reference ran it.
+SEGMENTATION_REFERENCE = "tf_data_keras_layers"
 
 # A quick run: at most this many images, these workloads (unless others are asked for).
 QUICK_IMAGES = 64
@@ -24,10 +28,10 @@ QUICK_NOTE = ("A quick smoke run (at most 64 images, 1 timed epoch): its figures
               "to compare loaders; run `dalipipe bench` without --quick for those.")
 
 
-def run_bench(*, data, out, loaders=DEFAULT_LOADERS, workloads=None,
+def run_bench(*, data, out, loaders=None, workloads=None,
               batch_size=64, num_images=5000, runs=3, train_steps=30, threads=None, seed=0,
               quick=False, reference="tf_data", timeout=1800, time_budget=None,
-              stream=None):
+              stream=None, dense_data=None, rounds=1):
     """Measures `loaders` on `workloads` over the images in `data`.
 
     `data` that is absent, empty or made by dalipipe gets `num_images` sample images
@@ -44,7 +48,21 @@ def run_bench(*, data, out, loaders=DEFAULT_LOADERS, workloads=None,
     `out/results.json` is rewritten after each; `results.md` and, where matplotlib
     is installed, `chart.png` are written at the end.
 
+    The segmentation workload reads images with masks that it makes in `dense_data`
+    (`dalipipe.bench.dense_data`, `num_images` of them); `data` is then made or read
+    only for the other workloads. With `rounds` above 1, each workload's loaders run
+    in turn round after round, their order rotated every round, so that the
+    machine's other work falls on all of them; every round's result is kept
+    (`"round"`), and the tables and the chart show the median round of each
+    (`combined`).
+
     Args:
+        loaders: the loaders to run on every workload; a pair that cannot run
+            (`loaders.unsupported`) is recorded as skipped. Defaults to
+            `DEFAULT_LOADERS` on the classification workloads and
+            `DEFAULT_SEGMENTATION_LOADERS` on segmentation.
+        dense_data: the folder of the segmentation workload's data. Defaults to
+            `data` with "-segmentation" added.
         workloads: the workloads to run. Defaults to all of them (`loaders.WORKLOADS`),
             with `quick` to `QUICK_WORKLOADS` (stretch).
         reference: the loader whose images/s the others are divided by in the
@@ -59,12 +77,11 @@ def run_bench(*, data, out, loaders=DEFAULT_LOADERS, workloads=None,
     Returns:
         The results dict that is also written to `out/results.json`.
     """
-    from dalipipe import sources
-    from dalipipe.sample_data import image_stats, is_free_folder, make_sample_dataset
+    from dalipipe.sample_data import image_stats
 
     stream = stream or sys.stderr
 
-    unknown = sorted(set(loaders) - set(loaders_lib.LOADERS))
+    unknown = sorted(set(loaders or ()) - set(loaders_lib.LOADERS))
     if unknown:
         raise ValueError(
             f"`loaders` must be among {sorted(loaders_lib.LOADERS)}. Received unknown: {unknown}"
@@ -74,35 +91,46 @@ def run_bench(*, data, out, loaders=DEFAULT_LOADERS, workloads=None,
     if quick:
         num_images, runs, train_steps = min(num_images, QUICK_IMAGES), 1, min(train_steps, 2)
         batch_size = min(batch_size, 16)
-    if is_free_folder(data):
-        print(f"sample data: {num_images} images in {data} (made unless already there)",
-              file=stream)
-        make_sample_dataset(data, num_images=num_images, num_classes=10 if num_images >= 10 else 1)
-        index = sources.index_source(data)
-    else:
-        index = sources.index_source(data)
-        if quick and len(index) > num_images:
-            index = index.take(np.linspace(0, len(index) - 1, num_images).round().astype(int))
-        print(f"benchmarking {len(index)} images of {data} as they are", file=stream)
     threads = threads or usable_cores()
-    common = dict(files=index.file_paths, labels=index.labels.tolist(), batch_size=batch_size,
-                  threads=threads, seed=seed, runs=runs, num_classes=len(index.class_names))
+    shared = dict(batch_size=batch_size, threads=threads, seed=seed, runs=runs)
+    common, report = None, {"machine": harness.machine_info()}
+    if set(workloads) - set(loaders_lib.DENSE_WORKLOADS):
+        index = _classification_index(data, num_images, quick, stream)
+        common = dict(files=index.file_paths, labels=index.labels.tolist(),
+                      num_classes=len(index.class_names), **shared)
+        report["dataset"] = {**image_stats(index.file_paths, index.class_names),
+                             "directory": os.path.abspath(data)}
+    if set(workloads) & set(loaders_lib.DENSE_WORKLOADS):
+        dense = _dense_data(dense_data or data.rstrip("/\\") + "-segmentation", num_images,
+                            seed, stream)
+        dense_common = dict(files=dense.images, labels=dense.masks, num_classes=0, **shared)
+        report["dense_dataset"] = {**image_stats(dense.images),
+                                   "directory": os.path.abspath(dense.directory),
+                                   "masks": os.path.abspath(dense.masks_folder)}
+        common = common or dense_common
+        report.setdefault("dataset", report["dense_dataset"])
     tasks = [dict(kind="decode", device=device, **common) for device in ("cpu", "gpu")]
+    names = {}
     for workload in workloads:
-        for loader in loaders:
-            tasks.append(dict(kind="measure", loader=loader, workload=workload,
-                              train_steps=train_steps if workload == "train" else 0, **common))
-    report = {
-        "machine": harness.machine_info(),
-        "config": dict(batch_size=batch_size, images=len(index), runs=runs,
-                       workloads=list(workloads),
+        is_dense = workload in loaders_lib.DENSE_WORKLOADS
+        names[workload] = list(loaders or (DEFAULT_SEGMENTATION_LOADERS if is_dense
+                                           else DEFAULT_LOADERS))
+        for number in range(rounds):
+            shift = number % len(names[workload])
+            for loader in names[workload][shift:] + names[workload][:shift]:
+                tasks.append(dict(kind="measure", loader=loader, workload=workload,
+                                  train_steps=train_steps if workload == "train" else 0,
+                                  **({"round": number + 1} if rounds > 1 else {}),
+                                  **(dense_common if is_dense else common)))
+    report.update({
+        "config": dict(batch_size=batch_size, images=len(common["files"]), runs=runs,
+                       workloads=list(workloads), rounds=rounds,
                        train_steps=train_steps, threads=threads, seed=seed, quick=quick,
                        reference=reference, timeout=timeout, time_budget=time_budget),
-        "dataset": {**image_stats(index.file_paths, index.class_names),
-                    "directory": os.path.abspath(data)},
-        "loaders": {name: loaders_lib.DESCRIPTIONS[name] for name in loaders},
+        "loaders": {name: loaders_lib.DESCRIPTIONS[name]
+                    for name in dict.fromkeys(n for w in workloads for n in names[w])},
         "results": [],
-    }
+    })
     if quick:
         report["note"] = QUICK_NOTE
     os.makedirs(out, exist_ok=True)
@@ -124,6 +152,8 @@ def run_bench(*, data, out, loaders=DEFAULT_LOADERS, workloads=None,
         else:
             result = harness.run_task_in_subprocess(
                 task, timeout=timeout if left is None else min(timeout, left))
+        if "round" in task:
+            result["round"] = task["round"]
         result.update(load_average_before=load_before, load_average_after=os.getloadavg())
         report["results"].append(result)
         _write_json(report, os.path.join(out, "results.json"))
@@ -138,6 +168,52 @@ def run_bench(*, data, out, loaders=DEFAULT_LOADERS, workloads=None,
     except ImportError as e:
         print(f"no chart.png: {e}", file=stream)
     return report
+
+
+def _classification_index(data, num_images, quick, stream):
+    """The classification workloads' images: sample images made in `data` when it is
+    free (`is_free_folder`), else the user's folder as it is (with `quick`,
+    `num_images` spread over it)."""
+    from dalipipe import sources
+    from dalipipe.sample_data import is_free_folder, make_sample_dataset
+
+    if is_free_folder(data):
+        print(f"sample data: {num_images} images in {data} (made unless already there)",
+              file=stream)
+        make_sample_dataset(data, num_images=num_images, num_classes=10 if num_images >= 10 else 1)
+        return sources.index_source(data)
+    index = sources.index_source(data)
+    if quick and len(index) > num_images:
+        index = index.take(np.linspace(0, len(index) - 1, num_images).round().astype(int))
+    print(f"benchmarking {len(index)} images of {data} as they are", file=stream)
+    return index
+
+
+def _dense_data(directory, num_images, seed, stream):
+    from dalipipe.bench.dense_data import dense_data
+
+    print(f"segmentation data: {num_images} images with masks in {directory} (made unless "
+          "already there)", file=stream)
+    return dense_data(directory, num_images=num_images, seed=seed)
+
+
+def combined(results):
+    """One result per (loader, workload): where several rounds ran, the median round
+    by images/s (the lower of the two middle ones), with every round's images/s under
+    `"rounds_images_per_s"`; a pair with no round measured keeps its last result."""
+    groups = {}
+    for r in results:
+        groups.setdefault((r.get("loader"), r.get("workload")), []).append(r)
+    merged = []
+    for group in groups.values():
+        measured = sorted((r for r in group if "images_per_s" in r),
+                          key=lambda r: r["images_per_s"])
+        if len(group) == 1 or not measured:
+            merged.append(group[-1])
+            continue
+        middle = measured[(len(measured) - 1) // 2]
+        merged.append({**middle, "rounds_images_per_s": [r.get("images_per_s") for r in group]})
+    return merged
 
 
 def _write_json(report, path):
@@ -164,7 +240,6 @@ def markdown(report):
     libraries = ", ".join(f"{label} {versions.get(key)}" for label, key in (
         ("DALI", "dali"), ("TensorFlow", "tensorflow"), ("torch", "torch"))
         if versions.get(key)) or "no DALI"
-    reference = config.get("reference", "tf_data")
     lines = [f"**{report['note']}**", ""] if report.get("note") else []
     lines += [
         f"Machine: {machine['cpu']}, {machine['cores']} cores, GPU: {machine['gpu']}; "
@@ -172,21 +247,35 @@ def markdown(report):
         f"Data: {data['images']} JPEGs, mean {data['mean_width']:.0f}x{data['mean_height']:.0f} px, "
         f"{data['mean_bytes'] / 1024:.0f} KB. Batch {config['batch_size']}, {config['threads']} "
         f"threads or workers per loader, median of {config['runs']} timed epochs after a warm-up.",
-        "",
     ]
-    by_key = {(r.get("loader"), r.get("workload")): r for r in report["results"]}
+    dense = report.get("dense_dataset")
+    if dense:
+        lines.append(
+            f"Segmentation data: {dense['images']} JPEGs with greyscale PNG masks, mean "
+            f"{dense['mean_width']:.0f}x{dense['mean_height']:.0f} px, "
+            f"{dense['mean_bytes'] / 1024:.0f} KB.")
+    if config.get("rounds", 1) > 1:
+        lines.append(f"{config['rounds']} rounds, the loaders in turn, their order rotated "
+                     "every round; each row is the loader's median round.")
+    lines.append("")
+    by_key = {(r.get("loader"), r.get("workload")): r for r in combined(report["results"])}
     for r in report["results"]:
         if r.get("workload") == "decode":
             lines.append(f"Decode-only ceiling ({r['loader']}): " + (
                 f"{r['images_per_s']:.0f} images/s." if "images_per_s" in r
                 else not_run(r) + "."))
     lines.append("")
-    for workload in loaders_lib.WORKLOADS:
+    for workload in loaders_lib.WORKLOADS + loaders_lib.DENSE_WORKLOADS:
         rows = [r for (name, w), r in by_key.items() if w == workload]
         if not rows:
             continue
+        dense = workload in loaders_lib.DENSE_WORKLOADS
+        reference = config.get("reference", "tf_data")
+        if dense and (reference, workload) not in by_key:
+            reference = SEGMENTATION_REFERENCE
         reference_ips = by_key.get((reference, workload), {}).get("images_per_s")
-        extra = "input efficiency" if workload == "train" else "error vs PIL (grey levels)"
+        extra = {"train": "input efficiency", "segmentation": "masks of the first batch"}.get(
+            workload, "error vs PIL (grey levels)")
         lines += [f"### {workload}", ""]
         if fastest(rows):
             lines += [fastest(rows), ""]
@@ -202,10 +291,13 @@ def markdown(report):
             ratio = f"{r['images_per_s'] / reference_ips:.2f}" if reference_ips else "–"
             value = (r.get("input_efficiency") if workload == "train"
                      else r.get("mean_abs_error_vs_pil"))
+            value = "–" if value is None else f"{value:.2f}"
+            if dense:
+                value = f"{r.get('mask_dtype')}, ids {r.get('mask_ids')}"
             lines.append(
                 f"| {r['loader']} | {r['images_per_s']:.0f} | {ratio} | "
                 f"{r['cpu_s_per_1000']:.2f} | {r['peak_rss_mb']:.0f} | "
-                f"{'–' if value is None else f'{value:.2f}'} | {_cell(r.get('note') or '')} |"
+                f"{value} | {_cell(r.get('note') or '')} |"
             )
         lines.append("")
         settings = [r for r in rows if r.get("settings")]
@@ -274,7 +366,7 @@ def chart_rows(report, workload):
     (`not_run`)."""
     return [(r["loader"], r["images_per_s"], None) if "images_per_s" in r
             else (r["loader"], 0, not_run(r, limit=80))
-            for r in report["results"] if r.get("workload") == workload]
+            for r in combined(report["results"]) if r.get("workload") == workload]
 
 
 def chart(report, path):
@@ -284,7 +376,7 @@ def chart(report, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    workloads = [w for w in loaders_lib.WORKLOADS
+    workloads = [w for w in loaders_lib.WORKLOADS + loaders_lib.DENSE_WORKLOADS
                  if any(r.get("workload") == w for r in report["results"])]
     ceilings = [r for r in report["results"]
                 if r.get("workload") == "decode" and "images_per_s" in r]
