@@ -24,8 +24,10 @@ def plain_pytest(tmp_path, *args):
     """`pytest -m gpu ARGS` run from the repository root, with neither it nor an
     installed dalipipe on `sys.path` (the console script's `sys.path[0]` is its own
     folder, and `PYTHONPATH` holds only the environment's folder)."""
+    # The GPU machine's pytest has no plugins: this one's (pytest-xdist) stay unloaded.
     env = gpu_machine_env(tmp_path / "site", KERAS_BACKEND="torch",
-                          DALIPIPE_CACHE_DIR=str(tmp_path / "cache"))
+                          DALIPIPE_CACHE_DIR=str(tmp_path / "cache"),
+                          PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
     return subprocess.run([PYTEST, "-m", "gpu", "-q", "-p", "no:cacheprovider", *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
