@@ -157,16 +157,24 @@ def build_parser():
                        help="folder for results.json, results.md and chart.png "
                             "(default: %(default)s)")
     bench.add_argument("--loaders", default=None,
-                       help="comma-separated subset of the loaders (default: all)")
+                       help="comma-separated subset of the loaders (default: those of each "
+                            "workload)")
     bench.add_argument("--workload", default=None,
-                       choices=("train", "eval", "stretch", "randaugment", "all"),
+                       choices=("train", "eval", "stretch", "randaugment", "segmentation",
+                                "all"),
                        help="stretch: the whole image to 224x224, image_dataset_from_directory's "
-                            "default; randaugment: train, then RandAugment(2, 9) "
-                            "(default: all; with --quick, stretch)")
+                            "default; randaugment: train, then RandAugment(2, 9); "
+                            "segmentation: images with masks, 160x160, crop and flip; all: "
+                            "the four image-level workloads (default: all; with --quick, "
+                            "stretch)")
     bench.add_argument("--batch-size", type=int, default=64,
                        help="images per batch (default: %(default)s)")
     bench.add_argument("--runs", type=int, default=3,
                        help="timed epochs after the warm-up epoch (default: %(default)s)")
+    bench.add_argument("--rounds", type=int, default=1,
+                       help="rounds of every loader in turn, their order rotated each "
+                            "round; the tables show each loader's median round "
+                            "(default: %(default)s)")
     bench.add_argument("--train-steps", type=int, default=30,
                        help="steps of a small Keras model fed by each loader on the train "
                             "workload, for its input efficiency; 0 for none "
@@ -384,13 +392,14 @@ def _convert(args):
 def _bench(args):
     from dalipipe.bench import loaders as loaders_lib, report
 
-    loaders = args.loaders.split(",") if args.loaders else report.DEFAULT_LOADERS
+    loaders = args.loaders.split(",") if args.loaders else None
     workloads = {None: None, "all": loaders_lib.WORKLOADS}.get(args.workload, (args.workload,))
     data = args.data or ("data/bench-quick" if args.quick else "data/bench")
     result = report.run_bench(
         data=data, out=args.out, loaders=loaders, workloads=workloads,
         batch_size=args.batch_size, num_images=args.num_images, runs=args.runs,
         train_steps=args.train_steps, threads=args.threads, quick=args.quick,
+        rounds=args.rounds,
     )
     print(report.markdown(result))
     print(f"wrote {args.out}/results.json, results.md, chart.png")
