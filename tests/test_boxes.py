@@ -1,7 +1,8 @@
 """Detection boxes through the DALI graph (`boxes=`): each box moves with its image,
 natively (`make_dali_pipeline(...).epoch()`), on the sample data whose shapes'
 colours define the boxes; formats, refusals and bad inputs named. The formats of
-`make_dali_dataset` run in a subprocess (`masks_job.py`, `test_masks.py`)."""
+`make_dali_dataset` and a detector's `fit` run in a subprocess per Keras backend
+(`masks_job.py`, `test_masks.py`)."""
 
 import json
 import os
@@ -13,7 +14,6 @@ from PIL import Image
 from dalipipe import make_dali_pipeline
 from dalipipe.annotations.boxes import BOX_FORMATS, convert_format
 from dalipipe.annotations.sample import SHAPE_COLOURS, SHAPES
-from test_masks import run_job
 
 pytest.importorskip("nvidia.dali")
 
@@ -258,25 +258,6 @@ def test_bad_boxes_and_turned_images_are_named(dense, tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(ValueError, match=r"has the EXIF orientation 6.*not to its boxes"):
         make_dali_pipeline(str(folder), boxes=str(path), **OPTIONS)
-
-
-def test_every_format_gives_keras_s_structures(dense, tmp_path):
-    """On TensorFlow, "tf", "pydataset" and "grain" each give `(images, {"boxes",
-    "labels"})` and, with `output="dict"`, Keras's dicts for masks and boxes, with the
-    native epoch's values (`masks_job.py dense`)."""
-    pytest.importorskip("grain")
-    result = run_job("tensorflow", "dense", dense, tmp_path / "dense.json")
-    assert len(result) == 9
-    for case, found in result.items():
-        assert found["structured"] and found["equal_to_native"], (case, found)
-        assert found["val_steps"] == 1, case
-        if "boxes" in case:
-            assert found["dtypes"] == ["float32", "float32", "int32"], case
-            assert found["unbatched_shapes"] == [[*SIZE, 3], [6, 4], [6]], case
-            assert found["class_names"] == list(SHAPES), case
-        else:
-            assert found["dtypes"] == ["float32", "int32"], case
-            assert found["unbatched_shapes"] == [[*SIZE, 3], [*SIZE, 1]], case
 
 
 def test_box_crop_keeps_a_box_of_every_image_that_has_one(dense):

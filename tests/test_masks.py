@@ -1,8 +1,10 @@
 """Segmentation masks through the DALI graph (`masks=`): each mask moves with its
 image, natively (`make_dali_pipeline(...).epoch()`), on the sample data whose
-shapes' colours define the masks; the formats in a subprocess (`masks_job.py`);
-refusals and bad inputs named."""
+shapes' colours define the masks; refusals and bad inputs named. One subprocess
+per Keras backend (`masks_job.py`) reads masks and boxes in every format and trains
+a tiny segmentation model and a tiny detector through `fit`."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -14,7 +16,7 @@ from PIL import Image
 
 from dalipipe import make_dali_pipeline
 from dalipipe.annotations.masks import read_mask
-from dalipipe.annotations.sample import MASK_CLASS_NAMES, SHAPE_COLOURS
+from dalipipe.annotations.sample import MASK_CLASS_NAMES, SHAPE_COLOURS, SHAPES
 from dalipipe.sample_data import make_dense_sample_dataset
 from dalipipe.utils import child_env
 
@@ -260,10 +262,10 @@ def test_gpu_masks_equal_the_cpu_graph_masks(dense, options):
         check_aligned(images, masks, fill=0)
 
 
-def run_job(backend, mode, dense, out):
+def run_job(backend, dense, out):
     pytest.importorskip(backend)
     environ = child_env(KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="")
-    process = subprocess.run([sys.executable, os.path.join(TESTS, "masks_job.py"), mode, dense,
+    process = subprocess.run([sys.executable, os.path.join(TESTS, "masks_job.py"), dense,
                               str(out)], env=environ, capture_output=True, text=True,
                              timeout=600)
     assert process.returncode == 0, process.stderr[-4000:]
@@ -271,21 +273,55 @@ def run_job(backend, mode, dense, out):
         return json.load(f)
 
 
-def test_every_format_gives_images_and_masks(dense, tmp_path):
-    """On TensorFlow, "tf", "pydataset" and "grain" each give the native epoch's
-    batches (`masks_job.py formats`)."""
-    pytest.importorskip("grain")
-    result = run_job("tensorflow", "formats", dense, tmp_path / "formats.json")
-    for name in ("tf", "pydataset", "grain"):
-        found = result[name]
-        assert found["mask_dtype"] == "int32", (name, found)
-        assert found["mask_shape"] == [4, *SIZE, 1] and found["equal_to_native"], name
-        assert found["unbatched_shape"] == [*SIZE, 1], name
-        assert found["val_steps"] == 1 and found["class_names"] == CLASSES, name
-
-
 @pytest.mark.slow
-def test_fit_a_tiny_segmentation_model_on_tensorflow(dense, tmp_path):
-    result = run_job("tensorflow", "fit", dense, tmp_path / "fit.json")
-    assert len(result["losses"]) == 2 and all(np.isfinite(result["losses"]))
-    assert result["predicted_shape"] == [8, *SIZE, len(CLASSES)] and result["same_predictions"]
+@pytest.mark.parametrize("backend", ["tensorflow", "torch", "jax"])
+def test_formats_fit_and_predict_on_the_backend(dense, tmp_path, backend):
+    """One process per backend (`masks_job.py`): "tf" (where TensorFlow is installed),
+    "pydataset" and "grain" each give the native epoch's batches in Keras's
+    structures, for masks, boxes and `output="dict"`; a tiny segmentation model's
+    `fit` trains on epoch e's masks in its epoch e and reaches a mean IoU of 0.5 on
+    held-out images; `predict` takes images alone; a tiny detector's `fit` receives
+    the native epochs' boxes, which enclose the shapes drawn in their images."""
+    from test_boxes import check_boxes, pipeline as box_pipeline
+
+    pytest.importorskip("grain")
+    result = run_job(backend, dense, tmp_path / "job.json")
+    assert result["backend"] == backend
+
+    names = ["tf", "pydataset", "grain"] if importlib.util.find_spec("tensorflow") else \
+        ["pydataset", "grain"]
+    cases = ["masks", "boxes", "dict_masks", "dict_boxes"]
+    formats = result["formats"]
+    assert sorted(formats) == sorted(f"{case} {name}" for case in cases for name in names)
+    for case, found in formats.items():
+        assert found["structured"] and found["equal_to_native"], (case, found)
+        assert found["val_steps"] == 1, case
+        if "boxes" in case:
+            assert found["dtypes"] == ["float32", "float32", "int32"], case
+            assert found["unbatched_shapes"] == [[*SIZE, 3], [6, 4], [6]], case
+            assert found["class_names"] == list(SHAPES), case
+        else:
+            assert found["dtypes"] == ["float32", "int32"], case
+            assert found["shapes"] == [[4, *SIZE, 3], [4, *SIZE, 1]], case
+            assert found["unbatched_shapes"] == [[*SIZE, 3], [*SIZE, 1]], case
+            assert found["class_names"] == CLASSES, case
+
+    fit = result["segmentation"]
+    epochs = len(fit["losses"])
+    assert epochs >= 3 and np.isfinite(fit["losses"]).all()
+    assert len(fit["val_losses"]) == epochs and np.isfinite(fit["val_losses"]).all()
+    assert fit["trained_on"] == list(range(epochs)), fit["trained_on"]
+    assert fit["mean_iou"] >= 0.5, fit
+    assert fit["predicted_shape"] == [8, *SIZE, len(CLASSES)] and fit["same_predictions"]
+
+    seen = result["detector"]
+    p = box_pipeline(dense, augment=True)
+    compared = 0
+    for epoch, (boxes, labels) in enumerate(zip(seen["boxes"], seen["labels"])):
+        images, want_boxes, want_labels = (np.concatenate(a) for a in zip(*p.epoch(epoch)))
+        boxes = np.array(boxes, np.float32).reshape(want_boxes.shape)
+        labels = np.array(labels, np.float32).astype(np.int32).reshape(want_labels.shape)
+        np.testing.assert_array_equal(boxes, want_boxes)
+        np.testing.assert_array_equal(labels, want_labels)
+        compared += check_boxes(images, boxes, labels)
+    assert len(seen["boxes"]) >= 2 and compared > 10
