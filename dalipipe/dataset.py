@@ -171,8 +171,8 @@ def make_dali_dataset(
         without labels (`(images,)` from the last two); for `masks` and `boxes`, see
         `docs/dense.md`. Images are `dtype`, `(batch, height, width, channels)` or `(batch,
         channels, height, width)`; labels as `label_mode` says (float32 for "raw" and
-        "multi_hot"); weights float32 `(batch,)`; no batch dimension with `batch_size=None`.
-        It has `class_names` and `file_paths`.
+        "multi_hot"); weights float32 `(batch,)` (`(batch, height, width)` with
+        `masks`); no batch dimension with `batch_size=None`. It has `class_names`, `file_paths`.
 
     Raises:
         TypeError: for an unknown keyword, or an argument of DALI's GPU decoder given

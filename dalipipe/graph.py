@@ -17,7 +17,7 @@ layouts of the first two, both packing and unpacking:
   the output image in NumPy (`dalipipe.annotations.placement`) and passed through.
 - `"weights"` (only for one shard of a distributed dataset): float32, one per
   sample, 0 for padding; a padding sample's mask is all `mask_fill_value`, and
-  its weight is given per pixel (`dalipipe.sharding.padded_masks`).
+  its weight is given per pixel (`padded_masks`).
 
 With `class_weight` or a `"weights"` input, the last output is Keras's
 `sample_weight`: the class weight of each sample's label (a lookup table in the
@@ -38,7 +38,6 @@ every GPU graph set-up for one).
 from dalipipe import codecs, sampling
 from dalipipe.feed import random_columns, unpack_boxes, unpack_pairs, unpack_random, unpack_samples
 from dalipipe.options import normalization_stats
-from dalipipe.sharding import padded_masks
 
 # Keras's interpolation names -> the closest DALI filter, and whether it must
 # antialias. DALI has no area, Lanczos-5 or Mitchell-Netravali filter: "area" is the
@@ -362,3 +361,30 @@ def _masks(options, encoded, mask, crop):
     if options.data_format == "channels_first":
         masks = fn.transpose(masks, perm=[2, 0, 1])
     return masks
+
+
+def padded_masks(masks, weights, options):
+    """A shard's masks and their sample weights, per pixel.
+
+    Args:
+        masks: the int32 masks node, `(height, width, 1)` or `(1, height, width)`
+            per sample, on the graph's device.
+        weights: the `"weights"` input's node, float32 `()` per sample on the CPU:
+            1 for a real sample, 0 for padding.
+        options: resolved `Options` (`mask_fill_value`, `image_size`, `device`).
+
+    Returns:
+        `(masks, weights)`: the masks, all `mask_fill_value` for padding; float32
+        `(height, width)` weights, the sample's weight at every pixel, the shape of
+        the per-pixel loss of a segmentation model (Keras's losses and `MeanIoU`
+        take it; a `(batch,)` weight does not broadcast against `(batch, height,
+        width)`).
+    """
+    from nvidia.dali import fn, types
+
+    if options.device == "gpu":
+        weights = weights.gpu()
+    keep = fn.cast(weights > 0, dtype=types.INT32)
+    masks = masks * keep + int(options.mask_fill_value) * (1 - keep)
+    per_pixel = fn.cast(masks * 0, dtype=types.FLOAT) + weights
+    return masks, fn.reshape(per_pixel, shape=list(options.image_size))

@@ -295,7 +295,7 @@ class ImagePipeline:
                 "categorical": (None, len(self.class_names)),
                 "binary": (None, 1),
             }[options.label_mode])
-        if self.weighted:  # a shard's masks weigh per pixel (`sharding.padded_masks`)
+        if self.weighted:  # a shard's masks weigh per pixel (`graph.padded_masks`)
             dtypes.append("float32")
             shapes.append((None, height, width) if options.masks is not None else (None,))
         if self.unbatched:

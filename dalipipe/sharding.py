@@ -6,17 +6,18 @@ pipelines through the same `seed`), and replica `r` gets the `r`-th slice of
 `batch_size // num_replicas` samples. The last step is padded with samples from the
 start of the order, of weight 0, so that every replica runs the same number of
 full batches and each sample counts exactly once per epoch. A padding sample's
-mask is all `mask_fill_value` (`padded_masks`, in the graph) and its boxes and
+mask is all `mask_fill_value` (`dalipipe.graph.padded_masks`) and its boxes and
 labels all -1 (`ImagePipeline.with_boxes`), as an image without objects.
 
 `data_parallel_shard` finds the replicas of this process under Keras's JAX
-distribution or `torch.distributed`; Keras, JAX and PyTorch are imported only there,
-and DALI only in `padded_masks` (graph code).
+distribution or `torch.distributed`; Keras, JAX and PyTorch are imported only there.
 """
 
 from typing import NamedTuple
 
 import numpy as np
+
+from dalipipe.annotations.settings import shown
 
 
 class Sharding(NamedTuple):
@@ -46,33 +47,6 @@ class Sharding(NamedTuple):
         ).reshape(-1)
         # Padding repeats samples from the start of the order, with weight 0.
         return positions % num_samples, (positions < num_samples).astype(np.float32)
-
-
-def padded_masks(masks, weights, options):
-    """A shard's masks and their sample weights, per pixel (DALI graph code).
-
-    Args:
-        masks: the int32 masks node, `(height, width, 1)` or `(1, height, width)`
-            per sample, on the graph's device.
-        weights: the `"weights"` input's node, float32 `()` per sample on the CPU:
-            1 for a real sample, 0 for padding.
-        options: resolved `Options` (`mask_fill_value`, `image_size`, `device`).
-
-    Returns:
-        `(masks, weights)`: the masks, all `mask_fill_value` for padding; float32
-        `(height, width)` weights, the sample's weight at every pixel, the shape of
-        the per-pixel loss of a segmentation model (Keras's losses and `MeanIoU`
-        take it; a `(batch,)` weight does not broadcast against `(batch, height,
-        width)`).
-    """
-    from nvidia.dali import fn, types
-
-    if options.device == "gpu":
-        weights = weights.gpu()
-    keep = fn.cast(weights > 0, dtype=types.INT32)
-    masks = masks * keep + int(options.mask_fill_value) * (1 - keep)
-    per_pixel = fn.cast(masks * 0, dtype=types.FLOAT) + weights
-    return masks, fn.reshape(per_pixel, shape=list(options.image_size))
 
 
 def has_targets(options):
@@ -142,6 +116,7 @@ def data_parallel_shard(options, backend):
             "zero-weight samples, which needs labels (or masks, or boxes) to weigh and "
             "a `batch_size`. To predict, make the dataset on one device. Received: "
             f"labels={options.labels!r}, label_mode={options.label_mode!r}, "
+            f"masks={shown(options.masks)}, boxes={shown(options.boxes)}, "
             f"batch_size={options.batch_size!r}"
         )
     check_global_batch(options.batch_size, devices)

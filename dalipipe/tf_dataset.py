@@ -117,7 +117,8 @@ def _check_strategy(strategy, options):
             "`strategy` pads the last step with zero-weight samples, which needs labels "
             "(or masks, or boxes) to weigh. To predict, make the dataset without "
             "`strategy`. "
-            f"Received: labels={options.labels!r}, label_mode={options.label_mode!r}"
+            f"Received: labels={options.labels!r}, label_mode={options.label_mode!r}, "
+            "masks=None, boxes=None"
         )
     check_global_batch(options.batch_size, strategy.num_replicas_in_sync)
 

@@ -117,7 +117,13 @@ def execute(path, *, small, tmp_dir, timeout=CELL_TIMEOUT_S):
                       DALIPIPE_CACHE_DIR=str(pathlib.Path(tmp_dir) / "cache"),
                       TF_CPP_MIN_LOG_LEVEL="2", TMPDIR=str(tmp_dir)):
         start = time.perf_counter()
-        client.execute()
+        try:
+            client.execute()
+        finally:  # nbclient leaves running a kernel whose manager it was given
+            if client.kc is not None:
+                client.kc.stop_channels()
+            if client.km.has_kernel:
+                client.km.shutdown_kernel(now=True)
         seconds = time.perf_counter() - start
     return notebook, seconds
 

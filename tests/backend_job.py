@@ -1,12 +1,13 @@
 """One Keras backend in its own process, fed by `make_dali_dataset` (`test_backends.py`).
 
-    KERAS_BACKEND=torch python backend_job.py MODE[,MODE...] TAGGED_DIR OUT_JSON
+    KERAS_BACKEND=torch python backend_job.py MODE TAGGED_DIR OUT_JSON
+    KERAS_BACKEND=torch python backend_job.py --modes MODE,MODE... TAGGED_DIR OUT_JSON
 
-TAGGED_DIR may be a copy of it in object storage (`s3://bucket/tagged/`). With one
-MODE, OUT_JSON is its result; with several (`conftest.py`'s `backend_jobs`, which
-runs every mode a session's tests need in one process per backend, since a process
-start costs seconds), it maps each mode to `{"result": ...}` or `{"error": ...}`
-(the traceback), so that one mode's failure fails its own tests only.
+TAGGED_DIR may be a copy of it in object storage (`s3://bucket/tagged/`). OUT_JSON
+is MODE's result; with `--modes` (`conftest.py`'s `backend_jobs`, which runs every
+mode a session's tests need in one process per backend, since a process start
+costs seconds), it maps each mode to `{"result": ...}` or `{"error": ...}` (the
+traceback), so that one mode's failure fails its own tests only.
 
 MODE `single`: `fit` with a metric that counts every sample it sees, `evaluate`,
 `predict`, and the dataset's passes against the native epochs. MODE `data_parallel`
@@ -316,8 +317,11 @@ def run_modes(modes, tagged_dir):
 
 
 if __name__ == "__main__":
-    modes, tagged_dir, out = sys.argv[1:4]
-    modes = modes.split(",")
-    result = MODES[modes[0]](tagged_dir) if len(modes) == 1 else run_modes(modes, tagged_dir)
+    if sys.argv[1] == "--modes":  # several modes, results by mode (`run_modes`)
+        modes, tagged_dir, out = sys.argv[2:5]
+        result = run_modes(modes.split(","), tagged_dir)
+    else:
+        mode, tagged_dir, out = sys.argv[1:4]
+        result = MODES[mode](tagged_dir)
     with open(out, "w") as f:
         json.dump(result, f)

@@ -90,8 +90,8 @@ def _modes(request, backend):
 def _run_backend_job(job, backend, modes, tagged_dir, out):
     """Runs `job` with `modes` on `backend`; a failed process leaves its stderr in `out`."""
     environ = child_env(KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
-    process = subprocess.run([sys.executable, job, ",".join(modes), tagged_dir, str(out)],
-                             env=environ, capture_output=True, text=True, timeout=900,
+    process = subprocess.run([sys.executable, job, "--modes", ",".join(modes), tagged_dir,
+                              str(out)], env=environ, capture_output=True, text=True, timeout=900,
                              cwd=os.path.dirname(job))
     if process.returncode != 0:
         out.write_text(json.dumps({"process": process.stderr[-4000:]}))

@@ -386,7 +386,7 @@ def test_masks_and_boxes_under_a_strategy_in_process(tf, dense):  # noqa: F811
 
 @pytest.mark.gpu
 def test_gpu_shards_of_masks_equal_the_cpu_shards(dense):  # noqa: F811
-    """The GPU graph's padding (`sharding.padded_masks`, the weights moved to the GPU)
+    """The GPU graph's padding (`graph.padded_masks`, the weights moved to the GPU)
     gives the CPU graph's masks and weights exactly."""
     options = {**DENSE, **dense_targets(dense, "masks")}
     for device in ("cpu", "gpu"):

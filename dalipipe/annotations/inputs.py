@@ -12,8 +12,8 @@ its class ids; or a source's images with their boxes, checked (`index_with_boxes
   `on_bad_file` applies to both; an image with an EXIF orientation other than 1
   (which DALI applies to the image and not to its mask) is refused there too;
 - DALI decodes a palette PNG to its colours, not its indices: every mask that is not
-  a local 8-bit greyscale PNG (another format, or any mask in object storage,
-  fetched once) is written as one, of its ids, in dalipipe's cache folder
+  a local 8-bit greyscale PNG (another format, or any mask in object storage) is
+  written as one, of its ids, in dalipipe's cache folder
   (`greyscale_masks`), and the graph reads that.
 
 `index_with_boxes` is the indexing and check of `make_dali_pipeline(..., boxes=)`: a
@@ -23,7 +23,7 @@ set, and EXIF-turned images are refused as for masks. Each image keeps its size 
 `dalipipe.annotations.placement`) and at most `max_boxes` boxes, with one warning.
 
 Images, masks, tables and COCO JSON files may be local or in `s3://` and `gs://`,
-mixed: a folder is then a prefix, listed once (`files.flat_images`), a table's
+mixed: a folder is then a prefix (`files.flat_images`), a table's
 relative paths start at its own folder, and every read goes through
 `dalipipe.storage.fetch`. DALI reads `s3://` images itself; `gs://` images with
 `boxes` are read by dalipipe and fed as bytes (`remote_sources.read_in_python`).
@@ -209,8 +209,9 @@ def _box_source(source, options):
         listed = {e.path: e for e in found.images}
         empty = (np.zeros((0, 4), np.float32), np.zeros(0, np.int32), [], [])
         entries = [listed.get(p) or ImageBoxes(p, *empty) for p in paths]
+        known = set(paths)
         found = BoxSource(entries, found.class_names, [p for p in paths if p not in listed],
-                          [p for p in listed if p not in set(paths)], 0)
+                          [p for p in listed if p not in known], 0)
     else:
         found = coco_boxes(boxes, images, allow_missing=True)
         if options.class_names is not None and list(options.class_names) != found.class_names:

@@ -248,8 +248,8 @@ def greyscale_masks(paths):
 
     A local 8-bit greyscale PNG is its own. Any other local mask (a palette PNG, which
     DALI decodes to its colours; a 1-bit or 16-bit PNG; another format) is rewritten
-    (`greyscale_png`), and every mask in object storage is fetched once
-    (`dalipipe.storage.fetch.read_files`) and written as it is where it is an 8-bit
+    (`greyscale_png`), and every mask in object storage not yet in the cache is
+    fetched (`dalipipe.storage.fetch.read_files`) and written as it is where it is an 8-bit
     greyscale PNG, else rewritten: into `<cache_dir()>/masks/`, named by a hash of its
     path or URI and its stamp (`fetch.stamps`: a file's size and modification time, an
     object's size and ETag), so that a changed mask is written again. DALI never

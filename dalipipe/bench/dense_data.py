@@ -68,7 +68,10 @@ def dense_data(directory, *, num_images, seed=0):
     images = [os.path.join(directory, "jpeg", f"{stem}.jpg") for stem in stems]
     masks = [os.path.join(directory, "trimaps", f"{stem}.png") for stem in stems]
     boxes = os.path.join(directory, "jpeg-instances.json")
-    made = dict(num_images=num_images, seed=seed, quality=JPEG_QUALITY)
+    # The sample data's own JSON changes whenever it is made again: the copies follow.
+    source = os.stat(os.path.join(directory, "instances.json"))
+    made = dict(num_images=num_images, seed=seed, quality=JPEG_QUALITY,
+                source=[source.st_size, source.st_mtime_ns])
     try:
         with open(os.path.join(directory, MARKER)) as f:
             kept = json.load(f) == made and all(map(os.path.isfile, images + masks + [boxes]))

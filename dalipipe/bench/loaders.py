@@ -430,7 +430,7 @@ def make_dalipipe_native(files, labels, *, workload, batch_size, threads, seed, 
     `synchronize`: `ImagePipeline.run` takes each batch from DALI's `Pipeline.run()`
     without a CUDA stream, which returns it host-synchronous (DALI waits for its GPU
     work first), so an epoch's GPU work is done when its last batch arrives. On the
-    GPU, `rebuild` builds a second pipeline over the first batch.
+    GPU, `rebuild` builds a second pipeline over the first batch (not with masks).
     """
     from dalipipe import make_dali_pipeline
 
@@ -464,7 +464,9 @@ def make_dalipipe_native(files, labels, *, workload, batch_size, threads, seed, 
         batch_size=batch_size, device=device, num_threads=threads, **arguments,
         **options)) + f", run(copy_to_host={copy_to_host})"
     return Loader(epoch, to_numpy=None if copy_to_host else _dali_to_numpy,
-                  rebuild=rebuild if device == "gpu" else None, settings=settings)
+                  # dense: a subset of the images would leave masks unmatched
+                  rebuild=rebuild if device == "gpu" and not dense else None,
+                  settings=settings)
 
 
 def make_dalipipe_native_gpu(files, labels, **kwargs):

@@ -77,6 +77,8 @@ def run_bench(*, data, out, loaders=None, workloads=None,
     Returns:
         The results dict that is also written to `out/results.json`.
     """
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"`rounds` must be an integer of at least 1. Received: rounds={rounds!r}")
     from dalipipe.sample_data import image_stats
 
     stream = stream or sys.stderr
