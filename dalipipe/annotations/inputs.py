@@ -74,12 +74,7 @@ def index_with_masks(source, options, *, device_id=0):
     pairs = _pairs(source, options)
     index = sources.Index(pairs.image_paths, None, options.class_names,
                           mask_paths=pairs.mask_paths)
-    if options.verbose:
-        print(f"Found {len(index)} files with masks.")
-    images = None
-    if options.check is not None:
-        images = checks.check_index(index, check=options.check, verbose=options.verbose,
-                                    device=options.device, device_id=device_id)
+    images = _image_check(index, options, device_id, "masks")
     found = mask_verdicts(pairs, class_names=options.class_names,
                           mask_fill_value=options.mask_fill_value,
                           sizes=None if images is None else [v.size for v in images])
@@ -89,10 +84,7 @@ def index_with_masks(source, options, *, device_id=0):
                      [image.path for image in images], "masks")
     verdicts = [Verdict(image.path, image.reason or mask.reason or why, image.size, image.stamp)
                 for image, mask, why in zip(images, found, turned)]
-    index = checks.apply_policy(index, verdicts, on_bad_file=options.on_bad_file,
-                                keep_classes=True)
-    if options.check is None:  # no stamps: the files were not checked
-        index = sources.Index(**{**index._asdict(), "stamps": None})
+    index = _apply_policy(index, verdicts, options)
     masks = greyscale_masks(index.mask_paths)
     sizes = checks.image_sizes(images)
     return sources.Index(**{**index._asdict(), "mask_paths": masks}), sizes
@@ -123,12 +115,7 @@ def index_with_boxes(source, options, *, device_id=0):
     """
     found = _box_source(source, options)
     index = sources.Index([e.path for e in found.images], None, found.class_names)
-    if options.verbose:
-        print(f"Found {len(index)} files with boxes.")
-    images = None
-    if options.check is not None:
-        images = checks.check_index(index, check=options.check, verbose=options.verbose,
-                                    device=options.device, device_id=device_id)
+    images = _image_check(index, options, device_id, "boxes")
     verdicts = box_verdicts(found, sizes=None if images is None else [v.size for v in images])
     if images is None:
         images = [Verdict(v.path, None) for v in verdicts]
@@ -146,11 +133,29 @@ def index_with_boxes(source, options, *, device_id=0):
     count = options.max_boxes
     entries = [e._replace(boxes=e.boxes[:count], labels=e.labels[:count]) for e in entries]
     index = sources.Index(index.file_paths, None, index.class_names, boxes=entries)
+    index = _apply_policy(index, verdicts, options)
+    return index, checks.image_sizes(images)
+
+
+def _image_check(index, options, device_id, what):
+    """The image check's verdicts on `index` (`checks.check_index`), or None when
+    `options.check` is None; says how many files were found with their `what`."""
+    if options.verbose:
+        print(f"Found {len(index)} files with {what}.")
+    if options.check is None:
+        return None
+    return checks.check_index(index, check=options.check, verbose=options.verbose,
+                              device=options.device, device_id=device_id)
+
+
+def _apply_policy(index, verdicts, options):
+    """`index` after `on_bad_file` judged `verdicts` (`checks.apply_policy`), without
+    stamps when the files were not checked (`check=None`)."""
     index = checks.apply_policy(index, verdicts, on_bad_file=options.on_bad_file,
                                 keep_classes=True)
-    if options.check is None:  # no stamps: the files were not checked
+    if options.check is None:
         index = sources.Index(**{**index._asdict(), "stamps": None})
-    return index, checks.image_sizes(images)
+    return index
 
 
 def _turned(reasons, paths, what):
