@@ -31,11 +31,11 @@ from typing import List, NamedTuple, Optional
 
 import numpy as np
 
-from dalipipe.annotations.files import flat_images, read_size, resolve, unmatched
+from dalipipe.annotations.files import flat_images, read_size, unmatched
 from dalipipe.annotations.formats import BOX_FORMATS, check_format
 from dalipipe.calls import warn
 from dalipipe.storage.fetch import read_files
-from dalipipe.storage.remote_sources import folder_of
+from dalipipe.storage.remote_sources import folder_of, resolve_path
 from dalipipe.utils import is_number
 
 # A table's coordinate columns for each format, in the format's order.
@@ -208,7 +208,7 @@ def coco_boxes(instances, images, *, allow_missing=False):
         warn(f"Annotations of {what} whose image_id is not among its 'images' are left "
              "out: " + unmatched("annotation id(s)", orphans))
     paths = (flat_images(images, "directory") if isinstance(images, (str, os.PathLike))
-             else [resolve(p, None) for p in images])
+             else [resolve_path(p, None) for p in images])
     result, missing = [], []
     for path in paths:
         entry = by_name.get(os.path.basename(path))
@@ -312,7 +312,7 @@ def table_boxes(table, *, bounding_box_format, class_names=None, root=None,
     found = {}
     for i, (path, *cells) in enumerate(rows):
         empty = [_is_empty(c) for c in cells]
-        entry = found.setdefault(resolve(path, root), [])
+        entry = found.setdefault(resolve_path(path, root), [])
         if all(empty):
             continue
         if any(empty):

@@ -1,8 +1,7 @@
-"""The files of a dense task's source: a flat folder's images, paths resolved against
-a table's folder, and the one wording of files left unmatched. A folder or a path
-may be local or in object storage (`s3://`, `gs://`): a prefix is listed by
-`dalipipe.storage.remote_sources`, a URI is kept as it is, and a relative path
-under a table in object storage becomes a URI."""
+"""The files of a dense task's source: a flat folder's images, image sizes, and the
+one wording of files left unmatched. A folder may be local or in object storage
+(`s3://`, `gs://`): a prefix is listed by `dalipipe.storage.remote_sources`, which
+also resolves a table's paths (`resolve_path`) as it does for images alone."""
 
 import os
 
@@ -55,20 +54,6 @@ def stem(path):
     """The file name without folder and extension: `'a/Abyssinian_1.jpg'` gives
     `'Abyssinian_1'`."""
     return os.path.splitext(os.path.basename(path))[0]
-
-
-def resolve(path, root):
-    """`path` as an absolute path: a relative one against `root` (a table's folder,
-    local or a URI), or against the working directory where `root` is None. A URI
-    stays as it is."""
-    path = os.fspath(path)
-    if storage.is_remote(path):
-        return path
-    if root is not None and storage.is_remote(root):
-        return storage.join(root, path)
-    if root is not None and not os.path.isabs(path):
-        path = os.path.join(root, path)
-    return os.path.abspath(path)
 
 
 def unmatched(count_what, paths):

@@ -36,9 +36,10 @@ from typing import List, NamedTuple, Optional
 import numpy as np
 
 from dalipipe import storage
-from dalipipe.annotations.files import flat_images, resolve, stem, unmatched
+from dalipipe.annotations.files import flat_images, stem, unmatched
 from dalipipe.calls import warn
 from dalipipe.storage import fetch
+from dalipipe.storage.remote_sources import resolve_path
 from dalipipe.utils import cache_dir
 
 # PIL modes whose pixel values are class ids: greyscale, palette (indices), 1-bit.
@@ -97,7 +98,7 @@ def match_masks(images, masks, *, allow_missing=False):
             every one; for two masks of one stem; for a folder without images.
     """
     image_paths = (flat_images(images, "directory") if isinstance(images, (str, os.PathLike))
-                   else [resolve(p, None) for p in images])
+                   else [resolve_path(p, None) for p in images])
     by_stem = {}
     for path in flat_images(masks, "masks"):
         other = by_stem.setdefault(stem(path), path)
@@ -148,8 +149,8 @@ def column_masks(image_paths, mask_paths, *, root=None, column="mask", allow_mis
             f"The mask column {column!r} must have one cell per image. Received "
             f"{len(mask_paths)} masks for {len(image_paths)} images"
         )
-    masks = [None if _is_empty(m) else resolve(m, root) for m in mask_paths]
-    pairs = MaskPairs([resolve(p, root) for p in image_paths], masks, [])
+    masks = [None if _is_empty(m) else resolve_path(m, root) for m in mask_paths]
+    pairs = MaskPairs([resolve_path(p, root) for p in image_paths], masks, [])
     if pairs.missing and not allow_missing:
         raise ValueError(f"The mask column {column!r} has an empty cell for "
                          + unmatched("image(s)", pairs.missing))

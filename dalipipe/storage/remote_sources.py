@@ -220,17 +220,7 @@ def resolve(paths, root, what, allow_missing):
             TFRecord files.
         PermissionError, ConnectionError, ImportError: see `dalipipe.storage`.
     """
-    remote_root = _remote(root)
-    local_base = os.path.abspath(os.getcwd() if root is None or remote_root else root)
-    file_paths = []
-    for path in paths:
-        path = os.fsdecode(os.fspath(path))
-        if storage.is_remote(path):
-            file_paths.append(path)
-        elif remote_root:
-            file_paths.append(storage.join(os.fsdecode(os.fspath(root)), path))
-        else:
-            file_paths.append(os.path.normpath(os.path.join(local_base, os.path.expanduser(path))))
+    file_paths = [resolve_path(path, root) for path in paths]
     uris = [p for p in file_paths if storage.is_remote(p)]
     refuse_if_dali_cannot_read_s3(uris)
     found = dict(zip(uris, storage.find_objects(uris)))
@@ -239,6 +229,19 @@ def resolve(paths, root, what, allow_missing):
     if missing and not allow_missing:
         raise ValueError(f"{len(missing)} file(s) named in {what} do not exist: {listing(missing)}")
     return file_paths
+
+
+def resolve_path(path, root=None):
+    """One path of a table or list: a URI as it is; a relative path joined to `root`
+    (a URI or a local folder, else the working directory); a local path absolute and
+    normalized, `~` expanded."""
+    path = os.fsdecode(os.fspath(path))
+    if storage.is_remote(path):
+        return path
+    if _remote(root):
+        return storage.join(os.fsdecode(os.fspath(root)), path)
+    base = os.path.abspath(os.getcwd() if root is None else root)
+    return os.path.normpath(os.path.join(base, os.path.expanduser(path)))
 
 
 def _refuse_tfrecords(uris, found):
