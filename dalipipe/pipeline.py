@@ -496,7 +496,7 @@ class ImagePipeline:
         self._verify_unchanged(paths, sample_ids)
         return fetch.read_batch(paths)
 
-    def build_dali_pipeline(self, feed=None, batch_size=None):
+    def build_dali_pipeline(self, feed=None, batch_size=None, order=None):
         """A new DALI `Pipeline` object for this graph, not yet built.
 
         Args:
@@ -505,6 +505,8 @@ class ImagePipeline:
                 that returns a zero-argument callable giving the next batch of that
                 input and raising StopIteration at the end of an epoch.
             batch_size: DALI's batch size. Defaults to `batch_size`.
+            order: the outputs' order, as indices of `output_dtypes`. Defaults to
+                theirs.
         """
         from nvidia.dali import pipeline_def
 
@@ -519,12 +521,13 @@ class ImagePipeline:
             or self.options.recipe is not None,
         )
         def image_graph():
-            return graph.define(
+            outputs = graph.define(
                 self.options, feed=feed, padded=self.sharding is not None,
                 feeds_bytes=self.feeds_bytes,
                 num_classes=len(self.class_names) if self.class_names else 0,
                 target_shape=self.target_shape,
             )
+            return outputs if order is None else tuple(outputs[i] for i in order)
 
         return image_graph()
 

@@ -10,14 +10,12 @@ transformations on a GPU, is `dalipipe.tf_keras_dataset`; the device choice is
 import tensorflow as tf
 
 from dalipipe import dali_hooks
-from dalipipe.annotations.elements import element, nested as nested_element
-from dalipipe.annotations.settings import shown
 from dalipipe.devices import resolve_tensorflow_device, strategy_device, tf_gpu_cuda_ordinal
 from dalipipe.install import import_dali_tf
 from dalipipe.pipeline import split_source
 from dalipipe.sharding import check_global_batch, has_targets
 from dalipipe.tf_inputs import EpochFeed
-from dalipipe.tf_keras_dataset import KerasDataset
+from dalipipe.tf_keras_dataset import KerasDataset, keras_structure
 
 dali_tf = import_dali_tf()
 
@@ -152,13 +150,6 @@ def to_dataset(image_pipeline, device=None, *, nested=None):
         device = GPU if gpu else "/cpu:0"
     if nested is None:
         nested = not gpu
-    if not nested and nested_element(image_pipeline.options):
-        options = image_pipeline.options
-        raise ValueError(
-            "`boxes` and `output='dict'` with format 'tf' on a GPU are not supported yet "
-            "(their structure would need a `map` after DALI's GPU dataset): use "
-            "format='pydataset' or 'grain'. Received: "
-            f"boxes={shown(options.boxes)}, output={options.output!r}")
     feed = EpochFeed(image_pipeline, gpu=not nested)
 
     def pass_dataset(start=0):
@@ -187,9 +178,6 @@ def _pass_dataset(feed, device, start_batch=0, *, nested):
     with tf.device(device):
         dataset = tf.data.Dataset.range(1).flat_map(
             tf.autograph.experimental.do_not_convert(lambda _: whole))
-        if nested_element(image_pipeline.options):  # Keras's structure of boxes, dicts
-            dataset = dataset.map(tf.autograph.experimental.do_not_convert(
-                lambda *outputs: element(outputs, image_pipeline.options)))
         if image_pipeline.num_batches == image_pipeline.steps:
             # A real cardinality for tf.data too (`.map`, `.prefetch` keep it).
             dataset = dataset.apply(tf.data.experimental.assert_cardinality(
@@ -209,10 +197,11 @@ def _dali_dataset(feed, numbers, batch_size, *, join, device):
         # DALI's plugin takes its inputs on the dataset's device (FeedInputs).
         inputs = {k: v.apply(tf.data.experimental.copy_to_device(device))
                   for k, v in inputs.items()}
+    _, order = keras_structure(image_pipeline)  # Keras's element, flat
     with tf.device(device):
-        dtypes = tuple(tf.as_dtype(d) for d in image_pipeline.output_dtypes)
-        shapes = tuple(tf.TensorShape(s) for s in image_pipeline.output_shapes)
-        pipeline = image_pipeline.build_dali_pipeline(batch_size=batch_size)
+        dtypes = tuple(tf.as_dtype(image_pipeline.output_dtypes[i]) for i in order)
+        shapes = tuple(tf.TensorShape(image_pipeline.output_shapes[i]) for i in order)
+        pipeline = image_pipeline.build_dali_pipeline(batch_size=batch_size, order=order)
         dataset = dali_tf.experimental.DALIDatasetWithInputs(
             pipeline=pipeline,
             input_datasets={

@@ -15,6 +15,7 @@ dataset's view of DALI's graph (`DatasetOver`) rest on `tf.data` internals, whic
 
 import tensorflow as tf
 
+from dalipipe.annotations.elements import element
 from dalipipe.tf_hooks import DatasetOver, LazyIterator
 
 # Instance methods of `tf.data.Dataset` whose ops run on the CPU only.
@@ -26,21 +27,45 @@ _CPU_TRANSFORMATIONS = (
 )
 
 
+def keras_structure(image_pipeline):
+    """The element Keras reads from `image_pipeline`'s outputs, and their order in it.
+
+    Returns:
+        `(spec, order)`: `spec`, the `tf.TensorSpec` structure of
+        `annotations.elements.element` (one spec for images alone), with the shapes
+        and dtypes of `ImagePipeline.output_shapes`/`output_dtypes`; `order`, the
+        indices of the pipeline's outputs in the order of `tf.nest.flatten(spec)`,
+        the order in which DALI's dataset must give them. Dicts flatten by sorted
+        key, so `output="dict"` with boxes gives `bounding_boxes` before `images`.
+    """
+    dtypes, shapes = image_pipeline.output_dtypes, image_pipeline.output_shapes
+    index = element(tuple(range(len(dtypes))), image_pipeline.options)
+    if isinstance(index, tuple) and len(index) == 1:
+        index = index[0]
+    spec = tf.nest.map_structure(lambda i: tf.TensorSpec(shapes[i], dtypes[i]), index)
+    return spec, tuple(tf.nest.flatten(index))
+
+
 class KerasDataset(DatasetOver):
     """The dataset `make_dali_dataset` returns: `dataset` with Keras's view of it.
 
     `cardinality()` is the number of steps per epoch (DALI reports an infinite one;
     Keras reads it, through a distributed dataset too, to end each epoch and to make
-    a new iterator, a new order, for the next). The elements are the images
-    themselves when they are the only output, as Keras's
-    `image_dataset_from_directory` gives them (DALI's are always tuples: only the
-    element's structure changes, no op runs on it). On a GPU, CPU transformations
+    a new iterator, a new order, for the next). The elements are Keras's
+    (`keras_structure`): the images themselves when they are the only output, as
+    Keras's `image_dataset_from_directory` gives them, and the pairs and dicts of
+    `dalipipe.annotations.elements` for masks and boxes. DALI's dataset gives a flat
+    tuple, in `keras_structure`'s order: only the element's structure changes, no op
+    runs on it, so the structure is the same on a GPU. On a GPU, CPU transformations
     raise ValueError instead of failing inside TensorFlow.
     """
 
     def __init__(self, dataset, image_pipeline, *, device=None, feed=None, rest_of_epoch=None):
-        spec = dataset.element_spec
-        self._spec = spec[0] if isinstance(spec, tuple) and len(spec) == 1 else spec
+        self._spec, _ = keras_structure(image_pipeline)
+        flat = tf.nest.flatten(self._spec)
+        given = tf.nest.flatten(dataset.element_spec)
+        if [s.dtype for s in flat] != [s.dtype for s in given]:
+            raise AssertionError(f"DALI's outputs {given} are not in the order of {flat}")
         self._steps = image_pipeline.steps
         self._feed = feed
         self._rest_of_epoch = rest_of_epoch

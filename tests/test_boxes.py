@@ -287,15 +287,30 @@ def test_box_crop_needs_boxes_and_augment(dense):
         pipeline(dense, box_crop=True)
 
 
-def test_tf_on_a_gpu_refuses_the_structures_it_cannot_give(dense):
-    """A GPU-placed DALI dataset cannot be mapped into Keras's structures: refused,
-    naming the arguments (shown on the CPU with the GPU's dataset structure)."""
-    pytest.importorskip("tensorflow")
+@pytest.mark.parametrize("nested", [True, False], ids=["cpu", "gpu_structure"])
+@pytest.mark.parametrize("options", [dict(), dict(output="dict"),
+                                     dict(boxes=None, masks="masks", output="dict")],
+                         ids=["boxes", "dict_boxes", "dict_masks"])
+def test_tf_gives_keras_structures_without_a_map(dense, options, nested):
+    """Format "tf" gives the native epoch in Keras's structures with no op after
+    DALI's dataset: DALI gives the outputs flat, in the order the structure flattens
+    to (a dict's keys sorted: boxes before images). `nested=False` is the GPU's
+    dataset, run on the CPU."""
+    tf = pytest.importorskip("tensorflow")
+    from dalipipe.annotations.elements import element
     from dalipipe.tf_dataset import to_dataset
 
-    with pytest.raises(ValueError, match=r"`boxes` and `output='dict'` with format 'tf' on a "
-                                         r"GPU are not supported yet.*boxes='.*instances"):
-        to_dataset(pipeline(dense), nested=False)
+    if options.get("masks"):
+        options = dict(options, masks=os.path.join(dense, options["masks"]))
+    p = pipeline(dense, **options)
+    want = [element(batch, p.options) for batch in p.epoch(0)]
+    with tf.device("/cpu:0"):
+        got = list(to_dataset(p, nested=nested))
+    assert len(got) == len(want) == p.steps
+    for g, w in zip(got, want):
+        tf.nest.assert_same_structure(g, w)
+        for a, b in zip(tf.nest.flatten(g), tf.nest.flatten(w)):
+            np.testing.assert_array_equal(a.numpy(), b)
 
 
 def test_validation_split_splits_images_with_their_boxes(dense):
