@@ -14,10 +14,12 @@ whatever the order (DALI iterates each input of a pipeline on its own):
   with zeros to its longest record (`pad_records`) where the TensorFlow inputs feed
   dense batches (`tf_inputs.feed_parts`).
 `unpack_samples` reads each sample's label and encoded image back in the graph.
-With `masks` (segmentation), a row is instead an image and its mask, both files that
-DALI reads (`pack_pairs`): the little-endian int32 length of the image's path, the
-image's path, then the mask's, padded with NUL bytes to the batch's longest;
-`unpack_pairs` reads both back.
+With `masks` (segmentation), a row is instead an image and its mask, without a
+label: the little-endian int32 length of the image, the image, then the mask's path
+(a local file that DALI reads). The image is its path, which DALI reads
+(`pack_pairs`: padded with NUL bytes to the batch's longest), or its encoded bytes
+where dalipipe reads the images (`pack_records` with `mask_paths`, which travel as
+records do). `unpack_pairs` reads both back.
 
 `"random"`, float32, one row per sample: the columns of the parts that `options`
 use, in this order (`random_parts`):
@@ -112,39 +114,56 @@ def pack_pairs(file_paths: Sequence[str], mask_paths: Sequence[str]) -> np.ndarr
     return packed
 
 
-def unpack_pairs(samples):
-    """Each sample's encoded image and encoded mask, read from the files that
-    `pack_pairs` put in the `"samples"` input (DALI graph code).
+def unpack_pairs(samples, *, feeds_bytes):
+    """Each sample's encoded image and encoded mask, from the `"samples"` input of
+    `pack_pairs`, or of `pack_records` with `mask_paths` (DALI graph code).
+
+    Args:
+        samples: the `"samples"` input's node (uint8, one row per sample; the NUL
+            padding of a dense batch ends the mask's path).
+        feeds_bytes: whether the rows hold the images' bytes, else their paths,
+            which DALI reads here.
 
     Returns:
-        `(encoded, mask)` DALI nodes: the uint8 bytes of the image and of its mask.
+        `(encoded, mask)` DALI nodes: the uint8 bytes of the image and of its mask
+        (whose file DALI reads here).
     """
     from nvidia.dali import fn, types
 
     length = fn.reinterpret(samples[0:VALUE_BYTES], dtype=types.INT32, shape=[])
     end = VALUE_BYTES + length
-    return fn.io.file.read(samples[VALUE_BYTES:end]), fn.io.file.read(samples[end:])
+    image = samples[VALUE_BYTES:end]
+    return (image if feeds_bytes else fn.io.file.read(image)), fn.io.file.read(samples[end:])
 
 
-def pack_records(payloads: Sequence[bytes], labels: Optional[np.ndarray]):
+def pack_records(payloads: Sequence[bytes], labels: Optional[np.ndarray],
+                 mask_paths: Optional[Sequence[str]] = None):
     """The `"samples"` of encoded images that dalipipe read: per sample its label (see
     `pack_paths`), the int32 length of its encoded image, then the image's bytes,
-    one sample after the other in one buffer.
+    one sample after the other in one buffer. With `mask_paths` (segmentation,
+    aligned with `payloads`; `labels` is then None), `pack_pairs`'s layout with the
+    image's bytes in place of its path: no label, the int32 length of the encoded
+    image, its bytes, then its mask's path.
 
     Returns:
         `(flat, lengths)`: uint8 `(sum(lengths),)`, and int64 `(n,)`, each sample's
         length in `flat`.
     """
-    head = _label_rows(labels, len(payloads))
-    width = head.shape[1] + VALUE_BYTES
-    sizes = np.array([len(p) for p in payloads], np.int64)
-    lengths = sizes + width
+    count = len(payloads)
+    if mask_paths is None:
+        heads, tails = _label_rows(labels, count), [b""] * count
+    else:
+        heads, tails = np.zeros((count, 0), np.uint8), [os.fsencode(m) for m in mask_paths]
+    width = heads.shape[1] + VALUE_BYTES
+    lengths = np.array([width + len(p) + len(t) for p, t in zip(payloads, tails)], np.int64)
     flat = np.empty(int(lengths.sum()), np.uint8)
-    for start, label, payload in zip(np.cumsum(lengths) - lengths, head, payloads):
-        flat[start:start + len(label)] = label
-        flat[start + len(label):start + width] = np.frombuffer(
+    for start, head, payload, tail in zip(np.cumsum(lengths) - lengths, heads, payloads, tails):
+        flat[start:start + len(head)] = head
+        flat[start + len(head):start + width] = np.frombuffer(
             struct.pack("<i", len(payload)), np.uint8)
-        flat[start + width:start + width + len(payload)] = np.frombuffer(payload, np.uint8)
+        body = start + width + len(payload)
+        flat[start + width:body] = np.frombuffer(payload, np.uint8)
+        flat[body:body + len(tail)] = np.frombuffer(tail, np.uint8)
     return flat, lengths
 
 

@@ -10,7 +10,8 @@ layouts of the first two, both packing and unpacking:
 - `"samples"`: uint8, per sample its label and its image's path, or its encoded
   image where dalipipe reads the images (TFRecord records, `gs://` objects). One
   input per sample keeps each label with its image whatever the order. With
-  `masks`, the image's path and its mask's instead (`_masks` moves the masks).
+  `masks`, the image (its path, or its encoded bytes) and its mask's path instead
+  (`_masks` moves the masks).
 - `"random"`: float32, per sample the draws of the crop and flip, the recipe and
   the mixing that the options use (`dalipipe.feed.random_parts`), each read by its
   own step in the graph; with `boxes`, then the sample's boxes and labels, placed in
@@ -88,7 +89,8 @@ def define(options, *, feed, padded, feeds_bytes, num_classes, target_shape=None
         return fn.external_source(source=feed(name), dtype=dali_type, ndim=ndim, batch=True)
 
     if options.masks is not None:  # images with their masks: no labels
-        encoded, mask = unpack_pairs(external("samples", dali_types.UINT8))
+        encoded, mask = unpack_pairs(external("samples", dali_types.UINT8),
+                                     feeds_bytes=feeds_bytes)
         label = None
     else:
         label, encoded = unpack_samples(external("samples", dali_types.UINT8),

@@ -439,9 +439,9 @@ class ImagePipeline:
         path padded with zeros (`feed.pack_paths`; DALI reads the files); with
         `masks`, the image's path and its mask's (`feed.pack_pairs`). Where the
         bytes are fed (`feeds_bytes`: TFRecord records, `gs://` objects): a list of
-        `n` uint8 arrays, each the label, the int32 length and the image's bytes
-        (`load_records`, `feed.split_records`), so that no image is padded to the
-        batch's longest.
+        `n` uint8 arrays, each the label, the int32 length and the image's bytes,
+        or with `masks` the length, the bytes and the mask's path (`load_records`,
+        `feed.split_records`), so that no image is padded to the batch's longest.
 
         Files checked before training are stat-ed again (`checks.verify_unchanged`),
         so that one deleted or replaced during training is named.
@@ -466,8 +466,9 @@ class ImagePipeline:
 
         Returns:
             `(flat, lengths)` (`feed.pack_records`): uint8 `(sum(lengths),)`, per
-            sample its label, the int32 length of the encoded image, then its bytes;
-            and int64 `(n,)`, each sample's length in `flat`.
+            sample its label, the int32 length of the encoded image, then its bytes
+            (with `masks`: no label, and the mask's path after the bytes); and int64
+            `(n,)`, each sample's length in `flat`.
         """
         sample_ids = np.asarray(sample_ids, np.int64)
         index = self.index
@@ -481,7 +482,8 @@ class ImagePipeline:
             payloads = tfrecord.load_encoded(index.tfrecord_files, refs)
         else:
             payloads = self._read_files([self.file_paths[i] for i in sample_ids], sample_ids)
-        return feed.pack_records(payloads, labels)
+        masks = None if index.mask_paths is None else [index.mask_paths[i] for i in sample_ids]
+        return feed.pack_records(payloads, labels, masks)
 
     def _verify_unchanged(self, paths, sample_ids):
         """`checks.verify_unchanged` for the files of `sample_ids`, if they were checked."""

@@ -149,8 +149,11 @@ def test_a_turned_remote_image_is_refused(bucket, dense):
 
 
 def test_gcs_boxes_and_masks(gcs_emulator, dense):
-    """`gs://` images with boxes (dalipipe reads them), masks in `gs://` with local
-    images, and `gs://` images with masks refused by name."""
+    """`gs://` images with boxes, and with masks in `gs://` or local (dalipipe reads
+    the images and feeds their bytes, each beside its mask's local path), and masks
+    in `gs://` with local images: each epoch is the local files' one, natively (as
+    formats "pydataset" and "grain" run it) and in a shard with padding (format "tf":
+    `test_storage.test_training_from_gcs_equals_the_local_folder`)."""
     bucket = _upload_gcs(dense, "dense")
     bucket.blob("dense/instances.json").upload_from_filename(
         os.path.join(dense, "instances.json"))
@@ -159,11 +162,17 @@ def test_gcs_boxes_and_masks(gcs_emulator, dense):
                                boxes=os.path.join(dense, "instances.json"), **BOXES)
     remote = make_dali_pipeline(f"{base}/images", boxes=f"{base}/instances.json", **BOXES)
     assert_same_epoch(remote, local, dense, base)
-    images = os.path.join(dense, "images")
-    local = make_dali_pipeline(images, masks=os.path.join(dense, "masks"), **MASKS)
+    images, masks = os.path.join(dense, "images"), os.path.join(dense, "masks")
+    local = make_dali_pipeline(images, masks=masks, **MASKS)
     remote = make_dali_pipeline(images, masks=f"{base}/masks", **MASKS)
     assert_same_epoch(remote, local, dense, dense)
-    with pytest.raises(ValueError, match=r"`masks` with `gs://` images is not supported yet.*"
-                                         rf"Received: source='{base}/images'"):
-        make_dali_pipeline(f"{base}/images", masks=f"{base}/masks", **MASKS)
-
+    for remote_masks in (f"{base}/masks", masks):
+        remote = make_dali_pipeline(f"{base}/images", masks=remote_masks, **MASKS)
+        assert remote.feeds_bytes and not local.feeds_bytes
+        assert_same_epoch(remote, local, dense, base)
+    # Replicas 2 and 3 of 4: their second step is padding (6 samples, batches of 4).
+    got, expected = (list(pipe.shard([2, 3], 4).epoch(0)) for pipe in (remote, local))
+    assert (got[-1][-1] == 0).all() and (got[-1][1] == 0).all()  # mask_fill_value
+    for batch, want in zip(got, expected, strict=True):
+        for a, b in zip(batch, want, strict=True):
+            np.testing.assert_array_equal(a, b)

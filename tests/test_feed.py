@@ -194,10 +194,36 @@ def test_images_and_masks_come_back_from_the_graph(indexed_dir):
     def graph():
         rows = fn.external_source(source=lambda: samples, dtype=types.UINT8, ndim=1,
                                   batch=True)
-        return feed.unpack_pairs(rows)
+        return feed.unpack_pairs(rows, feeds_bytes=False)
 
     images, mask_files = run_graph(graph, len(paths))
     assert [bytes(e) for e in images] == file_bytes(paths)
+    assert [bytes(e) for e in mask_files] == file_bytes(masks)
+
+
+@pytest.mark.parametrize("form", ["per_sample", "padded"])
+def test_fed_bytes_and_mask_paths_come_back_from_the_graph(indexed_dir, form):
+    """Images read by dalipipe with their masks (`pack_records` with `mask_paths`):
+    no label, the image's length and bytes, then the mask's path, one array per
+    sample or one dense batch padded with zeros after the path."""
+    from nvidia.dali import fn, types
+
+    paths = indexed_paths(indexed_dir)[0][:4]
+    masks = paths[::-1]  # any files: here the images in the other order
+    payloads = file_bytes(paths)
+    flat, lengths = feed.pack_records(payloads, None, masks)
+    assert lengths.tolist() == [4 + len(p) + len(m.encode()) for p, m in zip(payloads, masks)]
+    assert bytes(flat[4 + len(payloads[0]):lengths[0]]) == masks[0].encode()
+    batch = feed.split_records(flat, lengths) if form == "per_sample" \
+        else feed.pad_records(flat, lengths)
+
+    def graph():
+        rows = fn.external_source(source=lambda: batch, dtype=types.UINT8, ndim=1,
+                                  batch=True)
+        return feed.unpack_pairs(rows, feeds_bytes=True)
+
+    images, mask_files = run_graph(graph, len(paths))
+    assert [bytes(e) for e in images] == payloads
     assert [bytes(e) for e in mask_files] == file_bytes(masks)
 
 

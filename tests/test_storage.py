@@ -466,10 +466,11 @@ def _upload_gcs(folder, prefix):
     return client.bucket("photos")
 
 
-def test_training_from_gcs_equals_the_local_folder(gcs_emulator, tagged_dir):
+def test_training_from_gcs_equals_the_local_folder(gcs_emulator, tagged_dir, tmp_path):
     """A `gs://` prefix: dalipipe reads the objects and feeds their bytes to the graph;
     each epoch's images, labels and order are those of the local copy, through the
-    native runner and through TensorFlow's `fit`."""
+    native runner and through TensorFlow's `fit`; with masks (each record carries its
+    mask's path), through format "tf"."""
     from dalipipe import make_dali_dataset, make_dali_pipeline
     from helpers import tag_of
 
@@ -507,6 +508,23 @@ def test_training_from_gcs_equals_the_local_folder(gcs_emulator, tagged_dir):
     model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     history = model.fit(dataset, epochs=2, verbose=0)
     assert np.isfinite(history.history["loss"]).all()
+    # Images with masks, both in `gs://`: one record per sample, and a partial last
+    # batch (6 images in batches of 4).
+    from dalipipe.annotations.sample import MASK_CLASS_NAMES
+    from dalipipe.sample_data import make_dense_sample_dataset
+
+    dense = tmp_path / "dense"
+    make_dense_sample_dataset(str(dense), num_images=6, seed=1, crop_width=(48, 64))
+    _upload_gcs(dense, "dense")
+    masks = dict(options, batch_size=4, class_names=list(MASK_CLASS_NAMES))
+    local = make_dali_pipeline(str(dense / "images"), masks=str(dense / "masks"), **masks)
+    dataset = make_dali_dataset("gs://photos/dense/images", masks="gs://photos/dense/masks",
+                                format="tf", **masks)
+    got = [np.concatenate(parts) for parts in zip(*((x.numpy(), y.numpy()) for x, y in dataset))]
+    expected = [np.concatenate(parts) for parts in zip(*local.epoch(0))]
+    assert (expected[1] > 0).any()
+    for a, b in zip(got, expected, strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_a_gcs_object_deleted_during_training_is_named(gcs_emulator, tagged_dir):

@@ -25,13 +25,12 @@ set, and EXIF-turned images are refused as for masks. Each image keeps its size 
 Images, masks, tables and COCO JSON files may be local or in `s3://` and `gs://`,
 mixed: a folder is then a prefix (`files.flat_images`), a table's
 relative paths start at its own folder, and every read goes through
-`dalipipe.storage.fetch`. DALI reads `s3://` images itself; `gs://` images with
-`boxes` are read by dalipipe and fed as bytes (`remote_sources.read_in_python`).
+`dalipipe.storage.fetch`. DALI reads `s3://` images itself; `gs://` images are read
+by dalipipe and fed as bytes (`remote_sources.read_in_python`), each beside its
+mask's local path with `masks` (`dalipipe.feed.pack_records`).
 
-Not supported yet (refused with an error naming the source): TFRecord files, `gs://`
-images with `masks` (the graph reads an image and its mask by path, and DALI's
-reader cannot read `gs://`), class ids above 255, and a table as the images' source
-with `boxes`.
+Not supported yet (refused with an error naming the source): TFRecord files, class
+ids above 255, and a table as the images' source with `boxes`.
 """
 
 import os
@@ -54,8 +53,7 @@ def index_with_masks(source, options, *, device_id=0):
 
     Args:
         source: a flat folder of images, a list of image paths, a CSV file or a
-            DataFrame; local, or in `s3://` (folders, files and paths) or `gs://`
-            (all but the images).
+            DataFrame; local, or in `s3://` or `gs://` (folders, files and paths).
         options: validated `Options` with `masks` set (`device` resolved): a folder
             of masks (local or a prefix), or a table's column of mask paths.
         device_id: the CUDA device a GPU check decodes on.
@@ -245,12 +243,5 @@ def _pairs(source, options):
         found = column_masks(index.file_paths, column(masks), root=folder, column=masks,
                              allow_missing=True)
         pairs = MaskPairs(index.file_paths, found.mask_paths, [])
-    if remote.read_in_python(pairs.image_paths):
-        first = next(p for p in pairs.image_paths if remote.read_in_python([p]))
-        raise ValueError(
-            "`masks` with `gs://` images is not supported yet: DALI's reader cannot read "
-            "`gs://` objects, and the bytes dalipipe reads for it carry no mask. Copy the "
-            "images to local disk or to `s3://` (their masks may stay in `gs://`). "
-            f"Received: source={source!r}, with the image {first!r}")
     remote.refuse_if_dali_cannot_read_s3(pairs.image_paths)
     return pairs
