@@ -1,7 +1,8 @@
 """Object storage (`dalipipe.storage`) against a real S3 server on 127.0.0.1: the
 session's `s3_server` (`tests/s3_server.py`), with a bucket of JPEGs made here.
 
-`gs://` has no server here: its URIs and its missing-client error are tested.
+`gs://` runs against a local GCS emulator (`gcs_emulator`, `gcp-storage-emulator`
+from the test extra), with its URIs and its missing-client error.
 """
 
 import hashlib
