@@ -5,8 +5,8 @@ DALI's `auto_aug` operations are of two kinds here:
 - geometric: the shears, translations and the rotation (`shear_x`, `shear_y`,
   `translate_x`, `translate_y`, with or without the image's shape, and `rotate`),
   which move pixels. A mask goes through the same operation with the same draws,
-  sampled with the nearest neighbour, and a box through the same affine map
-  (`affine`);
+  sampled with the nearest neighbour (`mask_suite`), and a box through the same
+  affine map (`affine`);
 - the others (brightness, contrast, colour, sharpness, posterize, solarize,
   solarize-add, invert, equalize, auto-contrast, identity), which change the
   image's values only: masks and boxes stay as they are.
@@ -74,13 +74,19 @@ def is_geometric(aug):
 
 
 def mask_suite(augmentations):
-    """The operations a mask goes through, aligned with `augmentations` (a suite or
-    one stage of a policy): the geometric ones as they are, DALI's `identity` for
-    the others. Called with the same operation index and magnitude bins as the
-    image's, each mask takes the same geometry."""
+    """The operations a mask goes through for `augmentations` (a suite, or one stage
+    of a policy), as `(operations, table)`: `operations` the geometric ones, each
+    once, then DALI's `identity`; `table[i]` the index in `operations` of the one
+    that `augmentations[i]` gives a mask (the identity for an operation on values).
+    Selected by `table[op]` with the image's magnitude bins, each mask takes its
+    image's geometry; fewer branches than the image's keep the graph small."""
     from nvidia.dali.auto_aug import augmentations as a
 
-    return [aug if is_geometric(aug) else a.identity for aug in augmentations]
+    operations = [aug for aug in dict.fromkeys(augmentations) if is_geometric(aug)]
+    operations.append(a.identity)
+    table = [operations.index(aug) if is_geometric(aug) else len(operations) - 1
+             for aug in augmentations]
+    return operations, table
 
 
 def parameter(aug, magnitude_bin, sign, num_magnitude_bins):

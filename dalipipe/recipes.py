@@ -108,7 +108,10 @@ def _call(augmentations, op, image_size, masks=False, **kwargs):
     from nvidia.dali.auto_aug.core import select
 
     if masks:
-        augmentations = recipe_geometry.mask_suite(augmentations)
+        augmentations, table = recipe_geometry.mask_suite(augmentations)
+        if len(augmentations) == 1:  # the identity only
+            return kwargs["data"]
+        op = types.Constant(np.asarray(table, np.int32), device="cpu")[op]
         kwargs.update(fill_value=0, interp_type=types.INTERP_NN)
     else:
         kwargs.update(fill_value=FILL_VALUE, interp_type=None)
