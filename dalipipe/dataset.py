@@ -143,7 +143,7 @@ def make_dali_dataset(
             weights in each batch, from the graph (see Class weights).
         masks: masks instead of labels: a folder of them matched to a flat folder of images
             by file stem, or a table's mask column; int32 class ids (see `docs/dense.md`).
-        mask_fill_value: the mask id where the image or the batch is padded (an ignore index).
+        mask_fill_value: the mask id where padding or a recipe leaves no pixel (an ignore index).
         boxes: boxes instead of labels: a COCO JSON or a table of boxes (see `docs/dense.md`).
         bounding_box_format: the boxes' format, one of Keras's (a table's and the output's).
         max_boxes: boxes per image, padded with -1 as `keras.layers.MaxNumBoundingBoxes` pads.

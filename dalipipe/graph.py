@@ -99,6 +99,8 @@ def define(options, *, feed, padded, feeds_bytes, num_classes, target_shape=None
     draws = unpack_random(random, options)  # {part name: its columns}
     images, mirror = _decode_and_resize(options, encoded, draws.get("crop"))
     recipe = options.recipe
+    if recipe is not None and (options.masks is not None or options.boxes is not None):
+        recipe.check_alignable()  # its operations move masks and boxes, or a named error
     if recipe is not None:  # after the flip, on the uint8 HWC crop
         images = recipe.apply(draws["recipe"], fn.flip(images, horizontal=mirror),
                               options.image_size)
@@ -116,7 +118,7 @@ def define(options, *, feed, padded, feeds_bytes, num_classes, target_shape=None
     )
     outputs = [images]
     if options.masks is not None:
-        outputs.append(_masks(options, encoded, mask, draws.get("crop")))
+        outputs.append(_masks(options, encoded, mask, draws))
     if options.boxes is not None:  # placed in NumPy (`annotations.placement`), passed through
         outputs.extend(unpack_boxes(random, options))
     if options.label_mode == "categorical":
@@ -319,8 +321,9 @@ def _central_window(encoded, options):
     }
 
 
-def _masks(options, encoded, mask, crop):
-    """The masks of `masks=`, moved exactly as `_decode_and_resize` moves their images.
+def _masks(options, encoded, mask, draws):
+    """The masks of `masks=`, moved exactly as `_decode_and_resize` and the recipe
+    move their images.
 
     Each mask (an 8-bit greyscale PNG of class ids, `dalipipe.annotations.inputs`)
     is decoded as one channel on the CPU (only the crop window, with `augment`: the
@@ -328,7 +331,9 @@ def _masks(options, encoded, mask, crop):
     the GPU in a GPU graph, and resized with nearest-neighbour sampling without
     antialiasing, so that it holds only ids of the source; the central window of
     `crop_to_aspect_ratio` and `central_fraction` is the image's, and the padding of
-    `pad_to_aspect_ratio` is `mask_fill_value`.
+    `pad_to_aspect_ratio` is `mask_fill_value`. A recipe's geometric operations
+    then move it with the image's draws (`draws["recipe"]`), filling with
+    `mask_fill_value` (`recipes.RandAugment.apply_to_masks`).
 
     Returns:
         int32 masks, `(height, width, 1)` (`"channels_last"`) or `(1, height, width)`.
@@ -349,9 +354,12 @@ def _masks(options, encoded, mask, crop):
 
     if options.augment:
         shape = fn.peek_image_shape(encoded, dtype=dali_types.FLOAT)
-        window, mirror = sampling.CROP.apply(crop, shape[0], shape[1])
+        window, mirror = sampling.CROP.apply(draws["crop"], shape[0], shape[1])
         masks = fn.flip(fn.resize(decoded(window), size=options.image_size, **nearest),
                         horizontal=mirror)
+        if options.recipe is not None:
+            masks = options.recipe.apply_to_masks(draws["recipe"], masks, options.image_size,
+                                                  options.mask_fill_value)
     elif options.pad_to_aspect_ratio:
         masks = _letterbox(decoded(), encoded, options, nearest,
                            fill_value=options.mask_fill_value, dtype=dali_types.INT32)

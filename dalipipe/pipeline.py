@@ -396,7 +396,9 @@ class ImagePipeline:
         after them, placed in its output image (`annotations.placement.place_boxes`)
         and padded to `max_boxes` (`feed.pack_boxes`): float32
         `(len(sample_ids), feed.random_columns(options))`. With `box_crop`, the crop
-        columns are first moved to hold a box (`annotations.placement.keep_a_box`).
+        columns are first moved to hold a box (`annotations.placement.keep_a_box`);
+        with a recipe, the boxes are moved by its geometric operations
+        (`recipes.RandAugment.affines`).
         The rows where `padding` (bool, a shard's padding samples) is set get no
         boxes: all -1."""
         options = self.options
@@ -406,8 +408,11 @@ class ImagePipeline:
             random = random.copy()
             crops = feed.part_columns(random, options, "crop")
             crops[:] = [keep_a_box(crop, e.boxes, e.size) for crop, e in zip(crops, entries)]
+        affines = (options.recipe.affines(feed.part_columns(random, options, "recipe"),
+                                          options.image_size)
+                   if options.recipe is not None else [None] * len(entries))
         placed = [place_boxes(options, entry.boxes, entry.labels, entry.size,
-                              None if crops is None else crops[row])
+                              None if crops is None else crops[row], affines[row])
                   for row, entry in enumerate(entries)]
         boxes, labels = pad_boxes([b for b, _ in placed], [lab for _, lab in placed],
                                   options.max_boxes)

@@ -13,6 +13,13 @@ and the sample's position as the crops do (`sampling.per_position`); `apply` rea
 them in the graph with `auto_aug.core.select` and `signed_bin`. A recipe is the
 `"recipe"` part of that input, in the shape `dalipipe.feed` describes (`columns`,
 `draw`, `apply`).
+
+With masks and boxes, the recipe's geometric operations (shears, translations,
+rotation) move them with the same draws and its other operations leave them as
+they are (`dalipipe.recipe_geometry`): `apply_to_masks` runs the same selection on
+the masks, and `affines` gives each sample's map in NumPy, through which
+`dalipipe.annotations.placement` moves its boxes. `steps` says which operations a
+sample's draws run.
 """
 
 import contextlib
@@ -23,7 +30,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from dalipipe import dali_hooks, sampling
+from dalipipe import dali_hooks, recipe_geometry, sampling
 from dalipipe.utils import is_int
 
 # augment= names -> the recipe with its defaults (`parse_augment`).
@@ -91,14 +98,25 @@ def _columns(draws, start, count):
     return [fn.cast(draws[start + i], dtype=types.INT32) for i in range(count)]
 
 
-def _call(augmentations, op, image_size, **kwargs):
+def _call(augmentations, op, image_size, masks=False, **kwargs):
     """`augmentations[op]` of each sample (`op` a graph node), as DALI's recipes call
-    them: the image size for relative translations, uncovered pixels `FILL_VALUE`."""
+    them: the image size for relative translations, uncovered pixels `FILL_VALUE`.
+    With `masks`, the data are masks (int32 HWC, ids plus one): the suite's geometric
+    operations with nearest-neighbour sampling, uncovered pixels 0, the others the
+    identity (`recipe_geometry.mask_suite`)."""
+    from nvidia.dali import types
     from nvidia.dali.auto_aug.core import select
 
+    if masks:
+        augmentations, table = recipe_geometry.mask_suite(augmentations)
+        if len(augmentations) == 1:  # the identity only
+            return kwargs["data"]
+        op = types.Constant(np.asarray(table, np.int32), device="cpu")[op]
+        kwargs.update(fill_value=0, interp_type=types.INTERP_NN)
+    else:
+        kwargs.update(fill_value=FILL_VALUE, interp_type=None)
     with _quiet():
-        return select(augmentations, op, shape=list(image_size), fill_value=FILL_VALUE,
-                      interp_type=None, **kwargs)
+        return select(augmentations, op, shape=list(image_size), **kwargs)
 
 
 class _Recipe:
@@ -110,6 +128,40 @@ class _Recipe:
         of epoch `epoch`'s order (`sampling.per_position`, stream 2; `batch_size` and
         `image_size` do not change them)."""
         return sampling.per_position(seed, epoch, 2, positions, self.rows)
+
+    def check_alignable(self):
+        """Raises `recipe_geometry.UnalignedOperationError` (a ValueError) naming
+        an operation of the recipe whose effect on masks and boxes is unknown."""
+        for aug in self.augmentations():
+            recipe_geometry.kind_of(aug)
+
+    def apply_to_masks(self, draws, masks, image_size, fill_value):
+        """`masks` (uint8 or int32 `(height, width, 1)` class ids, a graph node) moved
+        as `apply` moves their images with the same `draws`: the geometric operations
+        with nearest-neighbour sampling, `fill_value` where they uncover pixels; the
+        others leave the masks as they are. Returns int32 `(height, width, 1)` holding
+        the source ids and `fill_value` only.
+
+        The operations fill with 0 the masks' ids plus one (int32, which DALI's warps
+        take on both devices), and 0 becomes `fill_value`: exact for any int32."""
+        from nvidia.dali import fn, types
+
+        shifted = fn.cast(masks, dtype=types.INT32) + 1
+        moved = self.apply(draws, shifted, image_size, masks=True)
+        kept = fn.cast(moved > 0, dtype=types.INT32)
+        return (moved - 1) * kept + int(fill_value) * (1 - kept)
+
+    def affines(self, rows, image_size):
+        """float64 `(len(rows), 3, 3)`: per sample of the recipe's `rows` (its
+        columns of `"random"`), the map of output pixels that its geometric
+        operations apply, in order (`recipe_geometry.affine`; the identity where it
+        runs none). Coordinates as `recipe_geometry` states them."""
+        out = np.tile(np.eye(3), (len(rows), 1, 1))
+        for i, steps in enumerate(self.steps(rows)):
+            for aug, magnitude_bin, sign in steps:
+                out[i] = recipe_geometry.affine(aug, magnitude_bin, sign,
+                                                self.num_magnitude_bins, image_size) @ out[i]
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,14 +202,22 @@ class RandAugment(_Recipe):
         return _choices(rng.random((count, self.columns)),
                         [len(self.augmentations()), 2] * self.num_ops)
 
-    def apply(self, draws, images, image_size):
-        """`images` (uint8 HWC graph node) with the recipe applied per sample."""
+    def steps(self, rows):
+        """Per sample of `rows` (its `columns` of `"random"`), the operations its
+        draws run, in order: a list of `(augmentation, magnitude bin, sign)`."""
+        suite = self.augmentations()
+        return [[(suite[int(op)], self.magnitude, int(sign))
+                 for op, sign in zip(row[0::2], row[1::2])] for row in rows]
+
+    def apply(self, draws, images, image_size, masks=False):
+        """`images` (uint8 HWC graph node) with the recipe applied per sample (with
+        `masks`, masks as `apply_to_masks` gives them)."""
         from nvidia.dali.auto_aug.core import signed_bin
 
         augmentations = self.augmentations()
         chosen = _columns(draws, 0, self.columns)
         for op, sign in zip(chosen[0::2], chosen[1::2]):
-            images = _call(augmentations, op, image_size, data=images,
+            images = _call(augmentations, op, image_size, masks, data=images,
                            magnitude_bin=signed_bin(self.magnitude, random_sign=sign),
                            num_magnitude_bins=self.num_magnitude_bins)
         return images
@@ -192,12 +252,19 @@ class TrivialAugmentWide(_Recipe):
         return _choices(rng.random((count, 3)),
                         [len(self.augmentations()), self.num_magnitude_bins, 2])
 
-    def apply(self, draws, images, image_size):
-        """`images` (uint8 HWC graph node) with the recipe applied per sample."""
+    def steps(self, rows):
+        """Per sample of `rows` (its 3 columns of `"random"`), the operation its draws
+        run: a list of one `(augmentation, magnitude bin, sign)`."""
+        suite = self.augmentations()
+        return [[(suite[int(op)], int(magnitude), int(sign))] for op, magnitude, sign in rows]
+
+    def apply(self, draws, images, image_size, masks=False):
+        """`images` (uint8 HWC graph node) with the recipe applied per sample (with
+        `masks`, masks as `apply_to_masks` gives them)."""
         from nvidia.dali.auto_aug.core import signed_bin
 
         op, magnitude, sign = _columns(draws, 0, 3)
-        return _call(self.augmentations(), op, image_size, data=images,
+        return _call(self.augmentations(), op, image_size, masks, data=images,
                      magnitude_bin=signed_bin(magnitude, random_sign=sign),
                      num_magnitude_bins=self.num_magnitude_bins)
 
@@ -239,6 +306,14 @@ class AutoAugment(_Recipe):
     def columns(self):
         return 1 + 2 * self.stages
 
+    @property
+    def num_magnitude_bins(self):
+        return self.dali_policy().num_magnitude_bins
+
+    def augmentations(self):
+        """The policy's operations, each once."""
+        return list(self.dali_policy().augmentations.values())
+
     def rows(self, rng, count):
         """float32 `(count, columns)`: per sample, the sub-policy's index, then a
         uniform number per stage, then a sign per stage."""
@@ -246,9 +321,24 @@ class AutoAugment(_Recipe):
         return _choices(rng.random((count, self.columns)),
                         [len(self.dali_policy().sub_policies)] + [None] * stages + [2] * stages)
 
-    def apply(self, draws, images, image_size):
+    def steps(self, rows):
+        """Per sample of `rows` (its `columns` of `"random"`), the operations its draws
+        run, in order: a list of `(augmentation, magnitude bin, sign)`, a stage where
+        its uniform number is below the stage's probability (both float32, as the
+        graph compares them)."""
+        policy, stages = self.dali_policy(), self.stages
+        found = []
+        for row in rows:
+            sub_policy = policy.sub_policies[int(row[0])]
+            found.append([(aug, magnitude_bin, int(row[1 + stages + stage]))
+                          for stage, (aug, probability, magnitude_bin) in enumerate(sub_policy)
+                          if np.float32(row[1 + stage]) < np.float32(probability)])
+        return found
+
+    def apply(self, draws, images, image_size, masks=False):
         """`images` (uint8 HWC graph node) with the policy applied per sample, as
-        DALI's `auto_aug.auto_augment.apply_auto_augment` does, from `draws`."""
+        DALI's `auto_aug.auto_augment.apply_auto_augment` does, from `draws` (with
+        `masks`, masks as `apply_to_masks` gives them)."""
         from nvidia.dali import fn, types
         from nvidia.dali.auto_aug.core import signed_bin
 
@@ -262,7 +352,7 @@ class AutoAugment(_Recipe):
             bins = signed_bin(bins, random_sign=signs)
         for stage in range(stages):
             if draws[1 + stage] < probabilities[stage]:
-                images = _call(augmentations[stage], ids[stage], image_size, data=images,
+                images = _call(augmentations[stage], ids[stage], image_size, masks, data=images,
                                magnitude_bin=bins[stage],
                                num_magnitude_bins=policy.num_magnitude_bins)
         return images

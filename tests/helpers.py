@@ -79,3 +79,18 @@ class FileOpens:
                 if event.name and not event.mask & flags.ISDIR:
                     self.counts[os.path.join(self.watches[event.wd], event.name)] += 1
         return False
+
+
+def recipe_kinds(pipe, epoch):
+    """Per sample of `pipe`'s epoch `epoch` (a pipeline with a recipe), in loading
+    order: `(geometric, values)`, whether its draws run an operation that moves
+    pixels (a shear, translation or rotation) and one that changes their values
+    (anything else but the identity). bool `(n,)` each."""
+    from dalipipe import feed, recipe_geometry
+
+    rows = feed.part_columns(pipe.epoch_inputs(epoch)[1], pipe.options, "recipe")
+    steps = pipe.options.recipe.steps(rows)
+    geometric = [any(recipe_geometry.is_geometric(aug) for aug, _, _ in s) for s in steps]
+    values = [any(not recipe_geometry.is_geometric(aug) and aug.name != "identity"
+                  for aug, _, _ in s) for s in steps]
+    return np.array(geometric), np.array(values)

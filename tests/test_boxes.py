@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dalipipe import make_dali_pipeline
+from dalipipe import AutoAugment, RandAugment, TrivialAugmentWide, make_dali_pipeline
 from dalipipe.annotations.boxes import BOX_FORMATS, convert_format
 from dalipipe.annotations.sample import SHAPE_COLOURS, SHAPES
+from helpers import recipe_kinds
 
 pytest.importorskip("nvidia.dali")
 
@@ -96,6 +97,66 @@ def test_each_box_moves_with_its_image(dense, options):
             assert boxes.dtype == np.float32 and labels.dtype == np.int32
             compared += check_boxes(images, boxes, labels, size)
     assert compared > 10
+
+
+RECIPES = [RandAugment(num_ops=1, magnitude=24), TrivialAugmentWide(), AutoAugment()]
+
+
+def check_moved_boxes(images, boxes, labels, size=SIZE):
+    """`check_boxes` for boxes that a recipe moved: each kept box encloses its
+    shape's pixels within 1.5 pixels (the image is resampled twice, by the crop's
+    resize and the recipe's warp, each blending the shape's edge into a pixel
+    further), and is loose by no more than a third of its side plus 1.5 pixels on
+    each side (the box enclosing a rotated or sheared box is looser for a circle or
+    a triangle than for a square). A box that overlaps another of its class is not
+    compared: shapes of one colour then reach into each other's boxes."""
+    compared = 0
+    height, width = size
+    for image, image_boxes, image_labels in zip(images, boxes, labels):
+        kept = image_labels >= 0
+        for i, (box, label) in enumerate(zip(image_boxes[kept], image_labels[kept])):
+            x1, y1, x2, y2 = (float(v) for v in box)
+            assert 0 <= x1 < x2 <= width and 0 <= y1 < y2 <= height
+            others = [b for j, (b, k) in enumerate(zip(image_boxes[kept], image_labels[kept]))
+                      if j != i and k == label]
+            if any(b[0] < x2 and x1 < b[2] and b[1] < y2 and y1 < b[3] for b in others):
+                continue
+            found = shape_extent(image, box, label)
+            if found is None:
+                assert (x2 - x1) * (y2 - y1) < 12
+                continue
+            ex1, ey1, ex2, ey2 = found
+            assert x1 <= ex1 + 1.5 and y1 <= ey1 + 1.5 and x2 >= ex2 - 1.5 \
+                and y2 >= ey2 - 1.5, (box, found)
+            clipped = min(x1, y1) < 0.5 or x2 > width - 0.5 or y2 > height - 0.5
+            if not clipped:
+                assert max(ex1 - x1, x2 - ex2) <= (x2 - x1) / 3 + 1.5, (box, found)
+                assert max(ey1 - y1, y2 - ey2) <= (y2 - y1) / 3 + 1.5, (box, found)
+            compared += 1
+    return compared
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
+def test_a_recipe_moves_each_box_with_its_image(dense, recipe):
+    """The recipe's shears, translations and rotations move the boxes with the same
+    draws (the box enclosing the moved corners, clipped), its other operations leave
+    them: a sample without a geometric operation has the boxes of `augment=True`
+    (same crops), one with it others; where the image's colours are left as they
+    were, each box encloses its shape."""
+    p = pipeline(dense, augment=recipe, shuffle=False)
+    plain = pipeline(dense, augment=True, shuffle=False)
+    moved = compared = 0
+    for epoch in range(4):
+        images, boxes, labels = (np.concatenate(parts) for parts in zip(*p.epoch(epoch)))
+        _, plain_boxes, plain_labels = (np.concatenate(parts)
+                                        for parts in zip(*plain.epoch(epoch)))
+        geometric, values = recipe_kinds(p, epoch)
+        np.testing.assert_array_equal(boxes[~geometric], plain_boxes[~geometric])
+        np.testing.assert_array_equal(labels[~geometric], plain_labels[~geometric])
+        moved += int((boxes[geometric] != plain_boxes[geometric]).any((1, 2)).sum())
+        shown = geometric & ~values  # moved, colours as they were
+        compared += check_moved_boxes(images[shown], boxes[shown], labels[shown])
+    assert moved >= 5 and compared >= 6, (moved, compared)
 
 
 def source_boxes(dense):
@@ -196,7 +257,6 @@ def test_more_boxes_than_max_boxes_keep_the_first_with_one_warning(dense):
     (dict(label_mode="categorical"), r"`label_mode` must stay.*label_mode='categorical'"),
     (dict(class_weight={0: 1.0}), r"`class_weight` must stay.*class_weight=\{0: 1.0\}"),
     (dict(mix="mixup", label_mode=None), r"`mix` must stay.*mix=MixUp"),
-    (dict(augment="randaugment"), r"`augment=RandAugment\(.* is not supported yet with `boxes`"),
     (dict(masks="masks"), r"`masks` and `boxes` together are not supported yet"),
     (dict(boxes=3), r"`boxes` must be a COCO instances JSON file.*boxes of type int"),
     (dict(bounding_box_format="ltrb"), r"`bounding_box_format` must be one of.*'ltrb'"),

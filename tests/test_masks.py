@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dalipipe import make_dali_pipeline
+from dalipipe import AutoAugment, RandAugment, TrivialAugmentWide, make_dali_pipeline
 from dalipipe.annotations.masks import read_mask
 from dalipipe.annotations.sample import MASK_CLASS_NAMES, SHAPE_COLOURS, SHAPES
 from dalipipe.sample_data import make_dense_sample_dataset
 from dalipipe.utils import child_env
+from helpers import recipe_kinds
 
 pytest.importorskip("nvidia.dali")
 
@@ -86,6 +87,31 @@ def test_each_mask_moves_with_its_image(dense, options):
             assert masks.dtype == np.int32 and masks.shape == (len(images), *SIZE, 1)
             compared += check_aligned(images, masks)
     assert compared > 500
+
+
+RECIPES = [RandAugment(num_ops=1, magnitude=24), TrivialAugmentWide(), AutoAugment()]
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
+def test_a_recipe_moves_each_mask_with_its_image(dense, recipe):
+    """The recipe's shears, translations and rotations move the masks with the same
+    draws (`mask_fill_value` where they uncover pixels), its other operations leave
+    them: a sample without a geometric operation has the mask of `augment=True`
+    (same crops), one with it another; where the image's colours are left as they
+    were (no operation on values), the mask agrees with them."""
+    p = pipeline(dense, augment=recipe, mask_fill_value=255, shuffle=False)
+    plain = pipeline(dense, augment=True, mask_fill_value=255, shuffle=False)
+    moved = compared = 0
+    for epoch in range(4):
+        images, masks = (np.concatenate(parts) for parts in zip(*p.epoch(epoch)))
+        plain_masks = np.concatenate([m for _, m in plain.epoch(epoch)])
+        geometric, values = recipe_kinds(p, epoch)
+        assert set(np.unique(masks).tolist()) <= {0, 1, 2, 3, 255}
+        np.testing.assert_array_equal(masks[~geometric], plain_masks[~geometric])
+        moved += int((masks[geometric] != plain_masks[geometric]).any((1, 2, 3)).sum())
+        shown = geometric & ~values  # moved, colours as they were
+        compared += check_aligned(images[shown], masks[shown], fill=255)
+    assert moved >= 5 and compared > 1000, (moved, compared)
 
 
 def test_augment_flips_and_crops_masks_with_their_images(dense):
@@ -170,8 +196,6 @@ def test_validation_split_splits_images_with_their_masks(dense):
     (dict(label_mode="categorical"), r"`label_mode` must stay.*label_mode='categorical'"),
     (dict(class_weight={0: 1.0}), r"`class_weight` must stay.*class_weight=\{0: 1.0\}"),
     (dict(mix="mixup", label_mode=None), r"`mix` must stay.*mix=MixUp"),
-    (dict(augment="randaugment"), r"`augment=RandAugment\(.* is not supported yet with `masks`"),
-    (dict(augment="trivialaugment"), r"not supported yet with `masks`"),
     (dict(masks=3), r"`masks` must be a folder.*Received: masks=3"),
     (dict(mask_fill_value=0.5), r"`mask_fill_value` must be an integer.*mask_fill_value=0.5"),
 ])

@@ -15,7 +15,8 @@ nothing here imports DALI, TensorFlow or Keras.
   checked, as the 8-bit greyscale PNGs that the DALI graph reads; and the boxes of
   `boxes=`, checked, with each image's size.
 - `placement`: each sample's boxes moved as the graph moves its image (crop, flip,
-  resize, padding), dropped by `min_box_visibility`, in `bounding_box_format`.
+  resize, padding, a recipe's map), dropped by `min_box_visibility`, in
+  `bounding_box_format`.
 - `settings`: the dense-task options checked (`masks`, `boxes`, `box_crop`,
   `output`...), for `dalipipe.options`.
 - `elements`: the graph's flat outputs as Keras's elements (`(images, {"boxes",

@@ -11,6 +11,13 @@ converted to `bounding_box_format` (relative formats relative to the output imag
 and padded to `max_boxes` with -1 (`boxes.pad_boxes`). `dalipipe.feed.pack_boxes`
 carries the result into the graph, which passes it through.
 
+With a recipe, the sample's map of its geometric operations (`affine`, from
+`recipes.RandAugment.affines`, drawn from the same columns as the graph's) then
+moves each box: its four corners through the map, the box enclosing them, clipped to
+the output image. A rotated or sheared box encloses its object more loosely than
+before (a box holds no more than its corners). The share of a box kept is then the
+share left by the crop times the share of the moved box left inside the image.
+
 With `box_crop`, `keep_a_box` moves each crop window (its position only: the area,
 aspect ratio and flip stay as drawn) so that it holds the central 60% of one of the
 image's boxes, and that box is kept; the image and its boxes both use the moved
@@ -70,7 +77,7 @@ def _round(value):
     return float(math.floor(float(value) + 0.5))
 
 
-def place_boxes(options, boxes, labels, size, crop=None):
+def place_boxes(options, boxes, labels, size, crop=None, affine=None):
     """One image's boxes as the graph shows the image.
 
     Args:
@@ -80,6 +87,9 @@ def place_boxes(options, boxes, labels, size, crop=None):
         labels: int `(n,)`.
         size: the source image's `(width, height)`.
         crop: the sample's crop columns of `"random"`, with `augment`.
+        affine: float `(3, 3)`, the map of output pixels of the sample's recipe
+            (`recipes.RandAugment.affines`), applied after the crop and flip; None
+            without a recipe.
 
     Returns:
         `(boxes, labels)`: float32 `(k, 4)` in `bounding_box_format` of the output
@@ -93,8 +103,6 @@ def place_boxes(options, boxes, labels, size, crop=None):
     area = _area(boxes)
     left = _area(clipped)
     share = np.divide(left, area, out=np.zeros_like(area), where=area > 0)
-    keep = (left > 0) & (share >= options.min_box_visibility)
-    clipped = clipped[keep]
     scale_x = (px2 - px1) / (wx2 - wx1)
     scale_y = (py2 - py1) / (wy2 - wy1)
     out = np.stack([(clipped[:, 0] - wx1) * scale_x + px1, (clipped[:, 1] - wy1) * scale_y + py1,
@@ -103,9 +111,30 @@ def place_boxes(options, boxes, labels, size, crop=None):
     height, width = options.image_size
     if mirror:
         out = np.stack([width - out[:, 2], out[:, 1], width - out[:, 0], out[:, 3]], -1)
-    out = convert_format(out.reshape(-1, 4), "xyxy", options.bounding_box_format,
+    if affine is not None:
+        out, moved_share = _moved(out, affine, width, height)
+        share, left = share * moved_share, _area(out)
+    keep = (left > 0) & (share >= options.min_box_visibility)
+    out = convert_format(out[keep].reshape(-1, 4), "xyxy", options.bounding_box_format,
                          height=height, width=width)
     return out.astype(np.float32), labels[keep]
+
+
+def _moved(boxes, affine, width, height):
+    """`boxes` (float `(n, 4)` `xyxy`) moved by `affine` (`(3, 3)`): the boxes that
+    enclose their moved corners, clipped to `width` x `height`, and the share of
+    each enclosing box's area left inside (0 for an empty one)."""
+    x1, y1, x2, y2 = (boxes[:, i] for i in range(4))
+    corners = np.stack([np.stack([x1, x2, x1, x2], -1), np.stack([y1, y1, y2, y2], -1),
+                        np.ones((len(boxes), 4))], 1)  # (n, 3, 4)
+    moved = np.asarray(affine, np.float64) @ corners
+    enclosing = np.stack([moved[:, 0].min(-1), moved[:, 1].min(-1),
+                          moved[:, 0].max(-1), moved[:, 1].max(-1)], -1)
+    clipped = np.stack([np.clip(enclosing[:, 0], 0, width), np.clip(enclosing[:, 1], 0, height),
+                        np.clip(enclosing[:, 2], 0, width), np.clip(enclosing[:, 3], 0, height)],
+                       -1)
+    area = _area(enclosing)
+    return clipped, np.divide(_area(clipped), area, out=np.zeros_like(area), where=area > 0)
 
 
 def _area(boxes):

@@ -4,9 +4,10 @@
 `check_dense(options)` is called by `dalipipe.options.Options` as it validates
 itself. With `masks` or `boxes` the targets are the masks or the boxes, so the
 options of image-level labels (`labels`, `label_mode`, `label_columns`,
-`class_weight`, `mix`) must stay at their defaults, and the augmentation recipes,
-whose operations do not move masks or boxes yet, are refused. `masks` and `boxes`
-together are not supported yet.
+`class_weight`, `mix`) must stay at their defaults (MixUp and CutMix do not mix
+masks or boxes). The augmentation recipes are accepted: their geometric operations
+move masks and boxes with the image's draws (`dalipipe.recipe_geometry`). `masks`
+and `boxes` together are not supported yet.
 """
 
 import os
@@ -80,7 +81,7 @@ def shown(value):
 
 def _check_targets(options, name, shown):
     """`name` ("masks" or "boxes") gives the targets: the label options stay at their
-    defaults, and the recipes are refused."""
+    defaults."""
     given = {"labels": (options.labels, "'inferred'"),
              "label_mode": (options.label_mode, "'int'"),
              "label_columns": (options.label_columns, None),
@@ -90,8 +91,3 @@ def _check_targets(options, name, shown):
             raise ValueError(
                 f"With `{name}`, the targets are the {name}: `{argument}` must stay at its "
                 f"default ({default}). Received: {argument}={value!r}, {name}={shown}")
-    if options.recipe is not None:
-        raise ValueError(
-            f"`augment={options.augment!r}` is not supported yet with `{name}`: its "
-            f"operations do not move {name} yet. Use `augment=True` (a random-resized "
-            f"crop and a flip, applied to both). Received: augment={options.augment!r}")
