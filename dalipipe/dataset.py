@@ -148,7 +148,7 @@ def make_dali_dataset(
         bounding_box_format: the boxes' format, one of Keras's (a table's and the output's).
         max_boxes: boxes per image, padded with -1 as `keras.layers.MaxNumBoundingBoxes` pads.
         min_box_visibility: the share of a box's area a crop must keep to keep the box.
-        box_crop: with `augment=True`, move each crop to hold one of the image's boxes.
+        box_crop: with `augment` (True or a recipe), move each crop to hold one of the image's boxes.
         output: None (tuples) or `"dict"`: the dicts of Keras's preprocessing layers.
         device: `"gpu"`, `"cpu"` (DALI's CPU operators, no CUDA), or `"auto"`: the GPU when
             TensorFlow and DALI both see one (for `make_dali_pipeline`, when DALI does).

@@ -341,6 +341,22 @@ def test_box_crop_keeps_a_box_of_every_image_that_has_one(dense):
     assert missed > 0  # without it, some crops hold no box
 
 
+def test_box_crop_with_a_recipe_moves_the_crops_then_the_boxes(dense):
+    """`box_crop` with a recipe: the crops are `box_crop`'s, and the recipe's
+    geometric operations then move the boxes with the image."""
+    p = pipeline(dense, augment=RECIPES[0], seed=5, box_crop=True, shuffle=False)
+    plain = pipeline(dense, augment=True, seed=5, box_crop=True, shuffle=False)
+    compared = 0
+    for epoch in range(2):
+        images, boxes, labels = (np.concatenate(parts) for parts in zip(*p.epoch(epoch)))
+        _, plain_boxes, _ = (np.concatenate(parts) for parts in zip(*plain.epoch(epoch)))
+        geometric, values = recipe_kinds(p, epoch)
+        np.testing.assert_array_equal(boxes[~geometric], plain_boxes[~geometric])
+        shown = geometric & ~values
+        compared += check_moved_boxes(images[shown], boxes[shown], labels[shown])
+    assert compared >= 2, compared
+
+
 def test_box_crop_needs_boxes_and_augment(dense):
     with pytest.raises(ValueError, match=r"`box_crop=True`.*needs `boxes` and `augment=True`"
                                          r".*augment=False"):

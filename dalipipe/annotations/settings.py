@@ -42,9 +42,10 @@ def check_dense(options):
     if options.box_crop not in (True, False):
         raise ValueError(f"`box_crop` must be True or False. Received: "
                          f"box_crop={options.box_crop!r}")
-    if options.box_crop and (boxes is None or options.augment is not True):
-        raise ValueError("`box_crop=True` moves the random-resized crop of `augment=True` to "
-                         "hold a box, so it needs `boxes` and `augment=True`. Received: "
+    if options.box_crop and (boxes is None or not options.augment):
+        raise ValueError("`box_crop=True` moves the random-resized crop of `augment` to "
+                         "hold a box, so it needs `boxes` and `augment=True` (or a recipe). "
+                         "Received: "
                          f"box_crop=True, boxes={shown(boxes)}, augment={options.augment!r}")
     if options.output not in OUTPUTS:
         raise ValueError(f"`output` must be one of {OUTPUTS}. Received: "
