@@ -400,14 +400,23 @@ def test_validation_split_splits_images_with_their_boxes(dense):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("options", [dict(augment=True), dict(pad_to_aspect_ratio=True)])
+@pytest.mark.parametrize("options", [dict(augment=True), dict(pad_to_aspect_ratio=True),
+                                     dict(augment=RECIPES[0], box_crop=True, shuffle=False)],
+                         ids=["augment", "pad", "recipe_box_crop"])
 def test_gpu_boxes_equal_the_cpu_graph_boxes(dense, options):
     """The boxes are placed in NumPy and passed through: the GPU graph gives the CPU
-    graph's boxes exactly, and they enclose the GPU images' shapes."""
+    graph's boxes exactly, and they enclose the GPU images' shapes (with a recipe,
+    those of the samples whose colours it left)."""
     size = (64, 64) if options.get("pad_to_aspect_ratio") else SIZE
     cpu = list(pipeline(dense, image_size=size, **options).epoch(0))
-    gpu = list(pipeline(dense, image_size=size, device="gpu", **options).epoch(0))
+    on_gpu = pipeline(dense, image_size=size, device="gpu", **options)
+    gpu = list(on_gpu.epoch(0))
     for (images, boxes, labels), (_, want_boxes, want_labels) in zip(gpu, cpu):
         np.testing.assert_array_equal(boxes, want_boxes)
         np.testing.assert_array_equal(labels, want_labels)
+    images, boxes, labels = (np.concatenate(parts) for parts in zip(*gpu))
+    if "box_crop" in options:
+        _, values = recipe_kinds(on_gpu, 0)
+        check_moved_boxes(images[~values], boxes[~values], labels[~values], size)
+    else:
         check_boxes(images, boxes, labels, size)
