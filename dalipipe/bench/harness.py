@@ -11,8 +11,9 @@ includes building it); a GPU loader records the GPU memory in use after the time
 epochs and, where it can `rebuild`, the time to the first batch of a second pipeline
 built later in the process.
 
-On a dense workload (segmentation) the task's `labels` are the mask paths, and the
-first batch's masks are recorded: shape, dtype, class ids (`mask_fields`).
+On a dense workload the task's `labels` are the mask paths (segmentation) or the COCO
+JSON of the boxes (detection), and the first batch's targets are recorded: the masks'
+shape, dtype and class ids (`mask_fields`), or the boxes' (`box_fields`).
 
 Quality is measured on the eval and stretch workloads as the mean absolute difference, in grey
 levels, between the loader's first batch and a PIL reference (antialiased bilinear,
@@ -140,7 +141,7 @@ def _no_sync():
 
 def measure(task):
     """Runs one (loader, workload) task in this process; returns its result dict."""
-    files, labels = task["files"], task["labels"]  # a dense workload's: the mask paths
+    files, labels = task["files"], task["labels"]  # a dense workload's: masks or boxes
     if task["workload"] not in loaders_lib.DENSE_WORKLOADS:
         labels = np.asarray(labels, np.int32)
     kwargs = dict(workload=task["workload"], batch_size=task["batch_size"],
@@ -164,13 +165,14 @@ def measure(task):
 
     first = None
     count = 0
-    for images, targets in loader.epoch():
+    for images, *targets in loader.epoch():
         if first is None:
             synchronize()
             result["first_batch_s"] = time.perf_counter() - start
             first = (loader.to_numpy or to_numpy)(images)
-            if task["workload"] in loaders_lib.DENSE_WORKLOADS:
-                result.update(mask_fields((loader.to_numpy or to_numpy)(targets)))
+            fields = {"segmentation": mask_fields, "detection": box_fields}.get(task["workload"])
+            if fields:
+                result.update(fields(*map(loader.to_numpy or to_numpy, targets)))
         count += len(images)
     if count != len(files):
         raise RuntimeError(f"{task['loader']} gave {count} images for {len(files)} files")
@@ -217,6 +219,14 @@ def mask_fields(masks):
     return {"mask_shape": list(masks.shape), "mask_dtype": str(masks.dtype),
             "mask_ids": sorted(float(v) if masks.dtype.kind == "f" else int(v)
                                for v in np.unique(masks))}
+
+
+def box_fields(boxes, labels):
+    """What the detection workload's result records of its first batch: the boxes'
+    shape and dtype, how many were kept (labels of -1 pad) and their class ids."""
+    kept = labels >= 0
+    return {"box_shape": list(boxes.shape), "box_dtype": str(boxes.dtype),
+            "boxes_kept": int(kept.sum()), "box_labels": sorted(map(int, np.unique(labels[kept])))}
 
 
 def training_efficiency(loader, task):

@@ -17,6 +17,8 @@ DEFAULT_LOADERS = ("python_generator", "pydataset", "image_dataset_from_director
 # The segmentation workload's loaders unless others are asked for.
 DEFAULT_SEGMENTATION_LOADERS = ("keras_oxford_pets", "tf_data_keras_layers", "dalipipe_cpu",
                                 "dalipipe_cpu_no_antialias", "dalipipe_gpu")
+DEFAULT_DENSE_LOADERS = {"segmentation": DEFAULT_SEGMENTATION_LOADERS,
+                         "detection": loaders_lib.DETECTION_LOADERS}
 # The loader the segmentation table divides by, unless the run's reference ran it.
 SEGMENTATION_REFERENCE = "tf_data_keras_layers"
 
@@ -48,20 +50,20 @@ def run_bench(*, data, out, loaders=None, workloads=None,
     `out/results.json` is rewritten after each; `results.md` and, where matplotlib
     is installed, `chart.png` are written at the end.
 
-    The segmentation workload reads images with masks that it makes in `dense_data`
-    (`dalipipe.bench.dense_data`, `num_images` of them); `data` is then made or read
-    only for the other workloads. With `rounds` above 1, each workload's loaders run
-    in turn round after round, their order rotated every round, so that the
-    machine's other work falls on all of them; every round's result is kept
-    (`"round"`), and the tables and the chart show the median round of each
-    (`combined`).
+    The dense workloads (segmentation, detection) read images with masks and boxes
+    that they make in `dense_data` (`dalipipe.bench.dense_data`, `num_images` of
+    them); `data` is then made or read only for the other workloads. With `rounds`
+    above 1, each workload's loaders run in turn round after round, their order
+    rotated every round, so that the machine's other work falls on all of them; every
+    round's result is kept (`"round"`), and the tables and the chart show the median
+    round of each (`combined`).
 
     Args:
         loaders: the loaders to run on every workload; a pair that cannot run
             (`loaders.unsupported`) is recorded as skipped. Defaults to
             `DEFAULT_LOADERS` on the classification workloads and
-            `DEFAULT_SEGMENTATION_LOADERS` on segmentation.
-        dense_data: the folder of the segmentation workload's data. Defaults to
+            `DEFAULT_DENSE_LOADERS` on the dense ones.
+        dense_data: the folder of the dense workloads' data. Defaults to
             `data` with "-segmentation" added.
         workloads: the workloads to run. Defaults to all of them (`loaders.WORKLOADS`),
             with `quick` to `QUICK_WORKLOADS` (stretch).
@@ -105,25 +107,25 @@ def run_bench(*, data, out, loaders=None, workloads=None,
     if set(workloads) & set(loaders_lib.DENSE_WORKLOADS):
         dense = _dense_data(dense_data or data.rstrip("/\\") + "-segmentation", num_images,
                             seed, stream)
-        dense_common = dict(files=dense.images, labels=dense.masks, num_classes=0, **shared)
+        dense_common = dict(files=dense.images, num_classes=0, **shared)
         report["dense_dataset"] = {**image_stats(dense.images),
                                    "directory": os.path.abspath(dense.directory),
                                    "masks": os.path.abspath(dense.masks_folder)}
-        common = common or dense_common
+        common = common or dict(dense_common, labels=dense.masks)
         report.setdefault("dataset", report["dense_dataset"])
     tasks = [dict(kind="decode", device=device, **common) for device in ("cpu", "gpu")]
     names = {}
     for workload in workloads:
         is_dense = workload in loaders_lib.DENSE_WORKLOADS
-        names[workload] = list(loaders or (DEFAULT_SEGMENTATION_LOADERS if is_dense
-                                           else DEFAULT_LOADERS))
+        names[workload] = list(loaders or DEFAULT_DENSE_LOADERS.get(workload, DEFAULT_LOADERS))
         for number in range(rounds):
             shift = number % len(names[workload])
             for loader in names[workload][shift:] + names[workload][:shift]:
                 tasks.append(dict(kind="measure", loader=loader, workload=workload,
                                   train_steps=train_steps if workload == "train" else 0,
                                   **({"round": number + 1} if rounds > 1 else {}),
-                                  **(dense_common if is_dense else common)))
+                                  **(dict(dense_common, labels=dense.targets(workload))
+                                     if is_dense else common)))
     report.update({
         "config": dict(batch_size=batch_size, images=len(common["files"]), runs=runs,
                        workloads=list(workloads), rounds=rounds,
@@ -197,6 +199,17 @@ def _dense_data(directory, num_images, seed, stream):
     print(f"segmentation data: {num_images} images with masks in {directory} (made unless "
           "already there)", file=stream)
     return dense_data(directory, num_images=num_images, seed=seed)
+
+
+def targets_words(r):
+    """A dense result's first batch of targets in words: its boxes' dtype, shape, how
+    many were kept and their labels, or its masks' dtype, shape and ids; else "–"."""
+    if "box_shape" in r:
+        return (f"{r['box_dtype']} {r['box_shape']}, {r['boxes_kept']} kept, "
+                f"labels {r['box_labels']}")
+    if "mask_ids" in r:
+        return f"{r['mask_dtype']} {r['mask_shape']}, ids {r['mask_ids']}"
+    return "–"
 
 
 def combined(results):
@@ -276,8 +289,9 @@ def markdown(report):
         if dense and (reference, workload) not in by_key:
             reference = SEGMENTATION_REFERENCE
         reference_ips = by_key.get((reference, workload), {}).get("images_per_s")
-        extra = {"train": "input efficiency", "segmentation": "masks of the first batch"}.get(
-            workload, "error vs PIL (grey levels)")
+        extra = {"train": "input efficiency", "segmentation": "masks of the first batch",
+                 "detection": "boxes of the first batch"}.get(workload,
+                                                              "error vs PIL (grey levels)")
         lines += [f"### {workload}", ""]
         if fastest(rows):
             lines += [fastest(rows), ""]
@@ -294,8 +308,10 @@ def markdown(report):
             value = (r.get("input_efficiency") if workload == "train"
                      else r.get("mean_abs_error_vs_pil"))
             value = "–" if value is None else f"{value:.2f}"
-            if dense:
+            if workload == "segmentation":
                 value = f"{r.get('mask_dtype')}, ids {r.get('mask_ids')}"
+            elif dense:
+                value = targets_words(r)
             lines.append(
                 f"| {r['loader']} | {r['images_per_s']:.0f} | {ratio} | "
                 f"{r['cpu_s_per_1000']:.2f} | {r['peak_rss_mb']:.0f} | "
