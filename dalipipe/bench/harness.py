@@ -1,7 +1,10 @@
 """The measuring harness behind `dalipipe bench` and `benchmarks/gpu_bench.py`.
 
 Every (loader, workload) runs in a fresh Python process, so that CPU time and peak
-memory belong to that loader alone. In it: one warm-up epoch, then `runs` timed
+memory belong to that loader alone; a quick run (`dalipipe bench --quick`, whose
+figures are not for comparing) runs each loader's workloads in turn in one process
+(`measure_in_turn`), so that every code path runs with one process start per loader.
+In each measurement: one warm-up epoch, then `runs` timed
 epochs; images/s is the median. A loader with GPU work gives a `synchronize` that
 waits for it, called before every timer read. CPU seconds count the process, its
 threads and its child processes (PyDataset's and DataLoader's workers).
@@ -401,6 +404,27 @@ def sweep(task):
             "points": points}
 
 
+def measure_in_turn(task):
+    """`measure` for each of the task's `tasks` (whole measurement tasks, of one loader)
+    in this one process, in turn: `{"loader", "workload": "in turn", "results":
+    [results]}`. One that raises gives its own error result (`error_line`, the
+    traceback to stderr) and the next runs. The later measurements share the process
+    with the earlier ones: its start-up is paid once, and its peak memory and what
+    the earlier ones built are theirs too.
+    """
+    import traceback
+
+    results = []
+    for one in task["tasks"]:
+        try:
+            results.append(measure(one))
+        except Exception as e:  # recorded; the next workload still runs
+            traceback.print_exc()
+            results.append({"loader": one["loader"], "workload": one["workload"],
+                            "error": error_line(e)})
+    return {"loader": task["loader"], "workload": "in turn", "results": results}
+
+
 def cpu_model():
     """The CPU's model name from /proc/cpuinfo, else what `platform` knows."""
     try:
@@ -484,7 +508,8 @@ def error_line(error):
 
 
 def run_task_in_subprocess(task, timeout=1800):
-    """Runs `measure(task)` (or the decode ceiling, or `decoders_used`) in a fresh
+    """Runs `measure(task)` (or the decode ceiling, `decoders_used`, `sweep` or
+    `measure_in_turn`, by its "kind") in a fresh
     interpreter, with the task's `env` (a dict of environment variables) added.
 
     Returns:
@@ -550,6 +575,8 @@ def _run(task):
                               task.get("options"))
     if task["kind"] == "sweep":
         return sweep(task)
+    if task["kind"] == "in_turn":
+        return measure_in_turn(task)
     if task["kind"] == "decoders":
         return decoders_used(task["files"], task["labels"], workload=task["workload"],
                              batch_size=task["batch_size"], threads=task["threads"],

@@ -42,7 +42,8 @@ def run_bench(*, data, out, loaders=None, workloads=None,
     into it.
 
     Each (loader, workload) and DALI's decode-only ceilings (CPU, GPU) run in a fresh
-    process (`harness.run_task_in_subprocess`). One that cannot run here
+    process (`harness.run_task_in_subprocess`); with `quick`, each loader's workloads
+    run in turn in one process (`harness.measure_in_turn`). One that cannot run here
     (`loaders.unavailable`) is recorded as `{"skipped": reason}`, as is every one
     not started before `time_budget` seconds have passed (None: no budget); one
     that fails, runs past `timeout` seconds or past the budget is recorded as
@@ -72,9 +73,11 @@ def run_bench(*, data, out, loaders=None, workloads=None,
         stream: where progress is written. Defaults to `sys.stderr`.
         quick: a smoke run: at most 64 images (of a folder of the user's, 64 spread
             over it), the stretch workload unless `workloads` says otherwise, batch 16,
-            1 timed epoch after the warm-up, 2 train steps; its report carries
-            `QUICK_NOTE` as "note". Every loader reads the same files (Keras's
-            directory loader a folder of links to them, `loaders.link_folder`).
+            1 timed epoch after the warm-up, 2 train steps, each loader's workloads
+            in one process (every code path runs, with one process start per
+            loader); its report carries `QUICK_NOTE` as "note". Every loader reads
+            the same files (Keras's directory loader a folder of links to them,
+            `loaders.link_folder`).
 
     Returns:
         The results dict that is also written to `out/results.json`.
@@ -130,7 +133,8 @@ def run_bench(*, data, out, loaders=None, workloads=None,
         "config": dict(batch_size=batch_size, images=len(common["files"]), runs=runs,
                        workloads=list(workloads), rounds=rounds,
                        train_steps=train_steps, threads=threads, seed=seed, quick=quick,
-                       reference=reference, timeout=timeout, time_budget=time_budget),
+                       reference=reference, timeout=timeout, time_budget=time_budget,
+                       processes="one per loader" if quick else "one per loader and workload"),
         "loaders": {name: loaders_lib.DESCRIPTIONS[name]
                     for name in dict.fromkeys(n for w in workloads for n in names[w])},
         "results": [],
@@ -140,28 +144,29 @@ def run_bench(*, data, out, loaders=None, workloads=None,
     os.makedirs(out, exist_ok=True)
     reasons = {}
     started = time.perf_counter()
-    for i, task in enumerate(tasks):
-        name = harness.task_name(task)
-        workload = task.get("workload", "decode")
-        _progress(stream, i, len(tasks), f"{name} {workload}", started)
+    units = _units(tasks, quick)
+    for i, unit in enumerate(units):
+        name = harness.task_name(unit[0])
+        workloads_of = [task.get("workload", "decode") for task in unit]
+        _progress(stream, i, len(units), f"{name} {','.join(workloads_of)}", started)
         if name not in reasons:
             reasons[name] = loaders_lib.unavailable(name)
         left = None if time_budget is None else time_budget - (time.perf_counter() - started)
         if left is not None and left <= 0:
             reasons[name] = f"time budget of {time_budget:g} s spent"
-        reason = reasons[name] or loaders_lib.unsupported(name, workload)
-        load_before = os.getloadavg()  # other work on the machine, per task
-        if reason:
-            result = {"loader": name, "workload": workload, "skipped": reason}
-        else:
-            result = harness.run_task_in_subprocess(
-                task, timeout=timeout if left is None else min(timeout, left))
-        if "round" in task:
-            result["round"] = task["round"]
-        result.update(load_average_before=load_before, load_average_after=os.getloadavg())
-        report["results"].append(result)
+        why = [reasons[name] or loaders_lib.unsupported(name, w) for w in workloads_of]
+        load_before = os.getloadavg()  # other work on the machine, per process
+        found = iter(_measured([t for t, reason in zip(unit, why) if not reason],
+                               timeout, left))
+        for task, workload, reason in zip(unit, workloads_of, why):
+            result = ({"loader": name, "workload": workload, "skipped": reason} if reason
+                      else next(found))
+            if "round" in task:
+                result["round"] = task["round"]
+            result.update(load_average_before=load_before, load_average_after=os.getloadavg())
+            report["results"].append(result)
         _write_json(report, os.path.join(out, "results.json"))
-    _progress(stream, len(tasks), len(tasks), "done", started)
+    _progress(stream, len(units), len(units), "done", started)
     print(file=stream)
     report["seconds"] = time.perf_counter() - started
     _write_json(report, os.path.join(out, "results.json"))
@@ -172,6 +177,35 @@ def run_bench(*, data, out, loaders=None, workloads=None,
     except ImportError as e:
         print(f"no chart.png: {e}", file=stream)
     return report
+
+
+def _units(tasks, quick):
+    """The tasks as they run: each alone in its process, or with `quick` one loader's
+    measurements of a round together (in the order of their first task)."""
+    if not quick:
+        return [[task] for task in tasks]
+    units = {}
+    for task in tasks:
+        key = (task["loader"], task.get("round")) if task["kind"] == "measure" else len(units)
+        units.setdefault(key, []).append(task)
+    return list(units.values())
+
+
+def _measured(tasks, timeout, left):
+    """The results of `tasks` (one loader's): one task in a fresh process, several in
+    one process in turn (`harness.measure_in_turn`), within `timeout` seconds each
+    (`left`: at most those in all). Where that process fails, each task has its error."""
+    if not tasks:
+        return []
+    limit = timeout * len(tasks) if left is None else min(timeout * len(tasks), left)
+    if len(tasks) == 1:
+        return [harness.run_task_in_subprocess(tasks[0], timeout=limit)]
+    found = harness.run_task_in_subprocess(
+        dict(kind="in_turn", loader=tasks[0]["loader"], tasks=tasks), timeout=limit)
+    if "results" in found:
+        return found["results"]
+    return [{"loader": found["loader"], "workload": task["workload"], "error": found["error"]}
+            for task in tasks]
 
 
 def _classification_index(data, num_images, quick, stream):
