@@ -4,9 +4,9 @@ Every (loader, workload) runs in a fresh Python process, so that CPU time and pe
 memory belong to that loader alone; a quick run (`dalipipe bench --quick`, whose
 figures are not for comparing) runs each loader's workloads in turn in one process
 (`measure_in_turn`), so that every code path runs with one process start per loader.
-In each measurement: one warm-up epoch, then `runs` timed
-epochs; images/s is the median. A loader with GPU work gives a `synchronize` that
-waits for it, called before every timer read. CPU seconds count the process, its
+In each measurement: one warm-up epoch, then `runs` timed epochs; images/s is the
+median. A loader with GPU work gives a `synchronize` that waits for it, called before
+every timer read. CPU seconds count the process, its
 threads and its child processes (PyDataset's and DataLoader's workers).
 
 Every loader also records the time to its first batch (which, for a DALI pipeline,
@@ -173,7 +173,7 @@ def measure(task):
             synchronize()
             result["first_batch_s"] = time.perf_counter() - start
             first = (loader.to_numpy or to_numpy)(images)
-            fields = {"segmentation": mask_fields, "detection": box_fields}.get(task["workload"])
+            fields = TARGET_FIELDS.get(task["workload"])
             if fields:
                 result.update(fields(*map(loader.to_numpy or to_numpy, targets)))
         count += len(images)
@@ -230,6 +230,10 @@ def box_fields(boxes, labels):
     kept = labels >= 0
     return {"box_shape": list(boxes.shape), "box_dtype": str(boxes.dtype),
             "boxes_kept": int(kept.sum()), "box_labels": sorted(map(int, np.unique(labels[kept])))}
+
+
+# What a dense workload's result records of its first batch's targets.
+TARGET_FIELDS = {"segmentation": mask_fields, "detection": box_fields}
 
 
 def training_efficiency(loader, task):

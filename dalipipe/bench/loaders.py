@@ -24,9 +24,10 @@ in float32 NHWC images on the 0-255 scale, as in Keras's segmentation example:
 
 Each `make_<loader>(files, labels, *, workload, batch_size, threads, seed)` returns a
 `Loader`: `epoch()` starts one epoch and returns an iterator of `(images, labels)`
-batches (in file order for `"eval"`; `(images, boxes, labels)` on detection); `dataset` is what to hand to `model.fit`;
-`settings` says how it was called and `note` what it does instead where it cannot do
-the workload's exact work (Keras's directory loader on train and eval).
+batches (in file order for `"eval"`; `(images, boxes, labels)` on detection);
+`dataset` is what to hand to `model.fit`; `settings` says how it was called and
+`note` what it does instead where it cannot do the workload's exact work (Keras's
+directory loader on train and eval).
 `LOADERS` maps the names to them, with the PIL, PyTorch and Keras segmentation
 loaders (`pil_loaders`, `torch_loaders`, `keras_segmentation`) imported only when
 asked for; `unavailable(name)` says what a loader lacks on this machine.
