@@ -19,7 +19,8 @@ count (or DataLoader worker count) for every section, `--threads`:
    (`--dense-budget` of it), the dense workloads over `dalipipe.bench.dense_data`'s
    JPEGs: segmentation (greyscale masks, random-resized crop and flip of both,
    160x160) and detection (a COCO instances JSON, `box_crop`, 512x512), for
-   dalipipe's graphs (`DENSE_LOADERS`, each on both in turn), under `"dense"`.
+   dalipipe's graphs (`DENSE_LOADERS`, a graph's two workloads one after the other),
+   under `"dense"`.
 2. Both crop set-ups of the train workload (`codecs.crop_setup()`: the one chosen for
    this nvJPEG, and `full_decode` forced with `DALIPIPE_ROI_FANCY_UPSAMPLING=0`): the
    GPU graph's images/s, the crop decode-only ceiling, and which decoder nvImageCodec
