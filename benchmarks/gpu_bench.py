@@ -16,9 +16,11 @@ count (or DataLoader worker count) for every section, `--threads`:
    a torch `DataLoader` decoding with `decode_jpeg` on the CPU; dalipipe's CPU graph
    run natively; and DALI's decoding alone, set up as dalipipe's graph sets it up
    (the decode-only ceilings, CPU and GPU). Then, within the section's budget
-   (`--dense-budget` of it), the segmentation workload (`dalipipe.bench.dense_data`:
-   JPEGs with greyscale masks, random-resized crop and flip of both, 160x160) for
-   dalipipe's graphs (`DENSE_LOADERS`), under `"dense"`.
+   (`--dense-budget` of it), the dense workloads over `dalipipe.bench.dense_data`'s
+   JPEGs: segmentation (greyscale masks, random-resized crop and flip of both,
+   160x160) and detection (a COCO instances JSON, `box_crop`, 512x512), for
+   dalipipe's graphs (`DENSE_LOADERS`, a graph's two workloads one after the other),
+   under `"dense"`.
 2. Both crop set-ups of the train workload (`codecs.crop_setup()`: the one chosen for
    this nvJPEG, and `full_decode` forced with `DALIPIPE_ROI_FANCY_UPSAMPLING=0`): the
    GPU graph's images/s, the crop decode-only ceiling, and which decoder nvImageCodec
@@ -39,7 +41,8 @@ requirements are absent (torch, a GPU), so the script also runs on a CPU-only ma
 as a rehearsal. The default run is sized for the GPU machine's whole run
 (`scripts/gpu_run.sh`): at most about 4.5 minutes, by its budgets (making 1000 images
 about 0.5 on 16 cores, section 1 1.7 with its dense workloads, 2 0.4, 3 1, 4 0.8; not
-yet timed on an H200), plus making the 128 images with masks (not timed there either).
+yet timed on an H200), plus making the 128 images with masks and boxes (not timed there
+either).
 
 Writes `results.json` (every setting under `settings`, each section's status under
 `sections`, the summary under `summary`) and `results.md` to `--out` at the start and
@@ -78,11 +81,11 @@ from dalipipe.bench.harness import error_line  # noqa: E402
 LOADERS = ("dalipipe_native_gpu", "dalipipe_native_gpu_on_device", "torchvision_gpu",
            "torch_dataloader", "dalipipe_native_cpu")
 WORKLOADS = ("train", "eval", "randaugment")
-# The dense workloads (images with masks) and the graphs measured on them.
-DENSE_WORKLOADS = ("segmentation",)
+# The dense workloads (images with masks, with boxes) and the graphs measured on them.
+DENSE_WORKLOADS = ("segmentation", "detection")
 DENSE_LOADERS = ("dalipipe_native_gpu_on_device", "dalipipe_native_gpu", "dalipipe_native_cpu")
-# At most this many images with masks (making them is slow: 1,000 took about 5 minutes
-# on 2 cores under a load average of 7-8), in batches of at most 32 (the batch of
+# At most this many images with masks and boxes (making them is slow: 1,000 took about
+# 5 minutes on 2 cores under a load average of 7-8), in batches of at most 32 (the batch of
 # Keras's segmentation example).
 DENSE_IMAGES, DENSE_BATCH = 128, 32
 # The GPU graph whose images/s is GPU preprocessing: batches left on the GPU.
@@ -301,18 +304,19 @@ def loaders_section(result, args, data, threads):
 def dense_loaders(results, args, data, threads, budget):
     """The dense workloads for `DENSE_LOADERS` over `dalipipe.bench.dense_data`'s images
     (made in `data` with "-segmentation" added: `DENSE_IMAGES`, `DENSE_BATCH`), the
-    runs of section 1; appended to `results` as each ends."""
+    runs of section 1, a loader's workloads one after the other (the GPU preprocessing
+    graph's first); appended to `results` as each ends."""
     from dalipipe.bench.dense_data import dense_data
 
     batch_size = min(args.batch_size, 16 if args.quick else DENSE_BATCH)
     runs = 1 if args.quick else args.runs
     dense = dense_data(data.rstrip("/") + "-segmentation", seed=0,
                        num_images=min(args.num_images, 64 if args.quick else DENSE_IMAGES))
-    print(f"dense workloads on {len(dense.images)} images with masks:", flush=True)
+    print(f"dense workloads on {len(dense.images)} images with masks and boxes:", flush=True)
     tasks = [dict(kind="measure", loader=loader, workload=workload, train_steps=0, seed=0,
-                  files=dense.images, labels=dense.masks, threads=threads, num_classes=0,
-                  batch_size=batch_size, runs=runs)
-             for workload in DENSE_WORKLOADS for loader in DENSE_LOADERS]
+                  files=dense.images, labels=dense.targets(workload), threads=threads,
+                  num_classes=0, batch_size=batch_size, runs=runs)
+             for loader in DENSE_LOADERS for workload in DENSE_WORKLOADS]
     for _, found in run_tasks(tasks, budget, args.section_timeout):
         results.append(found)
 
@@ -514,6 +518,8 @@ def summary_markdown(s, sections):
         f"| GPU preprocessing, train + RandAugment(2, 9) | {_cell(pre.get('randaugment'))} |\n"
         f"| GPU preprocessing, segmentation (images with masks, 160x160) | "
         f"{_cell(pre.get('segmentation'))} |\n"
+        f"| GPU preprocessing, detection (images with boxes, box_crop, 512x512) | "
+        f"{_cell(pre.get('detection'))} |\n"
         f"| torchvision's v2.RandAugment(2, 9) on the GPU, the same work | "
         f"{_cell(s.get('torchvision_randaugment_images_per_s'))} |\n"
         f"| end-to-end Keras fit, {s['fit_model'] or '–'}, torch backend | "
@@ -532,12 +538,13 @@ def _outcome(r):
 
 
 def dense_markdown(results):
-    lines = ["## Dense workloads", "",
-             "| workload | loader | images/s | masks of the first batch |", "|---|---|---|---|"]
+    from dalipipe.bench.report import targets_words
+
+    lines = ["## Dense workloads", "", "| workload | loader | images/s | masks or boxes of the "
+             "first batch |", "|---|---|---|---|"]
     for r in results:
-        masks = f"{r['mask_dtype']} {r['mask_shape']}, ids {r['mask_ids']}" \
-            if "mask_ids" in r else "–"
-        lines.append(f"| {r.get('workload')} | {r.get('loader')} | {_outcome(r)} | {masks} |")
+        lines.append(f"| {r.get('workload')} | {r.get('loader')} | {_outcome(r)} | "
+                     f"{targets_words(r)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -184,8 +184,9 @@ def build_parser():
     bench.add_argument("--quick", action="store_true",
                        help="a smoke run, about two minutes on two cores: 64 images, the "
                             "stretch workload, each loader once (a warm-up and one timed "
-                            "epoch), to see that every loader runs; its figures are too small "
-                            "to compare loaders")
+                            "epoch; with several workloads, a loader's run in turn in one "
+                            "process), to see that every loader runs; its figures are too "
+                            "small to compare loaders")
     bench.set_defaults(func=_bench)
 
     check = commands.add_parser(

@@ -221,6 +221,37 @@ def test_a_failure_is_one_readable_line_in_the_table_and_the_chart(tmp_path):
     assert os.path.getsize(tmp_path / "chart.png") > 0
 
 
+def test_a_quick_run_measures_a_loaders_workloads_in_turn_in_one_process(tmp_path):
+    """With `quick`, one process per loader (and round) runs its workloads in turn
+    (`harness.measure_in_turn`, here in this process): one that fails gives its own
+    error, and the next still runs."""
+    from dalipipe import make_sample_dataset, sources
+
+    tasks = [dict(kind="decode", device="cpu")] + [
+        dict(kind="measure", loader=name, workload=workload)
+        for workload in ("train", "eval") for name in ("tf_data", "dalipipe_cpu")]
+    units = report._units(tasks, quick=True)
+    assert [[(t.get("loader"), t.get("workload")) for t in unit] for unit in units] == [
+        [(None, None)], [("tf_data", "train"), ("tf_data", "eval")],
+        [("dalipipe_cpu", "train"), ("dalipipe_cpu", "eval")]]
+    assert report._units(tasks, quick=False) == [[task] for task in tasks]
+
+    make_sample_dataset(tmp_path / "data", num_images=4, num_classes=2)
+    index = sources.index_source(str(tmp_path / "data"))
+    good = dict(kind="measure", loader="python_generator", workload="stretch", runs=1,
+                files=index.file_paths, labels=index.labels.tolist(), batch_size=2,
+                threads=1, seed=0, train_steps=0)
+    missing = str(tmp_path / "gone.jpg")
+    bad = dict(good, workload="eval", files=[missing], labels=[0])
+    found = harness.measure_in_turn(dict(kind="in_turn", loader="python_generator",
+                                         tasks=[bad, good]))
+    failed, measured = found["results"]
+    assert failed["workload"] == "eval" and failed["error"].startswith("FileNotFoundError: ")
+    assert missing in failed["error"] and "\n" not in failed["error"]
+    assert measured["workload"] == "stretch" and measured["images"] == 4
+    assert measured["images_per_s"] > 0
+
+
 def test_a_process_that_dies_is_reported_by_its_last_line():
     assert harness.one_line("Traceback (most recent call last):\n  File x\nValueError:  bad\n\n") \
         == "ValueError: bad"

@@ -158,16 +158,23 @@ def test_gpu_bench_runs_without_tensorflow_and_records_what_it_skipped(tmp_path)
     if gpu_reason:
         assert all(r["skipped"] == gpu_reason for r in report["sweep"] + report["crop_setups"])
     assert "## Sweep: DALI threads × hw_decoder_load" in table and "## Summary" in table
-    # The dense workload: dalipipe's CPU graph on images with masks (no TensorFlow
-    # needed), the GPU graphs skipped where DALI sees no GPU.
+    # The dense workloads: dalipipe's CPU graph on images with masks and on images with
+    # boxes (no TensorFlow needed), the GPU graphs skipped where DALI sees no GPU.
     dense = {(r["loader"], r["workload"]): r for r in report["dense"]}
     cpu = dense[("dalipipe_native_cpu", "segmentation")]
     assert cpu["images"] == 20 and cpu["images_per_s"] > 0, cpu
     assert cpu["mask_shape"] == [16, 160, 160, 1] and set(cpu["mask_ids"]) <= {0, 1, 2, 3}
+    boxes = dense[("dalipipe_native_cpu", "detection")]
+    assert boxes["images"] == 20 and boxes["images_per_s"] > 0, boxes
+    assert boxes["box_shape"] == [16, 100, 4] and boxes["box_dtype"] == "float32"
+    assert boxes["boxes_kept"] > 0 and set(boxes["box_labels"]) <= {0, 1, 2}
+    assert "box_crop=True" in boxes["settings"] and "image_size=(512, 512)" in boxes["settings"]
     for loader in ("dalipipe_native_gpu", "dalipipe_native_gpu_on_device"):
-        if unavailable(loader):
-            assert dense[(loader, "segmentation")]["skipped"] == unavailable(loader)
+        for workload in ("segmentation", "detection"):
+            if unavailable(loader):
+                assert dense[(loader, workload)]["skipped"] == unavailable(loader)
     assert "## Dense workloads" in table and "GPU preprocessing, segmentation" in table
+    assert "GPU preprocessing, detection" in table and " kept, labels [" in table
     # Keras's fit on the torch backend, fed by make_dali_dataset and from memory.
     fit = report["keras_fit"]
     if importlib.util.find_spec("torch") is None:

@@ -48,6 +48,11 @@ class DenseData:
         self.masks_folder = os.path.join(directory, "trimaps")
         self.boxes = boxes
 
+    def targets(self, workload):
+        """The `labels` of a dense workload's loaders (`dalipipe.bench.loaders`): the
+        mask paths for "segmentation", the COCO JSON of the boxes for "detection"."""
+        return self.boxes if workload == "detection" else self.masks
+
 
 def dense_data(directory, *, num_images, seed=0):
     """Makes (or reuses) the dense workloads' data in `directory` (module docstring).

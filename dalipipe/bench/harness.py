@@ -1,9 +1,12 @@
 """The measuring harness behind `dalipipe bench` and `benchmarks/gpu_bench.py`.
 
 Every (loader, workload) runs in a fresh Python process, so that CPU time and peak
-memory belong to that loader alone. In it: one warm-up epoch, then `runs` timed
-epochs; images/s is the median. A loader with GPU work gives a `synchronize` that
-waits for it, called before every timer read. CPU seconds count the process, its
+memory belong to that loader alone; a quick run (`dalipipe bench --quick`, whose
+figures are not for comparing) runs each loader's workloads in turn in one process
+(`measure_in_turn`), so that every code path runs with one process start per loader.
+In each measurement: one warm-up epoch, then `runs` timed epochs; images/s is the
+median. A loader with GPU work gives a `synchronize` that waits for it, called before
+every timer read. CPU seconds count the process, its
 threads and its child processes (PyDataset's and DataLoader's workers).
 
 Every loader also records the time to its first batch (which, for a DALI pipeline,
@@ -11,8 +14,9 @@ includes building it); a GPU loader records the GPU memory in use after the time
 epochs and, where it can `rebuild`, the time to the first batch of a second pipeline
 built later in the process.
 
-On a dense workload (segmentation) the task's `labels` are the mask paths, and the
-first batch's masks are recorded: shape, dtype, class ids (`mask_fields`).
+On a dense workload the task's `labels` are the mask paths (segmentation) or the COCO
+JSON of the boxes (detection), and the first batch's targets are recorded: the masks'
+shape, dtype and class ids (`mask_fields`), or the boxes' (`box_fields`).
 
 Quality is measured on the eval and stretch workloads as the mean absolute difference, in grey
 levels, between the loader's first batch and a PIL reference (antialiased bilinear,
@@ -140,7 +144,7 @@ def _no_sync():
 
 def measure(task):
     """Runs one (loader, workload) task in this process; returns its result dict."""
-    files, labels = task["files"], task["labels"]  # a dense workload's: the mask paths
+    files, labels = task["files"], task["labels"]  # a dense workload's: masks or boxes
     if task["workload"] not in loaders_lib.DENSE_WORKLOADS:
         labels = np.asarray(labels, np.int32)
     kwargs = dict(workload=task["workload"], batch_size=task["batch_size"],
@@ -164,13 +168,14 @@ def measure(task):
 
     first = None
     count = 0
-    for images, targets in loader.epoch():
+    for images, *targets in loader.epoch():
         if first is None:
             synchronize()
             result["first_batch_s"] = time.perf_counter() - start
             first = (loader.to_numpy or to_numpy)(images)
-            if task["workload"] in loaders_lib.DENSE_WORKLOADS:
-                result.update(mask_fields((loader.to_numpy or to_numpy)(targets)))
+            fields = TARGET_FIELDS.get(task["workload"])
+            if fields:
+                result.update(fields(*map(loader.to_numpy or to_numpy, targets)))
         count += len(images)
     if count != len(files):
         raise RuntimeError(f"{task['loader']} gave {count} images for {len(files)} files")
@@ -217,6 +222,18 @@ def mask_fields(masks):
     return {"mask_shape": list(masks.shape), "mask_dtype": str(masks.dtype),
             "mask_ids": sorted(float(v) if masks.dtype.kind == "f" else int(v)
                                for v in np.unique(masks))}
+
+
+def box_fields(boxes, labels):
+    """What the detection workload's result records of its first batch: the boxes'
+    shape and dtype, how many were kept (labels of -1 pad) and their class ids."""
+    kept = labels >= 0
+    return {"box_shape": list(boxes.shape), "box_dtype": str(boxes.dtype),
+            "boxes_kept": int(kept.sum()), "box_labels": sorted(map(int, np.unique(labels[kept])))}
+
+
+# What a dense workload's result records of its first batch's targets.
+TARGET_FIELDS = {"segmentation": mask_fields, "detection": box_fields}
 
 
 def training_efficiency(loader, task):
@@ -391,6 +408,27 @@ def sweep(task):
             "points": points}
 
 
+def measure_in_turn(task):
+    """`measure` for each of the task's `tasks` (whole measurement tasks, of one loader)
+    in this one process, in turn: `{"loader", "workload": "in turn", "results":
+    [results]}`. One that raises gives its own error result (`error_line`, the
+    traceback to stderr) and the next runs. The later measurements share the process
+    with the earlier ones: its start-up is paid once, and its peak memory and what
+    the earlier ones built are theirs too.
+    """
+    import traceback
+
+    results = []
+    for one in task["tasks"]:
+        try:
+            results.append(measure(one))
+        except Exception as e:  # recorded; the next workload still runs
+            traceback.print_exc()
+            results.append({"loader": one["loader"], "workload": one["workload"],
+                            "error": error_line(e)})
+    return {"loader": task["loader"], "workload": "in turn", "results": results}
+
+
 def cpu_model():
     """The CPU's model name from /proc/cpuinfo, else what `platform` knows."""
     try:
@@ -474,7 +512,8 @@ def error_line(error):
 
 
 def run_task_in_subprocess(task, timeout=1800):
-    """Runs `measure(task)` (or the decode ceiling, or `decoders_used`) in a fresh
+    """Runs `measure(task)` (or the decode ceiling, `decoders_used`, `sweep` or
+    `measure_in_turn`, by its "kind") in a fresh
     interpreter, with the task's `env` (a dict of environment variables) added.
 
     Returns:
@@ -540,6 +579,8 @@ def _run(task):
                               task.get("options"))
     if task["kind"] == "sweep":
         return sweep(task)
+    if task["kind"] == "in_turn":
+        return measure_in_turn(task)
     if task["kind"] == "decoders":
         return decoders_used(task["files"], task["labels"], workload=task["workload"],
                              batch_size=task["batch_size"], threads=task["threads"],

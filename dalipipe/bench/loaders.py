@@ -12,24 +12,28 @@ Workloads, all ending in float32 NHWC batches normalized with ImageNet mean/std:
   Keras user's way), torchvision's `v2.RandAugment(2, 9)`. The loaders that have
   none (PIL and Keras's directory loader) skip it (`unsupported`).
 
-The dense workload `"segmentation"` (`DENSE_WORKLOADS`; images with masks,
-`dalipipe.bench.dense_data`) ends in float32 NHWC images on the 0-255 scale, as in
-Keras's segmentation example, and their masks: decode both, random-resized crop and
-flip of both, resize to 160x160. `SEGMENTATION_LOADERS` run it, with `labels` the mask
-paths: dalipipe's `masks=` with `augment=True`, `make_tf_data_keras_layers` (Keras has
-no random-resized crop: `SEGMENTATION_NOTES`), `make_keras_oxford_pets` (no augmentation).
+The dense workloads (`DENSE_WORKLOADS`, over `dalipipe.bench.dense_data`'s images) end
+in float32 NHWC images on the 0-255 scale, as in Keras's segmentation example:
+- `"segmentation"`: images and masks decoded, random-resized crop and flip of both,
+  160x160. `SEGMENTATION_LOADERS` run it, with `labels` the mask paths: dalipipe's
+  `masks=` with `augment=True`, and Keras's loaders (`keras_segmentation`:
+  `SEGMENTATION_NOTES` say what they do instead);
+- `"detection"`: images and boxes (`labels` a COCO JSON), random-resized crop moved to
+  hold a box (`box_crop=True`), flip, 512x512; only dalipipe's graphs run natively
+  (`DETECTION_LOADERS`): boxes float32 `(batch, 100, 4)` xyxy, labels int32 `(batch, 100)`.
 
 Each `make_<loader>(files, labels, *, workload, batch_size, threads, seed)` returns a
 `Loader`: `epoch()` starts one epoch and returns an iterator of `(images, labels)`
-batches (in file order for `"eval"`); `dataset` is what to hand to `model.fit`;
-`settings` says how it was called and `note` what it does instead where it cannot do
-the workload's exact work (Keras's directory loader on train and eval).
-`LOADERS` maps the names to them, with the PIL and PyTorch loaders
-(`pil_loaders`, `torch_loaders`) imported only when asked for; `unavailable(name)`
-says what a loader lacks on this machine.
+batches (in file order for `"eval"`; `(images, boxes, labels)` on detection);
+`dataset` is what to hand to `model.fit`; `settings` says how it was called and
+`note` what it does instead where it cannot do the workload's exact work (Keras's
+directory loader on train and eval).
+`LOADERS` maps the names to them, with the PIL, PyTorch and Keras segmentation
+loaders (`pil_loaders`, `torch_loaders`, `keras_segmentation`) imported only when
+asked for; `unavailable(name)` says what a loader lacks on this machine.
 
-Above 400 lines: every loader compared is written here beside the others, so that
-they can be read side by side doing the same work.
+Above 400 lines: the TensorFlow and dalipipe loaders of the image-level workloads are
+written here side by side, so that they can be read doing the same work.
 """
 
 import importlib
@@ -41,12 +45,8 @@ import tempfile
 import numpy as np
 
 from dalipipe.options import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
-from dalipipe.sampling import (
-    NUM_RANDOM,
-    RANDOM_AREA,
-    RANDOM_ASPECT_RATIO,
-    random_resized_crop_window,
-)
+from dalipipe.sampling import RANDOM_AREA, RANDOM_ASPECT_RATIO
+
 
 class Loader:
     """One loader, as `dalipipe.bench.harness` measures it.
@@ -83,7 +83,7 @@ class Loader:
 SIZE = 224
 RESIZE = 256
 WORKLOADS = ("train", "eval", "stretch", "randaugment")
-DENSE_WORKLOADS = ("segmentation",)
+DENSE_WORKLOADS = ("segmentation", "detection")
 # The segmentation workload's output size (Keras's Oxford-Pets example's), and the
 # size Keras's layers stretch each image to before their crop (256/224 of it).
 SEGMENTATION_SIZE = 160
@@ -93,6 +93,9 @@ SEGMENTATION_LOADERS = ("keras_oxford_pets", "tf_data_keras_layers", "dalipipe_c
                         "dalipipe_cpu_no_antialias", "dalipipe_gpu", "dalipipe_native_cpu",
                         "dalipipe_native_gpu", "dalipipe_native_gpu_on_device")
 SEGMENTATION_ONLY = ("keras_oxford_pets", "tf_data_keras_layers")
+# The detection workload's output size (docs/dense.md's `boxes=` example's) and loaders.
+DETECTION_SIZE = 512
+DETECTION_LOADERS = ("dalipipe_native_cpu", "dalipipe_native_gpu", "dalipipe_native_gpu_on_device")
 # RandAugment's settings in the randaugment workload (torchvision's defaults).
 RANDAUGMENT = dict(num_ops=2, magnitude=9, num_magnitude_bins=31)
 # The loaders that run the randaugment workload.
@@ -281,90 +284,15 @@ SEGMENTATION_NOTES = {
 }
 
 
-def make_tf_data_keras_layers(files, masks, *, workload, batch_size, threads, seed):
-    """`tf.data` from the file paths, as a Keras user writes it for segmentation: each
-    image and mask decoded, then Keras's preprocessing layers on the dict
-    `{"images", "segmentation_masks"}` (`Resizing`, `RandomCrop`, `RandomFlip`, which
-    move the mask with its image, nearest-neighbour for the mask) in a parallel `map`
-    (AUTOTUNE), `batch`, `prefetch`.
-
-    Keras's `RandomCrop` takes a fixed size, so each pair is first stretched to
-    `SEGMENTATION_RESIZE` (`SEGMENTATION_NOTES`). Yields `(images, masks)`: float32
-    `(batch, 160, 160, 3)` on the 0-255 scale and float32 `(batch, 160, 160, 1)`.
-    """
-    import keras
-    import tensorflow as tf
-
-    size = SEGMENTATION_SIZE
-    layers = [keras.layers.Resizing(SEGMENTATION_RESIZE, SEGMENTATION_RESIZE),
-              keras.layers.RandomCrop(size, size, seed=seed),
-              keras.layers.RandomFlip("horizontal", seed=seed)]
-
-    def load(image_path, mask_path):
-        data = {"images": tf.io.decode_jpeg(tf.io.read_file(image_path), channels=3),
-                "segmentation_masks": tf.io.decode_png(tf.io.read_file(mask_path), channels=1)}
-        for layer in layers:
-            data = layer(data)
-        return data["images"], data["segmentation_masks"]
-
-    options = tf.data.Options()
-    options.threading.private_threadpool_size = threads
-    dataset = (tf.data.Dataset.from_tensor_slices((list(files), list(masks)))
-               .map(load, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size)
-               .prefetch(tf.data.AUTOTUNE).with_options(options))
-    settings = (f"map(num_parallel_calls=AUTOTUNE): decode_jpeg, decode_png, then on the dict: "
-                f"Resizing({SEGMENTATION_RESIZE}, {SEGMENTATION_RESIZE}), RandomCrop({size}, "
-                f"{size}), RandomFlip('horizontal'); batch({batch_size}), prefetch(AUTOTUNE), "
-                f"private_threadpool_size={threads}")
-    return Loader(lambda: iter(dataset), dataset, settings=settings,
-                  note=SEGMENTATION_NOTES["tf_data_keras_layers"])
-
-
-def make_keras_oxford_pets(files, masks, *, workload, batch_size, threads, seed):
-    """The loader of Keras's segmentation example, as it is written there (its
-    `get_dataset`): `tf.data` over the file paths, a parallel `map` that decodes and
-    resizes each image and mask, `batch`; no augmentation, no `prefetch`, TensorFlow's
-    own thread pool (`threads` is not applied).
-
-    Yields `(images, masks)`: float32 `(batch, 160, 160, 3)` on the 0-255 scale and
-    uint8 `(batch, 160, 160, 1)`.
-    """
-    from tensorflow import data as tf_data
-    from tensorflow import image as tf_image
-    from tensorflow import io as tf_io
-
-    img_size = (SEGMENTATION_SIZE, SEGMENTATION_SIZE)
-
-    # keras-team/keras-io, examples/vision/oxford_pets_image_segmentation.py (the Keras 3
-    # version), `get_dataset`, copied as it is but for one line: its `target_img -= 1`
-    # turns Pets' trimap ids 1-3 into 0-2, and these masks' ids start at 0.
-    def load_img_masks(input_img_path, target_img_path):
-        input_img = tf_io.read_file(input_img_path)
-        input_img = tf_io.decode_png(input_img, channels=3)
-        input_img = tf_image.resize(input_img, img_size)
-        input_img = tf_image.convert_image_dtype(input_img, "float32")
-
-        target_img = tf_io.read_file(target_img_path)
-        target_img = tf_io.decode_png(target_img, channels=1)
-        target_img = tf_image.resize(target_img, img_size, method="nearest")
-        target_img = tf_image.convert_image_dtype(target_img, "uint8")
-        return input_img, target_img
-
-    dataset = tf_data.Dataset.from_tensor_slices((list(files), list(masks)))
-    dataset = dataset.map(load_img_masks, num_parallel_calls=tf_data.AUTOTUNE)
-    dataset = dataset.batch(batch_size)
-    settings = (f"keras-io oxford_pets_image_segmentation get_dataset: map(load_img_masks, "
-                f"num_parallel_calls=AUTOTUNE): decode_png, resize {img_size} (bilinear; mask "
-                f"nearest), batch({batch_size})")
-    return Loader(lambda: iter(dataset), dataset, settings=settings,
-                  note=SEGMENTATION_NOTES["keras_oxford_pets"])
-
-
 # --- dalipipe ------------------------------------------------------------------------
 
 def dalipipe_options(workload, labels=None):
     """`make_dali_dataset` options that do the workload's work (for segmentation, with
-    `labels` the mask paths, all in one folder: `masks=` that folder)."""
+    `labels` the mask paths, all in one folder: `masks=` that folder; for detection,
+    `labels` the COCO JSON: `boxes=` it)."""
+    if workload == "detection":
+        return dict(boxes=labels, augment=True, box_crop=True,
+                    image_size=(DETECTION_SIZE, DETECTION_SIZE))
     if workload == "segmentation":
         return dict(masks=os.path.dirname(os.path.abspath(labels[0])), augment=True,
                     image_size=(SEGMENTATION_SIZE, SEGMENTATION_SIZE))
@@ -492,8 +420,10 @@ LOADERS = {
     "image_dataset_from_directory": make_image_dataset_from_directory,
     "tf_data": make_tf_data,
     "tf_data_antialias": make_tf_data_antialias,
-    "tf_data_keras_layers": make_tf_data_keras_layers,
-    "keras_oxford_pets": make_keras_oxford_pets,
+    "tf_data_keras_layers": _imported_on_call("dalipipe.bench.keras_segmentation",
+                                              "make_tf_data_keras_layers"),
+    "keras_oxford_pets": _imported_on_call("dalipipe.bench.keras_segmentation",
+                                           "make_keras_oxford_pets"),
     "dalipipe_cpu": make_dalipipe,
     "dalipipe_cpu_no_antialias": make_dalipipe_no_antialias,
     "dalipipe_gpu": make_dalipipe_gpu,
@@ -558,7 +488,9 @@ def unsupported(name, workload):
     """Why loader `name` does not run `workload`, or None when it does."""
     if workload == "randaugment" and name not in RANDAUGMENT_LOADERS:
         return "no RandAugment in this loader (tf_data is Keras's keras.layers.RandAugment)"
-    if workload in DENSE_WORKLOADS and name not in SEGMENTATION_LOADERS:
+    if workload == "detection" and name not in DETECTION_LOADERS:
+        return "no boxes in this loader (dalipipe's graphs run natively have them)"
+    if workload == "segmentation" and name not in SEGMENTATION_LOADERS:
         return ("no masks in this loader (keras_oxford_pets and tf_data_keras_layers are "
                 "Keras's segmentation loaders)")
     if workload not in DENSE_WORKLOADS and name in SEGMENTATION_ONLY:

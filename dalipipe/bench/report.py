@@ -17,6 +17,8 @@ DEFAULT_LOADERS = ("python_generator", "pydataset", "image_dataset_from_director
 # The segmentation workload's loaders unless others are asked for.
 DEFAULT_SEGMENTATION_LOADERS = ("keras_oxford_pets", "tf_data_keras_layers", "dalipipe_cpu",
                                 "dalipipe_cpu_no_antialias", "dalipipe_gpu")
+DEFAULT_DENSE_LOADERS = {"segmentation": DEFAULT_SEGMENTATION_LOADERS,
+                         "detection": loaders_lib.DETECTION_LOADERS}
 # The loader the segmentation table divides by, unless the run's reference ran it.
 SEGMENTATION_REFERENCE = "tf_data_keras_layers"
 
@@ -40,7 +42,8 @@ def run_bench(*, data, out, loaders=None, workloads=None,
     into it.
 
     Each (loader, workload) and DALI's decode-only ceilings (CPU, GPU) run in a fresh
-    process (`harness.run_task_in_subprocess`). One that cannot run here
+    process (`harness.run_task_in_subprocess`); with `quick`, each loader's workloads
+    run in turn in one process (`harness.measure_in_turn`). One that cannot run here
     (`loaders.unavailable`) is recorded as `{"skipped": reason}`, as is every one
     not started before `time_budget` seconds have passed (None: no budget); one
     that fails, runs past `timeout` seconds or past the budget is recorded as
@@ -48,20 +51,20 @@ def run_bench(*, data, out, loaders=None, workloads=None,
     `out/results.json` is rewritten after each; `results.md` and, where matplotlib
     is installed, `chart.png` are written at the end.
 
-    The segmentation workload reads images with masks that it makes in `dense_data`
-    (`dalipipe.bench.dense_data`, `num_images` of them); `data` is then made or read
-    only for the other workloads. With `rounds` above 1, each workload's loaders run
-    in turn round after round, their order rotated every round, so that the
-    machine's other work falls on all of them; every round's result is kept
-    (`"round"`), and the tables and the chart show the median round of each
-    (`combined`).
+    The dense workloads (segmentation, detection) read images with masks and boxes
+    that they make in `dense_data` (`dalipipe.bench.dense_data`, `num_images` of
+    them); `data` is then made or read only for the other workloads. With `rounds`
+    above 1, each workload's loaders run in turn round after round, their order
+    rotated every round, so that the machine's other work falls on all of them; every
+    round's result is kept (`"round"`), and the tables and the chart show the median
+    round of each (`combined`).
 
     Args:
         loaders: the loaders to run on every workload; a pair that cannot run
             (`loaders.unsupported`) is recorded as skipped. Defaults to
             `DEFAULT_LOADERS` on the classification workloads and
-            `DEFAULT_SEGMENTATION_LOADERS` on segmentation.
-        dense_data: the folder of the segmentation workload's data. Defaults to
+            `DEFAULT_DENSE_LOADERS` on the dense ones.
+        dense_data: the folder of the dense workloads' data. Defaults to
             `data` with "-segmentation" added.
         workloads: the workloads to run. Defaults to all of them (`loaders.WORKLOADS`),
             with `quick` to `QUICK_WORKLOADS` (stretch).
@@ -70,9 +73,11 @@ def run_bench(*, data, out, loaders=None, workloads=None,
         stream: where progress is written. Defaults to `sys.stderr`.
         quick: a smoke run: at most 64 images (of a folder of the user's, 64 spread
             over it), the stretch workload unless `workloads` says otherwise, batch 16,
-            1 timed epoch after the warm-up, 2 train steps; its report carries
-            `QUICK_NOTE` as "note". Every loader reads the same files (Keras's
-            directory loader a folder of links to them, `loaders.link_folder`).
+            1 timed epoch after the warm-up, 2 train steps, each loader's workloads
+            in one process (every code path runs, with one process start per
+            loader); its report carries `QUICK_NOTE` as "note". Every loader reads
+            the same files (Keras's directory loader a folder of links to them,
+            `loaders.link_folder`).
 
     Returns:
         The results dict that is also written to `out/results.json`.
@@ -105,30 +110,31 @@ def run_bench(*, data, out, loaders=None, workloads=None,
     if set(workloads) & set(loaders_lib.DENSE_WORKLOADS):
         dense = _dense_data(dense_data or data.rstrip("/\\") + "-segmentation", num_images,
                             seed, stream)
-        dense_common = dict(files=dense.images, labels=dense.masks, num_classes=0, **shared)
+        dense_common = dict(files=dense.images, num_classes=0, **shared)
         report["dense_dataset"] = {**image_stats(dense.images),
                                    "directory": os.path.abspath(dense.directory),
                                    "masks": os.path.abspath(dense.masks_folder)}
-        common = common or dense_common
+        common = common or dict(dense_common, labels=dense.masks)
         report.setdefault("dataset", report["dense_dataset"])
     tasks = [dict(kind="decode", device=device, **common) for device in ("cpu", "gpu")]
     names = {}
     for workload in workloads:
         is_dense = workload in loaders_lib.DENSE_WORKLOADS
-        names[workload] = list(loaders or (DEFAULT_SEGMENTATION_LOADERS if is_dense
-                                           else DEFAULT_LOADERS))
+        names[workload] = list(loaders or DEFAULT_DENSE_LOADERS.get(workload, DEFAULT_LOADERS))
         for number in range(rounds):
             shift = number % len(names[workload])
             for loader in names[workload][shift:] + names[workload][:shift]:
                 tasks.append(dict(kind="measure", loader=loader, workload=workload,
                                   train_steps=train_steps if workload == "train" else 0,
                                   **({"round": number + 1} if rounds > 1 else {}),
-                                  **(dense_common if is_dense else common)))
+                                  **(dict(dense_common, labels=dense.targets(workload))
+                                     if is_dense else common)))
     report.update({
         "config": dict(batch_size=batch_size, images=len(common["files"]), runs=runs,
                        workloads=list(workloads), rounds=rounds,
                        train_steps=train_steps, threads=threads, seed=seed, quick=quick,
-                       reference=reference, timeout=timeout, time_budget=time_budget),
+                       reference=reference, timeout=timeout, time_budget=time_budget,
+                       processes="one per loader" if quick else "one per loader and workload"),
         "loaders": {name: loaders_lib.DESCRIPTIONS[name]
                     for name in dict.fromkeys(n for w in workloads for n in names[w])},
         "results": [],
@@ -138,28 +144,29 @@ def run_bench(*, data, out, loaders=None, workloads=None,
     os.makedirs(out, exist_ok=True)
     reasons = {}
     started = time.perf_counter()
-    for i, task in enumerate(tasks):
-        name = harness.task_name(task)
-        workload = task.get("workload", "decode")
-        _progress(stream, i, len(tasks), f"{name} {workload}", started)
+    units = _units(tasks, quick)
+    for i, unit in enumerate(units):
+        name = harness.task_name(unit[0])
+        workloads_of = [task.get("workload", "decode") for task in unit]
+        _progress(stream, i, len(units), f"{name} {','.join(workloads_of)}", started)
         if name not in reasons:
             reasons[name] = loaders_lib.unavailable(name)
         left = None if time_budget is None else time_budget - (time.perf_counter() - started)
         if left is not None and left <= 0:
             reasons[name] = f"time budget of {time_budget:g} s spent"
-        reason = reasons[name] or loaders_lib.unsupported(name, workload)
-        load_before = os.getloadavg()  # other work on the machine, per task
-        if reason:
-            result = {"loader": name, "workload": workload, "skipped": reason}
-        else:
-            result = harness.run_task_in_subprocess(
-                task, timeout=timeout if left is None else min(timeout, left))
-        if "round" in task:
-            result["round"] = task["round"]
-        result.update(load_average_before=load_before, load_average_after=os.getloadavg())
-        report["results"].append(result)
+        why = [reasons[name] or loaders_lib.unsupported(name, w) for w in workloads_of]
+        load_before = os.getloadavg()  # other work on the machine, per process
+        found = iter(_measured([t for t, reason in zip(unit, why) if not reason],
+                               timeout, left))
+        for task, workload, reason in zip(unit, workloads_of, why):
+            result = ({"loader": name, "workload": workload, "skipped": reason} if reason
+                      else next(found))
+            if "round" in task:
+                result["round"] = task["round"]
+            result.update(load_average_before=load_before, load_average_after=os.getloadavg())
+            report["results"].append(result)
         _write_json(report, os.path.join(out, "results.json"))
-    _progress(stream, len(tasks), len(tasks), "done", started)
+    _progress(stream, len(units), len(units), "done", started)
     print(file=stream)
     report["seconds"] = time.perf_counter() - started
     _write_json(report, os.path.join(out, "results.json"))
@@ -170,6 +177,35 @@ def run_bench(*, data, out, loaders=None, workloads=None,
     except ImportError as e:
         print(f"no chart.png: {e}", file=stream)
     return report
+
+
+def _units(tasks, quick):
+    """The tasks as they run: each alone in its process, or with `quick` one loader's
+    measurements of a round together (in the order of their first task)."""
+    if not quick:
+        return [[task] for task in tasks]
+    units = {}
+    for task in tasks:
+        key = (task["loader"], task.get("round")) if task["kind"] == "measure" else len(units)
+        units.setdefault(key, []).append(task)
+    return list(units.values())
+
+
+def _measured(tasks, timeout, left):
+    """The results of `tasks` (one loader's): one task in a fresh process, several in
+    one process in turn (`harness.measure_in_turn`), within `timeout` seconds each
+    (`left`: at most those in all). Where that process fails, each task has its error."""
+    if not tasks:
+        return []
+    limit = timeout * len(tasks) if left is None else min(timeout * len(tasks), left)
+    if len(tasks) == 1:
+        return [harness.run_task_in_subprocess(tasks[0], timeout=limit)]
+    found = harness.run_task_in_subprocess(
+        dict(kind="in_turn", loader=tasks[0]["loader"], tasks=tasks), timeout=limit)
+    if "results" in found:
+        return found["results"]
+    return [{"loader": found["loader"], "workload": task["workload"], "error": found["error"]}
+            for task in tasks]
 
 
 def _classification_index(data, num_images, quick, stream):
@@ -197,6 +233,17 @@ def _dense_data(directory, num_images, seed, stream):
     print(f"segmentation data: {num_images} images with masks in {directory} (made unless "
           "already there)", file=stream)
     return dense_data(directory, num_images=num_images, seed=seed)
+
+
+def targets_words(r):
+    """A dense result's first batch of targets in words: its boxes' dtype, shape, how
+    many were kept and their labels, or its masks' dtype, shape and ids; else "–"."""
+    if "box_shape" in r:
+        return (f"{r['box_dtype']} {r['box_shape']}, {r['boxes_kept']} kept, "
+                f"labels {r['box_labels']}")
+    if "mask_ids" in r:
+        return f"{r['mask_dtype']} {r['mask_shape']}, ids {r['mask_ids']}"
+    return "–"
 
 
 def combined(results):
@@ -276,8 +323,9 @@ def markdown(report):
         if dense and (reference, workload) not in by_key:
             reference = SEGMENTATION_REFERENCE
         reference_ips = by_key.get((reference, workload), {}).get("images_per_s")
-        extra = {"train": "input efficiency", "segmentation": "masks of the first batch"}.get(
-            workload, "error vs PIL (grey levels)")
+        extra = {"train": "input efficiency", "segmentation": "masks of the first batch",
+                 "detection": "boxes of the first batch"}.get(workload,
+                                                              "error vs PIL (grey levels)")
         lines += [f"### {workload}", ""]
         if fastest(rows):
             lines += [fastest(rows), ""]
@@ -294,8 +342,10 @@ def markdown(report):
             value = (r.get("input_efficiency") if workload == "train"
                      else r.get("mean_abs_error_vs_pil"))
             value = "–" if value is None else f"{value:.2f}"
-            if dense:
+            if workload == "segmentation":
                 value = f"{r.get('mask_dtype')}, ids {r.get('mask_ids')}"
+            elif dense:
+                value = targets_words(r)
             lines.append(
                 f"| {r['loader']} | {r['images_per_s']:.0f} | {ratio} | "
                 f"{r['cpu_s_per_1000']:.2f} | {r['peak_rss_mb']:.0f} | "
