@@ -300,7 +300,8 @@ def markdown(report):
     dense = report.get("dense_dataset")
     if dense:
         lines.append(
-            f"Segmentation data: {dense['images']} JPEGs with greyscale PNG masks, mean "
+            f"Dense data: {dense['images']} JPEGs with greyscale PNG masks and a COCO "
+            "JSON of their shapes' boxes, mean "
             f"{dense['mean_width']:.0f}x{dense['mean_height']:.0f} px, "
             f"{dense['mean_bytes'] / 1024:.0f} KB.")
     if config.get("rounds", 1) > 1:
