@@ -104,14 +104,8 @@ def pack_pairs(file_paths: Sequence[str], mask_paths: Sequence[str]) -> np.ndarr
         uint8 `(len(file_paths), 4 + longest pair of paths in bytes)`, padded with
         NUL bytes.
     """
-    pairs = [(os.fsencode(p), os.fsencode(m)) for p, m in zip(file_paths, mask_paths)]
-    packed = np.zeros((len(pairs), VALUE_BYTES + max(len(p) + len(m) for p, m in pairs)),
-                      np.uint8)
-    for row, (path, mask) in zip(packed, pairs):
-        row[:VALUE_BYTES] = np.frombuffer(struct.pack("<i", len(path)), np.uint8)
-        row[VALUE_BYTES:VALUE_BYTES + len(path) + len(mask)] = np.frombuffer(path + mask,
-                                                                             np.uint8)
-    return packed
+    return pad_records(*pack_records([os.fsencode(p) for p in file_paths], None,
+                                     mask_paths=mask_paths))
 
 
 def unpack_pairs(samples, *, feeds_bytes):
@@ -136,7 +130,7 @@ def unpack_pairs(samples, *, feeds_bytes):
     return (image if feeds_bytes else fn.io.file.read(image)), fn.io.file.read(samples[end:])
 
 
-def pack_records(payloads: Sequence[bytes], labels: Optional[np.ndarray],
+def pack_records(payloads: Sequence[bytes], labels: Optional[np.ndarray], *,
                  mask_paths: Optional[Sequence[str]] = None):
     """The `"samples"` of encoded images that dalipipe read: per sample its label (see
     `pack_paths`), the int32 length of its encoded image, then the image's bytes,
@@ -150,6 +144,9 @@ def pack_records(payloads: Sequence[bytes], labels: Optional[np.ndarray],
         length in `flat`.
     """
     count = len(payloads)
+    if mask_paths is not None and labels is not None:
+        raise ValueError("A sample with a mask has no label: pass `labels=None` with "
+                         f"`mask_paths`. Received: labels of shape {np.shape(labels)}")
     if mask_paths is None:
         heads, tails = _label_rows(labels, count), [b""] * count
     else:

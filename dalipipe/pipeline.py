@@ -88,7 +88,8 @@ def split_source(source, options, device_id=0, sharding=None):
         return placed(parts[0], options)
     # Validation data is neither augmented nor trimmed to whole batches, and it is
     # read in `file_paths` order, as Keras reads it.
-    validation = options.replace(augment=False, mix=None, drop_remainder=False, shuffle=False)
+    validation = options.replace(augment=False, mix=None, box_crop=False,
+                                 drop_remainder=False, shuffle=False)
     return placed(parts[0], options), placed(parts[1], validation)
 
 
@@ -488,7 +489,7 @@ class ImagePipeline:
         else:
             payloads = self._read_files([self.file_paths[i] for i in sample_ids], sample_ids)
         masks = None if index.mask_paths is None else [index.mask_paths[i] for i in sample_ids]
-        return feed.pack_records(payloads, labels, masks)
+        return feed.pack_records(payloads, labels, mask_paths=masks)
 
     def _verify_unchanged(self, paths, sample_ids):
         """`checks.verify_unchanged` for the files of `sample_ids`, if they were checked."""

@@ -62,9 +62,10 @@ class KerasDataset(DatasetOver):
 
     def __init__(self, dataset, image_pipeline, *, device=None, feed=None, rest_of_epoch=None):
         self._spec, _ = keras_structure(image_pipeline)
-        flat = tf.nest.flatten(self._spec)
-        given = tf.nest.flatten(dataset.element_spec)
-        if [s.dtype for s in flat] != [s.dtype for s in given]:
+        flat, given = tf.nest.flatten(self._spec), tf.nest.flatten(dataset.element_spec)
+        if len(flat) != len(given) or not all(
+                a.dtype == b.dtype and a.shape.is_compatible_with(b.shape)
+                for a, b in zip(flat, given)):  # `to_dataset` gives them in `order`
             raise AssertionError(f"DALI's outputs {given} are not in the order of {flat}")
         self._steps = image_pipeline.steps
         self._feed = feed

@@ -397,10 +397,13 @@ def test_tf_gives_keras_structures_without_a_map(dense, options, nested):
             np.testing.assert_array_equal(a.numpy(), b)
 
 
-def test_validation_split_splits_images_with_their_boxes(dense):
-    train, val = pipeline(dense, augment=True, validation_split=0.25, subset="both")
+@pytest.mark.parametrize("box_crop", [False, True])
+def test_validation_split_splits_images_with_their_boxes(dense, box_crop):
+    train, val = pipeline(dense, augment=True, validation_split=0.25, subset="both",
+                          box_crop=box_crop)
     assert len(train.file_paths) == 6 and len(val.file_paths) == 2
-    assert not val.options.augment
+    assert not val.options.augment and not val.options.box_crop
+    assert train.options.box_crop == box_crop
     for p in (train, val):
         assert len(p.index.boxes) == len(p.file_paths)
         for images, boxes, labels in p.epoch(0):
@@ -425,6 +428,6 @@ def test_gpu_boxes_equal_the_cpu_graph_boxes(dense, options):
     images, boxes, labels = (np.concatenate(parts) for parts in zip(*gpu))
     if "box_crop" in options:
         _, values = recipe_kinds(on_gpu, 0)
-        check_moved_boxes(images[~values], boxes[~values], labels[~values], size)
+        assert check_moved_boxes(images[~values], boxes[~values], labels[~values], size)
     else:
         check_boxes(images, boxes, labels, size)

@@ -211,7 +211,7 @@ def test_fed_bytes_and_mask_paths_come_back_from_the_graph(indexed_dir, form):
     paths = indexed_paths(indexed_dir)[0][:4]
     masks = paths[::-1]  # any files: here the images in the other order
     payloads = file_bytes(paths)
-    flat, lengths = feed.pack_records(payloads, None, masks)
+    flat, lengths = feed.pack_records(payloads, None, mask_paths=masks)
     assert lengths.tolist() == [4 + len(p) + len(m.encode()) for p, m in zip(payloads, masks)]
     assert bytes(flat[4 + len(payloads[0]):lengths[0]]) == masks[0].encode()
     batch = feed.split_records(flat, lengths) if form == "per_sample" \

@@ -286,6 +286,22 @@ def test_gpu_masks_equal_the_cpu_graph_masks(dense, options):
         check_aligned(images, masks, fill=0)
 
 
+def test_a_recipe_with_an_operation_of_unknown_geometry_is_refused(dense, monkeypatch):
+    """An operation whose effect on masks is unknown (one a later DALI might add to
+    a suite) is refused as the options are checked, naming it and `augment`."""
+    from nvidia.dali.auto_aug.core import augmentation
+
+    @augmentation(mag_range=(0, 1))
+    def zoom(data, scale):
+        return data
+
+    suite = RandAugment.augmentations()
+    monkeypatch.setattr(RandAugment, "augmentations", staticmethod(lambda: suite + [zoom]))
+    with pytest.raises(ValueError, match=r"operation 'zoom' is not one whose effect on masks"
+                                         r".*augment=RandAugment\(.*masks="):
+        pipeline(dense, augment=RandAugment())
+
+
 @pytest.mark.gpu
 def test_gpu_recipe_moves_masks_as_the_cpu_graph(dense):
     """A recipe's warps on the GPU (int32 masks, nearest neighbour): the masks hold

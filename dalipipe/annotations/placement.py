@@ -15,7 +15,7 @@ With a recipe, the sample's map of its geometric operations (`affine`, from
 `recipes.RandAugment.affines`, drawn from the same columns as the graph's) then
 moves each box: its four corners through the map, the box enclosing them, clipped to
 the output image. A rotated or sheared box encloses its object more loosely than
-before (a box holds no more than its corners). The share of a box kept is then the
+the unmoved box (a box holds no more than its corners). The share of a box kept is then the
 share left by the crop times the share of the moved box left inside the image.
 
 With `box_crop`, `keep_a_box` moves each crop window (its position only: the area,

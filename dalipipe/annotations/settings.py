@@ -70,6 +70,12 @@ def check_dense(options):
     for name, value in (("masks", masks), ("boxes", boxes)):
         if value is not None:
             _check_targets(options, name, shown(value))
+            if options.recipe is not None:
+                try:  # every operation's effect on masks and boxes is known
+                    options.recipe.check_alignable()
+                except ValueError as e:
+                    raise type(e)(f"{e}, augment={options.augment!r}, {name}={shown(value)}") \
+                        from None
 
 
 def shown(value):
