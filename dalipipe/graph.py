@@ -99,8 +99,6 @@ def define(options, *, feed, padded, feeds_bytes, num_classes, target_shape=None
     draws = unpack_random(random, options)  # {part name: its columns}
     images, mirror = _decode_and_resize(options, encoded, draws.get("crop"))
     recipe = options.recipe
-    if recipe is not None and (options.masks is not None or options.boxes is not None):
-        recipe.check_alignable()  # its operations move masks and boxes, or a named error
     if recipe is not None:  # after the flip, on the uint8 HWC crop
         images = recipe.apply(draws["recipe"], fn.flip(images, horizontal=mirror),
                               options.image_size)
