@@ -57,7 +57,7 @@ USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryErro
                IsADirectoryError, PermissionError, ImportError)
 # The library's argument names that the commands' options stand for.
 OPTION_NAMES = {"source": "SOURCE", "num_shards": "--shards", "path_column": "--path-column",
-                "labels": "--labels",
+                "labels": "--labels", "masks": "--masks",
                 "on_bad_file": "--on-bad-file", "num_images": "--num-images",
                 "num_classes": "--num-classes", "force": "--force"}
 
@@ -199,6 +199,13 @@ def build_parser():
     check.add_argument("--path-column", default="path",
                        help="a CSV's column of image paths (default: %(default)s)")
     check.add_argument("--full", action="store_true", help="also decode every image")
+    check.add_argument("--masks", default=None,
+                       help="also check each image's segmentation mask, as "
+                            "make_dali_dataset(masks=MASKS) does: a folder of masks matched "
+                            "to a flat SOURCE folder's images by file stem, or a CSV "
+                            "SOURCE's column of mask paths; a mask is bad where DALI's "
+                            "decoder rejects it (as for images, with --full too), it is not "
+                            "one channel of class ids, or its size is not its image's")
     check.set_defaults(func=_check)
 
     convert = commands.add_parser(
@@ -292,10 +299,19 @@ def _install_plugin(args):
 def _check(args):
     from dalipipe import checks, tfrecord
 
-    index = _training_index(args.source, path_column=args.path_column)
+    level = "full" if args.full else "structure"
     started = time.perf_counter()
-    verdicts = checks.check_index(index, check="full" if args.full else "structure",
-                                  read_records=tfrecord.load_encoded, verbose=True)
+    if args.masks is None:
+        index = _training_index(args.source, path_column=args.path_column)
+        verdicts = checks.check_index(index, check=level, read_records=tfrecord.load_encoded,
+                                      verbose=True)
+    else:
+        from dalipipe.annotations.inputs import judge_pairs
+        from dalipipe.options import Options
+
+        options = Options(masks=args.masks, check=level, device="cpu",
+                          path_column=args.path_column)
+        index, _, verdicts = judge_pairs(args.source, options)
     bad = checks.bad_files(verdicts)
     print(f"checked {len(index)} files in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     if not bad:

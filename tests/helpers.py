@@ -94,3 +94,31 @@ def recipe_kinds(pipe, epoch):
     values = [any(not recipe_geometry.is_geometric(aug) and aug.name != "identity"
                   for aug, _, _ in s) for s in steps]
     return np.array(geometric), np.array(values)
+
+
+def greyscale_png(ids, *, exif_orientation=None):
+    """The bytes of an 8-bit greyscale PNG of the class ids `ids` (uint8 `(h, w)`),
+    with an EXIF orientation tag if given."""
+    import io
+
+    from PIL import Image
+
+    out, options = io.BytesIO(), {}
+    if exif_orientation is not None:
+        exif = Image.Exif()
+        exif[0x0112] = exif_orientation
+        options["exif"] = exif
+    Image.fromarray(np.asarray(ids, np.uint8)).save(out, "PNG", **options)
+    return out.getvalue()
+
+
+def bad_idat_crc(png):
+    """`png` (bytes) with its first IDAT chunk's checksum broken: PIL decodes it,
+    DALI's decoder (libpng) rejects it; same length."""
+    import struct
+
+    data = bytearray(png)
+    at = data.index(b"IDAT")
+    length = struct.unpack(">I", data[at - 4:at])[0]
+    data[at + 4 + length] ^= 0xFF
+    return bytes(data)

@@ -251,3 +251,28 @@ def test_user_errors_are_one_line_with_exit_status_2(tmp_path, capsys, fresh_cac
         err = capsys.readouterr().err
         assert code == 2 and len(err.splitlines()) == 1, err
         assert err.startswith(f"dalipipe {command[0]}: error: ") and message in err, err
+
+
+def test_check_takes_masks_and_names_a_mask_dali_rejects(tmp_path, capsys, fresh_cache):
+    from PIL import Image
+
+    from helpers import bad_idat_crc, greyscale_png
+
+    for folder in ("images", "masks"):
+        (tmp_path / folder).mkdir()
+    for name in ("a", "b"):
+        Image.new("RGB", (6, 4), (9, 9, 9)).save(tmp_path / "images" / f"{name}.png")
+        (tmp_path / "masks" / f"{name}.png").write_bytes(greyscale_png(np.ones((4, 6))))
+    command = ["check", str(tmp_path / "images"), "--masks", str(tmp_path / "masks")]
+    assert main(command) == 0
+    assert "all 2 files are sound" in capsys.readouterr().out
+    bad = tmp_path / "masks" / "b.png"
+    bad.write_bytes(bad_idat_crc(bad.read_bytes()))
+    for extra in ([], ["--full"]):
+        assert main(command + extra) == 1
+        printed = capsys.readouterr().out
+        assert "1 of 2 files are bad:" in printed
+        assert (f"its mask {str(bad)!r}: corrupt PNG (checksum of chunk b'IDAT'): "
+                f"{tmp_path / 'images' / 'b.png'}") in printed
+    assert main(["check", str(tmp_path / "images"), "--masks", str(tmp_path / "none")]) == 2
+    assert "`--masks` must be a folder of image files" in capsys.readouterr().err

@@ -7,6 +7,7 @@ a tiny segmentation model and a tiny detector through `fit`."""
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -19,7 +20,7 @@ from dalipipe.annotations.masks import read_mask
 from dalipipe.annotations.sample import MASK_CLASS_NAMES, SHAPE_COLOURS, SHAPES
 from dalipipe.sample_data import make_dense_sample_dataset
 from dalipipe.utils import child_env
-from helpers import recipe_kinds
+from helpers import bad_idat_crc, greyscale_png, recipe_kinds
 
 pytest.importorskip("nvidia.dali")
 
@@ -244,6 +245,26 @@ def test_bad_pairs_are_named(dense, tmp_path, check):
         make_dali_pipeline(source, masks=folder, **options)
     with pytest.raises(ValueError, match="All 3 files are bad"):
         make_dali_pipeline(source, masks=folder, **{**options, "on_bad_file": "skip"})
+
+
+@pytest.mark.parametrize("check", ["structure", "full"])
+def test_a_mask_dali_s_decoder_rejects_is_named_by_the_check(dense, tmp_path, check):
+    """PIL decodes a PNG whose IDAT checksum is wrong, DALI's decoder does not: the
+    image check's rules judge the masks too, and `on_bad_file` applies."""
+    images, masks = copy_dense(dense, tmp_path)
+    mask = tmp_path / "masks" / masks[0]
+    mask.write_bytes(bad_idat_crc(greyscale_png(read_mask(mask.read_bytes()))))
+    read_mask(mask.read_bytes())  # PIL reads it
+    source, folder = str(tmp_path / "images"), str(tmp_path / "masks")
+    options = {**OPTIONS, "check": check}
+    with pytest.raises(ValueError, match=re.escape(
+            f"{images[0]}: its mask {str(mask)!r}: corrupt PNG (checksum of chunk b'IDAT')")):
+        make_dali_pipeline(source, masks=folder, **options)
+    with pytest.warns(UserWarning, match="Left out 1 of 3 files that cannot be loaded"):
+        p = make_dali_pipeline(source, masks=folder, **{**options, "on_bad_file": "skip"})
+    assert sorted(os.path.basename(f) for f in p.file_paths) == images[1:]
+    for batch_images, batch_masks in p.epoch(0):
+        check_aligned(batch_images, batch_masks)
 
 
 @pytest.mark.parametrize("check", ["structure", None])

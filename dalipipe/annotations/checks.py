@@ -9,9 +9,13 @@ themselves (truncated files, formats DALI cannot decode) are judged by
 `dalipipe.checks`; here an image that cannot be read or decoded only leaves its
 size unchecked.
 
-Masks (`mask_verdicts`): a missing mask, one that cannot be read or decoded or is
-not one channel of ids, one whose size differs from its image's, a class id
-outside `class_names` (other than `mask_fill_value`).
+Masks (`mask_verdicts`): a missing mask, one that DALI's decoder rejects (the image
+check's rules, `dalipipe.checks.check_paths`, at the level of `check`, on the CPU
+where the graph decodes masks), one that cannot be read or decoded or is not one
+channel of ids, one whose size differs from its image's, a class id above
+`MAX_MASK_ID` or outside `class_names` (other than `mask_fill_value`). A JPEG
+mask is accepted with a warning that names it: lossy compression changes pixel
+values, and so invents class ids.
 Boxes (`box_verdicts`): an image the source does not list, a box outside its image
 by more than `BOX_TOLERANCE` pixels, a box without area, a category outside the
 classes, a size in the source that differs from the image's.
@@ -26,9 +30,12 @@ import io
 import numpy as np
 
 from dalipipe import storage
-from dalipipe.annotations.files import image_size
-from dalipipe.annotations.masks import MaskError, read_mask
-from dalipipe.checks.verdicts import Verdict
+from dalipipe.annotations.files import image_size, unmatched
+from dalipipe.annotations.masks import MAX_MASK_ID, MaskError, read_mask
+from dalipipe.calls import warn
+from dalipipe.checks.driver import check_paths
+from dalipipe.checks.structure import sniff
+from dalipipe.checks.verdicts import Verdict, bad_files
 from dalipipe.storage.fetch import read_files, read_heads
 from dalipipe.utils import listing
 
@@ -43,7 +50,8 @@ EXIF_HEAD = 1 << 17
 JPEG_EXTENSIONS = (".jpg", ".jpeg", ".jpe", ".jfif")
 
 
-def mask_verdicts(pairs, *, class_names=None, mask_fill_value=None, sizes=None):
+def mask_verdicts(pairs, *, class_names=None, mask_fill_value=None, sizes=None, check=None,
+                  verbose=False):
     """What is wrong with each image's mask.
 
     Args:
@@ -55,11 +63,16 @@ def mask_verdicts(pairs, *, class_names=None, mask_fill_value=None, sizes=None):
         sizes: each image's `(width, height)` (or None), aligned with the images,
             as the image check's verdicts give them (`Verdict.size`); None reads
             the images' headers.
+        check: the image check's level (`"structure"` or `"full"`) at which
+            DALI's decoder must accept each mask, as `dalipipe.checks.check_paths`
+            judges an image (cached alike); None: masks are read by PIL alone.
+        verbose: show the decoder check's progress bar on stderr.
 
     Returns:
         A list of `Verdict`, one per image of `pairs`, in its order.
     """
-    verdicts = []
+    rejected = _rejected_masks(pairs.mask_paths, check, verbose)
+    verdicts, jpegs = [], []
     for start in range(0, len(pairs.image_paths), _CHUNK):
         images = pairs.image_paths[start:start + _CHUNK]
         masks = pairs.mask_paths[start:start + _CHUNK]
@@ -72,9 +85,27 @@ def mask_verdicts(pairs, *, class_names=None, mask_fill_value=None, sizes=None):
             if found is None:
                 verdicts.append(Verdict(image, f"its mask {mask!r} {reason}", size))
                 continue
+            if mask in rejected:
+                verdicts.append(Verdict(image, f"its mask {mask!r}: {rejected[mask]}", size))
+                continue
+            if sniff(found) == "jpeg":
+                jpegs.append(mask)
             verdicts.append(Verdict(image, _mask_reason(found, mask, size, class_names,
                                                         mask_fill_value), size))
+    if jpegs:
+        warn("JPEG masks are lossy: their compression changes pixel values near edges, "
+             "and so invents class ids. Save masks as PNG. JPEG masks: "
+             + unmatched("mask(s)", jpegs))
     return verdicts
+
+
+def _rejected_masks(masks, check, verbose):
+    """`{mask: reason}` of the masks of `masks` (paths, or None) that DALI's decoder
+    rejects at the image check's level `check`; empty for `check=None`."""
+    if check is None:
+        return {}
+    paths = list(dict.fromkeys(m for m in masks if m is not None))
+    return bad_files(check_paths(paths, check=check, verbose=verbose, device="cpu"))
 
 
 def _sizes(paths, sizes, start):
@@ -98,6 +129,9 @@ def _mask_reason(data, mask, size, class_names, mask_fill_value):
     except MaskError as e:
         return f"its mask {mask!r} {e.reason}"
     reasons = []
+    if ids.size and ids.max() > MAX_MASK_ID:
+        reasons.append(f"its mask {mask!r} holds the class id {int(ids.max())}: ids above "
+                       f"{MAX_MASK_ID} are not supported yet with `masks`")
     if size is not None and ids.shape != (size[1], size[0]):
         reasons.append(f"its mask {mask!r} is {ids.shape[1]}x{ids.shape[0]} pixels, the "
                        f"image {size[0]}x{size[1]}")

@@ -6,10 +6,11 @@ its class ids; or a source's images with their boxes, checked (`index_with_boxes
 - a flat folder of images (or a list of image paths) with a folder of masks,
   matched by file stem (`match_masks`); or a table (a CSV file, a DataFrame) whose
   column `masks` names each image's mask (`column_masks`);
-- the check of the pairs (`mask_verdicts`: a missing mask, one that does not decode
-  or is not one channel of ids, one whose size differs from its image's, an id
-  outside `class_names`) always runs, with the image check when `check` is set, and
-  `on_bad_file` applies to both; an image with an EXIF orientation other than 1
+- the check of the pairs (`judge_pairs`, `mask_verdicts`: a missing mask, one that
+  does not decode or is not one channel of ids, one whose size differs from its
+  image's, an id above 255 or outside `class_names`) always runs; when `check` is
+  set, the image check judges the images, and its decoder rules the masks too (DALI
+  decodes both); `on_bad_file` applies to all of it; an image with an EXIF orientation other than 1
   (which DALI applies to the image and not to its mask) is refused there too;
 - DALI decodes a palette PNG to its colours, not its indices: every mask that is not
   a local 8-bit greyscale PNG (another format, or any mask in object storage) is
@@ -29,8 +30,9 @@ relative paths start at its own folder, and every read goes through
 by dalipipe and fed as bytes (`remote_sources.read_in_python`), each beside its
 mask's local path with `masks` (`dalipipe.feed.pack_records`).
 
-Not supported yet (refused with an error naming the source): TFRecord files, class
-ids above 255, and a table as the images' source with `boxes`.
+Not supported yet (refused with an error naming the source): TFRecord files, and a
+table as the images' source with `boxes`. Class ids above 255 are refused by the
+check, naming each mask.
 """
 
 import os
@@ -69,23 +71,42 @@ def index_with_masks(source, options, *, device_id=0):
             column the table does not have, and bad pairs with `on_bad_file="raise"`
             (each named, with its reason).
     """
+    index, images, verdicts = judge_pairs(source, options, device_id=device_id)
+    index = _apply_policy(index, verdicts, options)
+    masks = greyscale_masks(index.mask_paths)
+    sizes = checks.image_sizes(images)
+    return sources.Index(**{**index._asdict(), "mask_paths": masks}), sizes
+
+
+def judge_pairs(source, options, *, device_id=0):
+    """The images of `source` with their masks, and a verdict on each pair: the
+    check of `index_with_masks` (and of `dalipipe check --masks`), before
+    `on_bad_file`.
+
+    Args:
+        source, options, device_id: as in `index_with_masks`.
+
+    Returns:
+        `(index, images, verdicts)`: a `sources.Index` without labels whose
+        `mask_paths` are the masks as found; the image check's `Verdict` per image
+        (reasons None where `options.check` is None); and a `Verdict` per image
+        whose reason is the image's, else its mask's, else its EXIF orientation's.
+    """
     pairs = _pairs(source, options)
     index = sources.Index(pairs.image_paths, None, options.class_names,
                           mask_paths=pairs.mask_paths)
     images = _image_check(index, options, device_id, "masks")
     found = mask_verdicts(pairs, class_names=options.class_names,
                           mask_fill_value=options.mask_fill_value,
-                          sizes=None if images is None else [v.size for v in images])
+                          sizes=None if images is None else [v.size for v in images],
+                          check=options.check, verbose=options.verbose)
     if images is None:
         images = [Verdict(v.path, None) for v in found]
     turned = _turned([image.reason or mask.reason for image, mask in zip(images, found)],
                      [image.path for image in images], "masks")
     verdicts = [Verdict(image.path, image.reason or mask.reason or why, image.size, image.stamp)
                 for image, mask, why in zip(images, found, turned)]
-    index = _apply_policy(index, verdicts, options)
-    masks = greyscale_masks(index.mask_paths)
-    sizes = checks.image_sizes(images)
-    return sources.Index(**{**index._asdict(), "mask_paths": masks}), sizes
+    return index, images, verdicts
 
 
 def index_with_boxes(source, options, *, device_id=0):

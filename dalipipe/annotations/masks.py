@@ -44,6 +44,7 @@ from dalipipe.utils import cache_dir
 
 # PIL modes whose pixel values are class ids: greyscale, palette (indices), 1-bit.
 ID_MODES = ("L", "P", "1", "I", "I;16", "I;16B", "I;16L")
+MAX_MASK_ID = 255  # the graph reads masks as 8-bit greyscale PNGs
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _CHUNK = 256  # masks fetched together
 
@@ -310,9 +311,9 @@ def _is_greyscale_png(data):
 def _greyscale_ids(data, path):
     """`greyscale_png` of a mask whose ids are at most 255."""
     ids = read_mask(data, path)
-    if ids.size and ids.max() > 255:
+    if ids.size and ids.max() > MAX_MASK_ID:
         raise ValueError(f"The mask {path!r} holds the class id {int(ids.max())}: ids above "
-                         "255 are not supported yet with `masks`")
+                         f"{MAX_MASK_ID} are not supported yet with `masks`")
     return greyscale_png(data, path)
 
 
