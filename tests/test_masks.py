@@ -285,14 +285,23 @@ def test_masks_must_be_a_folder_with_a_mask_per_image(dense, tmp_path):
         pipeline(dense, masks=str(tmp_path / "none"))
 
 
-def test_masks_above_255_are_refused(dense, tmp_path):
+def test_every_mask_above_255_is_named_by_the_check_and_skip_leaves_it_out(dense, tmp_path):
     images, masks = copy_dense(dense, tmp_path)
-    ids = np.zeros(Image.open(tmp_path / "images" / images[0]).size[::-1], np.uint16)
-    ids[0, 0] = 300
-    Image.fromarray(ids).save(tmp_path / "masks" / masks[0])
-    with pytest.raises(ValueError, match=r"holds the class id 300: ids above 255"):
-        make_dali_pipeline(str(tmp_path / "images"), masks=str(tmp_path / "masks"),
-                           **{**OPTIONS, "class_names": None})
+    for i, top in ((0, 300), (1, 1000)):
+        ids = np.zeros(Image.open(tmp_path / "images" / images[i]).size[::-1], np.uint16)
+        ids[0, 0] = top
+        Image.fromarray(ids).save(tmp_path / "masks" / masks[i])
+    source, folder = str(tmp_path / "images"), str(tmp_path / "masks")
+    options = {**OPTIONS, "class_names": None}
+    with pytest.raises(ValueError) as raised:
+        make_dali_pipeline(source, masks=folder, **options)
+    message = str(raised.value)
+    assert message.startswith("2 of 3 files cannot be loaded")
+    for mask, top in ((masks[0], 300), (masks[1], 1000)):
+        assert f"{mask}' holds the class id {top}: ids above 255 are not supported" in message
+    with pytest.warns(UserWarning, match="Left out 2 of 3 files"):
+        p = make_dali_pipeline(source, masks=folder, **{**options, "on_bad_file": "skip"})
+    assert [os.path.basename(f) for f in p.file_paths] == images[2:]
 
 
 @pytest.mark.gpu
