@@ -6,7 +6,8 @@ and `benchmarks/gpu_bench.py` run the graph this way.
 DALI's decoder names no file when it fails ("Failed to decode sample #5 : ", the
 samples carrying no source info), so the runner finds the file: DALI raises the
 error with the batch that `pipe.run()` was to return, and the runner knows which
-samples it fed in that batch and the ones after it.
+samples it fed in that batch and the ones after it. With `masks`, a sample's mask is
+a file DALI decodes too, and is named when it is the one rejected.
 """
 
 import re
@@ -102,12 +103,14 @@ class Runner:
                       for i, sample in enumerate(samples) if number in (None, i)]
         named = {}
         for sample in candidates:
-            reason = self.recheck(sample)
-            if reason is not None:
-                named[self.image_pipeline.file_paths[sample]] = reason
+            named.update(self.recheck(sample))
         if not named and number is not None and fed and number < len(fed[0]):
-            named[self.image_pipeline.file_paths[fed[0][number]]] = (
-                "DALI's decoder rejects it (the check's decoder decodes it here)")
+            sample = fed[0][number]
+            mask = self.mask_of(sample)
+            named[self.image_pipeline.file_paths[sample]] = (
+                "DALI's decoder rejects it (the check's decoder decodes it here)" if mask is None
+                else f"DALI's decoder rejects it or its mask {mask} (the check's decoder "
+                     "decodes both here)")
         if not named:
             return None
         advice = ("Fix or remove it; `dalipipe check --full SOURCE` lists every file that "
@@ -119,14 +122,29 @@ class Runner:
         return f"DALI failed to decode one of these files. {advice}\n{listed}"
 
     def recheck(self, sample):
-        """The reason the check's decoder, decoding in full, rejects sample `sample`."""
+        """`{path: reason}` of the files of sample `sample` that the check's decoder,
+        decoding in full, rejects: its image (on the pipeline's device) and, with
+        `masks`, its mask (on the CPU, where the graph decodes masks)."""
         pipeline = self.image_pipeline
         device = dict(device=pipeline.device, device_id=pipeline.device_id or 0)
+        path = pipeline.file_paths[sample]
         if not pipeline.from_tfrecord:
-            return checks.check_file(pipeline.file_paths[sample], full=True, **device)
-        index = pipeline.index
-        data = tfrecord.load_encoded(index.tfrecord_files, index.refs[[sample]])[0]
-        return checks.check_bytes(data, full=True, **device)
+            reason = checks.check_file(path, full=True, **device)
+        else:
+            index = pipeline.index
+            data = tfrecord.load_encoded(index.tfrecord_files, index.refs[[sample]])[0]
+            reason = checks.check_bytes(data, full=True, **device)
+        found = {} if reason is None else {path: reason}
+        mask = self.mask_of(sample)
+        reason = None if mask is None else checks.check_file(mask, full=True)
+        if reason is not None:
+            found[mask] = f"{reason}, the mask of {path}"
+        return found
+
+    def mask_of(self, sample):
+        """The mask file the graph reads for sample `sample`, or None without `masks`."""
+        masks = self.image_pipeline.index.mask_paths
+        return None if masks is None else masks[int(sample)]
 
     def source(self, name):
         """The callable that gives the next batch of input `name`.

@@ -267,6 +267,30 @@ def test_a_mask_dali_s_decoder_rejects_is_named_by_the_check(dense, tmp_path, ch
         check_aligned(batch_images, batch_masks)
 
 
+@pytest.mark.parametrize("damage", ["truncated", "same size and mtime"])
+def test_a_mask_damaged_after_the_check_is_named_in_the_epoch(dense, tmp_path, damage):
+    """The graph reads a local 8-bit greyscale mask as it is: damaged after the
+    dataset is made, it stops the epoch with an error naming it, not its image."""
+    images, masks = copy_dense(dense, tmp_path)
+    for name in masks:
+        path = tmp_path / "masks" / name
+        path.write_bytes(greyscale_png(read_mask(path.read_bytes())))
+    p = make_dali_pipeline(str(tmp_path / "images"), masks=str(tmp_path / "masks"),
+                           **{**OPTIONS, "shuffle": False, "batch_size": 1})
+    mask = tmp_path / "masks" / masks[1]
+    data, info = mask.read_bytes(), mask.stat()
+    if damage == "truncated":
+        mask.write_bytes(data[:len(data) // 2])
+    else:
+        mask.write_bytes(bad_idat_crc(data))
+        os.utime(mask, ns=(info.st_atime_ns, info.st_mtime_ns))
+    with pytest.raises(RuntimeError) as raised:
+        list(p.epoch(0))
+    message = str(raised.value)
+    assert message.startswith(f"DALI failed to decode {mask}: "), message
+    assert f"the mask of {tmp_path / 'images' / images[1]}" in message
+
+
 @pytest.mark.parametrize("check", ["structure", None])
 def test_an_image_turned_by_its_exif_orientation_is_refused(dense, tmp_path, check):
     images, _ = copy_dense(dense, tmp_path)
