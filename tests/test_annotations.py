@@ -140,6 +140,22 @@ def test_greyscale_masks_are_ids_as_they_are(dtype, top):
     np.testing.assert_array_equal(np.asarray(grey), ids.astype(np.int64))
 
 
+def test_a_greyscale_mask_with_an_exif_orientation_is_rewritten_without_it(tmp_path):
+    """DALI's decoder would turn the mask as its EXIF says, and not its image: the
+    graph reads a copy of its ids as they are stored, without EXIF."""
+    from helpers import greyscale_png
+
+    ids = np.arange(12, dtype=np.uint8).reshape(3, 4)
+    plain, turned = tmp_path / "plain.png", tmp_path / "turned.png"
+    plain.write_bytes(greyscale_png(ids))
+    turned.write_bytes(greyscale_png(ids, exif_orientation=6))
+    found = masks.greyscale_masks([str(plain), str(turned)])
+    assert found[0] == str(plain) and found[1] != str(turned)
+    with Image.open(found[1]) as rewritten:
+        assert rewritten.getexif().get(0x0112) is None and rewritten.mode == "L"
+        np.testing.assert_array_equal(np.asarray(rewritten), ids)
+
+
 @pytest.mark.parametrize("mode", ["RGB", "RGBA", "LA"])
 def test_a_colour_mask_is_refused_naming_the_file(mode):
     data = io.BytesIO()

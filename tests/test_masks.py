@@ -304,6 +304,19 @@ def test_an_image_turned_by_its_exif_orientation_is_refused(dense, tmp_path, che
                            **{**OPTIONS, "check": check})
 
 
+def test_a_mask_with_an_exif_orientation_stays_aligned_with_its_image(dense, tmp_path):
+    """PIL (the check) ignores a mask's EXIF orientation, DALI's decoder applies it:
+    the graph reads the mask's ids as stored, as the image's pixels are."""
+    images, masks = copy_dense(dense, tmp_path)
+    for name in masks:
+        path = tmp_path / "masks" / name
+        path.write_bytes(greyscale_png(read_mask(path.read_bytes()), exif_orientation=6))
+    p = make_dali_pipeline(str(tmp_path / "images"), masks=str(tmp_path / "masks"),
+                           **{**OPTIONS, "shuffle": False})
+    compared = sum(check_aligned(images, masks) for images, masks in p.epoch(0))
+    assert compared > 100
+
+
 def test_masks_must_be_a_folder_with_a_mask_per_image(dense, tmp_path):
     with pytest.raises(ValueError, match=r"`masks` must be a folder of image files"):
         pipeline(dense, masks=str(tmp_path / "none"))

@@ -19,11 +19,13 @@ palette indices, whatever colours its palette gives them. `read_mask` returns th
 ids. DALI decodes a palette PNG to its colours (as grey: a weighted sum of them), not
 to its indices; `mask_palette` says whether a mask is a palette image and gives its
 colours, and `greyscale_png` rewrites a mask as a greyscale PNG of its ids, which any
-decoder reads as ids. RGB masks are refused: colours are not ids.
+decoder reads as ids. RGB masks are refused: colours are not ids. A mask's EXIF
+orientation is ignored, as PIL ignores it: DALI's decoder would turn the mask (and
+not its image, which the check refuses when it has one).
 
 `greyscale_masks` gives the local 8-bit greyscale PNGs the graph reads: a local one
-as it is, every other mask (other PNGs and formats, and every mask in object
-storage) written once into dalipipe's cache folder.
+without EXIF as it is, every other mask (other PNGs and formats, greyscale PNGs with
+EXIF, and every mask in object storage) written once into dalipipe's cache folder.
 
 Images and masks may be local or in `s3://` and `gs://` (`dalipipe.storage`), mixed.
 """
@@ -31,6 +33,7 @@ Images and masks may be local or in `s3://` and `gs://` (`dalipipe.storage`), mi
 import hashlib
 import io
 import os
+import struct
 from typing import List, NamedTuple, Optional
 
 import numpy as np
@@ -248,11 +251,13 @@ def greyscale_masks(paths):
     """The paths of local 8-bit greyscale PNGs of the class ids of the masks at
     `paths`, the files the graph reads.
 
-    A local 8-bit greyscale PNG is its own. Any other local mask (a palette PNG, which
-    DALI decodes to its colours; a 1-bit or 16-bit PNG; another format) is rewritten
-    (`greyscale_png`), and every mask in object storage not yet in the cache is
-    fetched (`dalipipe.storage.fetch.read_files`) and written as it is where it is an 8-bit
-    greyscale PNG, else rewritten: into `<cache_dir()>/masks/`, named by a hash of its
+    A local 8-bit greyscale PNG without EXIF is its own. Any other local mask (a
+    palette PNG, which DALI decodes to its colours; a greyscale PNG with an EXIF
+    orientation, which DALI's decoder applies; a 1-bit or 16-bit PNG; another format)
+    is rewritten (`greyscale_png`: its ids as PIL reads them, without EXIF), and every
+    mask in object storage not yet in the cache is fetched
+    (`dalipipe.storage.fetch.read_files`) and written as it is where it is an 8-bit
+    greyscale PNG without EXIF, else rewritten: into `<cache_dir()>/masks/`, named by a hash of its
     path or URI and its stamp (`fetch.stamps`: a file's size and modification time, an
     object's size and ETag), so that a changed mask is written again. DALI never
     reads a mask's URI: the graph's masks are local files.
@@ -277,7 +282,7 @@ def greyscale_masks(paths):
         if stamp is None:
             raise ValueError(f"The mask {path!r} was checked and cannot be read now: "
                              "it was deleted or replaced since")
-        if not storage.is_remote(path) and _is_greyscale_png(_head(path)):
+        if not storage.is_remote(path) and _reads_as_is(path):
             found[path] = path
             continue
         key = hashlib.sha256(f"{path}\0{stamp[0]}\0{stamp[1]}".encode()).hexdigest()
@@ -293,19 +298,31 @@ def greyscale_masks(paths):
             if data is None:
                 raise ValueError(f"The mask {path!r} was checked and cannot be read now "
                                  f"({reason})")
-            _write(target, data if _is_greyscale_png(data) else _greyscale_ids(data, path))
+            _write(target, data if _reads_as_is(io.BytesIO(data)) else _greyscale_ids(data, path))
             found[path] = target
     return [found[p] for p in paths]
 
 
-def _head(path):
-    with open(path, "rb") as f:
-        return f.read(26)
-
-
-def _is_greyscale_png(data):
-    """Whether `data` (a file's bytes, or its first 26) is an 8-bit greyscale PNG."""
-    return data[:8] == PNG_SIGNATURE and data[12:16] == b"IHDR" and data[24:26] == b"\x08\x00"
+def _reads_as_is(file):
+    """Whether the graph reads the mask in `file` (a local path, or a binary file
+    object at the file's start) as it is: an 8-bit greyscale PNG without an `eXIf`
+    chunk, whose orientation DALI's decoder would apply to the mask and not to its
+    image. Its chunks' headers are read up to IEND, skipping their data."""
+    if not hasattr(file, "read"):
+        with open(file, "rb") as opened:
+            return _reads_as_is(opened)
+    head = file.read(26)
+    if head[:8] != PNG_SIGNATURE or head[12:16] != b"IHDR" or head[24:26] != b"\x08\x00":
+        return False
+    file.seek(8)
+    while True:
+        header = file.read(8)
+        if len(header) < 8:
+            return True  # a damaged file: the check judges it
+        length, kind = struct.unpack(">I4s", header)
+        if kind in (b"eXIf", b"IEND"):
+            return kind == b"IEND"
+        file.seek(length + 4, io.SEEK_CUR)
 
 
 def _greyscale_ids(data, path):
