@@ -211,6 +211,21 @@ def test_the_mask_check_names_each_problem_with_its_file_and_value(pets):
     assert sound[0].reason is None
 
 
+def test_jpeg_masks_are_named_in_a_warning_with_or_without_class_names(pets):
+    trimaps = pets / "trimaps"
+    for name in ("Abyssinian_2", "beagle_1"):
+        os.remove(trimaps / f"{name}.png")
+        Image.fromarray(np.full((3, 4), 2, np.uint8)).save(trimaps / f"{name}.jpg")
+    pairs = masks.match_masks(pets / "images", trimaps)
+    for class_names in (None, ["a", "b", "c", "d"]):
+        with pytest.warns(UserWarning, match=r"JPEG masks are lossy.*invents class ids") as w:
+            verdicts = checks.mask_verdicts(pairs, class_names=class_names)
+        assert str(trimaps / "Abyssinian_2.jpg") in str(w[0].message)
+        assert str(trimaps / "beagle_1.jpg") in str(w[0].message)
+        assert str(trimaps / "Abyssinian_1.png") not in str(w[0].message)
+        assert not bad_files(verdicts)
+
+
 # Boxes: formats
 
 
