@@ -12,6 +12,7 @@ from PIL import Image
 
 from dalipipe.annotations import boxes as box_source
 from dalipipe.annotations import checks, masks
+from dalipipe.annotations.coco import coco_boxes
 from dalipipe.annotations.sample import (CATEGORY_IDS, MASK_PALETTE, SHAPE_COLOURS, SHAPES,
                                          draw_shapes)
 from dalipipe.checks.verdicts import bad_files
@@ -325,7 +326,7 @@ def coco(tmp_path):
 
 
 def test_coco_boxes_have_contiguous_labels_in_category_id_order(coco):
-    source = box_source.coco_boxes(coco / "instances.json", coco / "images")
+    source = coco_boxes(coco / "instances.json", coco / "images")
     assert source.class_names == ["person", "dog", "cat"]
     assert source.crowd == 1 and source.missing == [] and source.unmatched == []
     a, b, c = source.images
@@ -344,10 +345,10 @@ def test_coco_images_and_files_that_do_not_match_are_named(coco):
     os.remove(coco / "images" / "b.png")
     with pytest.raises(ValueError, match=r"needs an entry in `boxes`=.*instances\.json.*Not "
                                          r"listed: 1 image\(s\): .*d\.png"):
-        box_source.coco_boxes(coco / "instances.json", coco / "images")
+        coco_boxes(coco / "instances.json", coco / "images")
     with pytest.warns(UserWarning, match=r"Images of .* without an image file are left out: 1 "
                                          r"image\(s\): b\.png"):
-        source = box_source.coco_boxes(coco / "instances.json", coco / "images",
+        source = coco_boxes(coco / "instances.json", coco / "images",
                                        allow_missing=True)
     assert source.unmatched == ["b.png"]
     assert bad_files(checks.box_verdicts(source)) == {
@@ -358,13 +359,50 @@ def test_a_malformed_coco_json_is_named(coco, tmp_path):
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(ValueError, match=r"`boxes` must be a COCO instances JSON file. Received:"
                                          r" boxes=.*bad\.json"):
-        box_source.coco_boxes(tmp_path / "bad.json", coco / "images")
+        coco_boxes(tmp_path / "bad.json", coco / "images")
     with pytest.raises(ValueError, match=r"has no list 'categories'"):
-        box_source.coco_boxes({"images": [], "annotations": []}, coco / "images")
+        coco_boxes({"images": [], "annotations": []}, coco / "images")
     data = json.loads((coco / "instances.json").read_text())
     data["annotations"][0]["bbox"] = [1, 2, 3]
     with pytest.raises(ValueError, match=r"Annotation 11 of the COCO dict has bbox=\[1, 2, 3\]"):
-        box_source.coco_boxes(data, coco / "images")
+        coco_boxes(data, coco / "images")
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda d: d["categories"].append({"id": 3, "name": "cow"}),
+     r"Each COCO category id must be unique\. '.*instances\.json' has two categories of the "
+     r"id 3: 'person' and 'cow'"),
+    (lambda d: d["categories"][1].update(id="3"),
+     r"Each COCO category has an integer 'id' and a 'name'\. '.*instances\.json' has "
+     r"categories\[1\]=\{\"id\": \"3\", \"name\": \"person\"\}"),
+    (lambda d: d["categories"][0].pop("name"),
+     r"Each COCO category has an integer 'id' and a 'name'\. .* has categories\[0\]="
+     r"\{\"id\": 20\}"),
+    (lambda d: d["images"][1].pop("file_name"),
+     r"Each COCO image has a 'file_name' and an 'id'.*\. '.*instances\.json' has "
+     r"images\[1\]=\{\"id\": 2, \"width\": 40, \"height\": 30\}"),
+    (lambda d: d["images"][2].pop("id"),
+     r"Each COCO image has a 'file_name' and an 'id'.* has images\[2\]=\{\"file_name\": "
+     r"\"c\.png\""),
+    (lambda d: d["images"][2].update(id=1),
+     r"Each COCO image id must be unique\. .* lists two images of the id 1: images\[2\]="),
+])
+def test_a_malformed_coco_entry_is_named_with_the_json(coco, change, match):
+    data = json.loads((coco / "instances.json").read_text())
+    change(data)
+    (coco / "instances.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=match):
+        coco_boxes(coco / "instances.json", coco / "images")
+
+
+def test_image_files_of_one_name_in_two_folders_are_refused_with_coco(coco):
+    (coco / "more").mkdir()
+    save(np.zeros((30, 40, 3), np.uint8), coco / "more" / "a.png")
+    paths = [str(coco / "images" / "a.png"), str(coco / "images" / "b.png"),
+             str(coco / "more" / "a.png")]
+    with pytest.raises(ValueError, match=r"Two have the name 'a\.png': '.*images/a\.png' and "
+                                         r"'.*more/a\.png'"):
+        coco_boxes(coco / "instances.json", paths)
 
 
 def test_the_box_check_names_the_annotation_and_the_value(coco):
@@ -376,7 +414,7 @@ def test_the_box_check_names_the_annotation_and_the_value(coco):
         {"id": 24, "image_id": 2, "category_id": 3, "bbox": [3, 3, 0, 5]},
     ]
     data["images"][2]["width"] = 64
-    bad = bad_files(checks.box_verdicts(box_source.coco_boxes(data, coco / "images")))
+    bad = bad_files(checks.box_verdicts(coco_boxes(data, coco / "images")))
     assert bad == {
         str(coco / "images" / "b.png"): (
             "annotation 21 has the category 99, not among the classes person, dog, cat; "
@@ -465,7 +503,7 @@ def test_the_dense_sample_data_s_masks_and_boxes_agree_with_its_pixels(tmp_path)
     pairs = masks.match_masks(tmp_path / "images", tmp_path / "masks")
     assert [os.path.relpath(p, tmp_path) for p in pairs.mask_paths] == sorted(
         r["mask"] for r in rows)
-    coco_source = box_source.coco_boxes(tmp_path / "instances.json", tmp_path / "images")
+    coco_source = coco_boxes(tmp_path / "instances.json", tmp_path / "images")
     table_source = box_source.table_boxes(tmp_path / "boxes.csv", bounding_box_format="xyxy",
                                           class_names=list(SHAPES))
     assert coco_source.class_names == list(SHAPES)
@@ -509,7 +547,7 @@ def test_sample_data_command_writes_masks_and_boxes(tmp_path, capsys):
 
 
 def test_the_checks_take_the_image_sizes_the_image_check_found(coco):
-    source = box_source.coco_boxes(coco / "instances.json", coco / "images")
+    source = coco_boxes(coco / "instances.json", coco / "images")
     verdicts = checks.box_verdicts(source, sizes=[(40, 30), (40, 30), (8, 8)])
     assert bad_files(verdicts) == {str(coco / "images" / "c.png"): (
         "is 8x8 pixels, its boxes' source says 40x30; annotation 14's box [5.5, 6, 8.5, 10] "

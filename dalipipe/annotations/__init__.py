@@ -4,9 +4,10 @@ nothing here imports DALI, TensorFlow or Keras.
 
 - `masks`: image and mask files paired by file stem or by a table's column; a mask's
   class ids read exactly (a palette PNG's pixels are its indices).
-- `boxes`: a COCO `instances` JSON or a table with one row per box; box formats as
-  Keras names them (`convert_format`, `formats`); padding to `max_boxes` as
+- `boxes`: a table with one row per box; box formats as Keras names them
+  (`convert_format`, `formats`); padding to `max_boxes` as
   `keras.layers.MaxNumBoundingBoxes` pads.
+- `coco`: a COCO `instances` JSON's boxes, read as strictly as pycocotools reads it.
 - `checks`: what is wrong with a pair (image, mask) or an image's boxes, as
   `dalipipe.checks.verdicts.Verdict` records.
 - `sample`: shapes drawn over pictures, whose pixels define masks and boxes.

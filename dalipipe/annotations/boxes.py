@@ -2,12 +2,7 @@
 
 Two sources give each image its boxes and their labels:
 
-- `coco_boxes`: a COCO `instances` JSON (`images`, `annotations`, `categories`),
-  matched to the image files by `file_name`. COCO's boxes are absolute `xywh` in
-  pixels. Category ids may have gaps (COCO's own run 1..90 for 80 classes): the
-  labels are contiguous, `class_names` are the categories' names in id order.
-  Annotations with `iscrowd: 1` (a region of many objects) are left out. An image
-  of the JSON without annotations has no boxes.
+- a COCO `instances` JSON: `dalipipe.annotations.coco.coco_boxes`;
 - `table_boxes`: a table with one row per box, its coordinates in
   `bounding_box_format`, in the columns `BOX_COLUMNS[bounding_box_format]`:
 
@@ -25,18 +20,15 @@ in NumPy; `pad_boxes` pads them to `max_boxes` with -1, as
 `keras.layers.MaxNumBoundingBoxes` does.
 """
 
-import json
 import os
 from typing import List, NamedTuple, Optional
 
 import numpy as np
 
-from dalipipe.annotations.files import flat_images, read_size, unmatched
+from dalipipe.annotations.files import read_size
 from dalipipe.annotations.formats import BOX_FORMATS, check_format
 from dalipipe.calls import warn
-from dalipipe.storage.fetch import read_files
 from dalipipe.storage.remote_sources import folder_of, resolve_path
-from dalipipe.utils import is_number
 
 # A table's coordinate columns for each format, in the format's order.
 _ABSOLUTE_COLUMNS = {
@@ -158,110 +150,8 @@ def _from_xyxy(boxes, target, height, width):
     return np.stack(out, axis=-1)
 
 
-def coco_boxes(instances, images, *, allow_missing=False):
-    """The boxes of a COCO `instances` JSON, for the image files `images`.
-
-    An image file takes the JSON's image whose `file_name` has its base name.
-
-    Args:
-        instances: the JSON file's path (local, or an `s3://` or `gs://` URI), or its
-            content as a dict.
-        images: a flat folder of images, or a list of image paths (local or URIs).
-        allow_missing: keep image files the JSON does not list, with no boxes, in
-            `missing` for the check to report. Defaults to False: an error.
-
-    Returns:
-        A `BoxSource`: labels contiguous over `categories` in id order, `iscrowd`
-        annotations left out (counted in `crowd`). Images of the JSON without a
-        file are in `unmatched`, and reported in a warning.
-
-    Raises:
-        ValueError: for a JSON without `images`, `annotations` or `categories`, a
-            `bbox` that is not 4 numbers, two JSON images of one base name, or an
-            image file the JSON does not list (unless `allow_missing`).
-    """
-    what = "the COCO dict" if isinstance(instances, dict) else repr(os.fspath(instances))
-    data = instances if isinstance(instances, dict) else _load_json(instances)
-    for key in ("images", "annotations", "categories"):
-        if not isinstance(data.get(key), list):
-            raise ValueError(f"A COCO instances JSON has the lists 'images', 'annotations' "
-                             f"and 'categories'. {what} has no list {key!r}")
-    categories = sorted(data["categories"], key=lambda c: c["id"])
-    class_names = [str(c["name"]) for c in categories]
-    label_of = {c["id"]: i for i, c in enumerate(categories)}
-    by_name, by_id = {}, {}
-    for entry in data["images"]:
-        name = os.path.basename(entry["file_name"])
-        if name in by_name:
-            raise ValueError(f"{what} lists two images of the file name {name!r} "
-                             f"(ids {by_name[name]['id']} and {entry['id']})")
-        by_name[name], by_id[entry["id"]] = entry, []
-    crowd, orphans = 0, []
-    for ann in data["annotations"]:
-        if ann.get("iscrowd", 0):
-            crowd += 1
-        elif ann.get("image_id") not in by_id:
-            orphans.append(ann.get("id"))
-        else:
-            by_id[ann["image_id"]].append(ann)
-    if orphans:
-        warn(f"Annotations of {what} whose image_id is not among its 'images' are left "
-             "out: " + unmatched("annotation id(s)", orphans))
-    paths = (flat_images(images, "directory") if isinstance(images, (str, os.PathLike))
-             else [resolve_path(p, None) for p in images])
-    result, missing = [], []
-    for path in paths:
-        entry = by_name.get(os.path.basename(path))
-        if entry is None:
-            missing.append(path)
-            result.append(_image_boxes(path, [], [], [], [], None))
-            continue
-        anns = by_id[entry["id"]]
-        xywh = [_bbox(a, what) for a in anns]
-        size = (entry["width"], entry["height"]) if "width" in entry and "height" in entry else None
-        result.append(_image_boxes(
-            path, convert_format(np.reshape(xywh, (-1, 4)), "xywh", "xyxy"),
-            [label_of.get(a.get("category_id"), -1) for a in anns],
-            [f"annotation {a.get('id')}" for a in anns], [a.get("category_id") for a in anns],
-            size))
-    if missing and not allow_missing:
-        raise ValueError(f"Each image file needs an entry in `boxes`={what} (matched by file "
-                         "name). Not listed: " + unmatched("image(s)", missing))
-    listed = {os.path.basename(p) for p in paths}
-    left = sorted(n for n in by_name if n not in listed)
-    if left:
-        warn(f"Images of {what} without an image file are left out: "
-             + unmatched("image(s)", left))
-    return BoxSource(result, class_names, missing, left, crowd)
-
-
-def _load_json(path):
-    """The object of a JSON file, local or in object storage (`fetch.read_files`)."""
-    path = os.fspath(path)
-    (data, reason), = read_files([path])
-    if data is None:
-        raise ValueError(f"`boxes` must be a COCO instances JSON file. Received: "
-                         f"boxes={path!r}, which {reason}")
-    try:
-        data = json.loads(data.decode("utf-8-sig"))
-    except ValueError as e:  # UnicodeDecodeError and JSONDecodeError alike
-        raise ValueError(f"`boxes` must be a COCO instances JSON file. Received: "
-                         f"boxes={path!r}, which cannot be read as JSON ({e})") from e
-    if not isinstance(data, dict):
-        raise ValueError(f"`boxes` must be a COCO instances JSON file (an object). "
-                         f"Received: boxes={path!r}, a JSON {type(data).__name__}")
-    return data
-
-
-def _bbox(ann, what):
-    bbox = ann.get("bbox")
-    if not (isinstance(bbox, list) and len(bbox) == 4 and all(is_number(v) for v in bbox)):
-        raise ValueError(f"A COCO bbox is 4 numbers [x, y, width, height]. Annotation "
-                         f"{ann.get('id')} of {what} has bbox={bbox!r}")
-    return bbox
-
-
-def _image_boxes(path, boxes, labels, names, values, size):
+def image_boxes(path, boxes, labels, names, values, size):
+    """An `ImageBoxes` of sequences: boxes float32 `(n, 4)`, labels int32 `(n,)`."""
     return ImageBoxes(path, np.asarray(boxes, np.float32).reshape(-1, 4),
                       np.asarray(labels, np.int32).reshape(-1), list(names), list(values), size)
 
@@ -334,7 +224,7 @@ def table_boxes(table, *, bounding_box_format, class_names=None, root=None,
         boxes = np.asarray([box for _, box, _ in entry], np.float64).reshape(-1, 4)
         size = read_size(path) if bounding_box_format.startswith("rel_") and entry else None
         height, width = (size[1], size[0]) if size else (None, None)
-        images.append(_image_boxes(
+        images.append(image_boxes(
             path, convert_format(boxes, bounding_box_format, "xyxy", height, width),
             [label_of.get(label, -1) for _, _, label in entry],
             [f"row {i}" for i, _, _ in entry], [label for _, _, label in entry], None))

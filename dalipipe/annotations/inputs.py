@@ -40,7 +40,8 @@ import os
 import numpy as np
 
 from dalipipe import checks, sources, tfrecord
-from dalipipe.annotations.boxes import BoxSource, ImageBoxes, coco_boxes, table_boxes
+from dalipipe.annotations.boxes import BoxSource, ImageBoxes, table_boxes
+from dalipipe.annotations.coco import coco_boxes
 from dalipipe.annotations.checks import box_verdicts, mask_verdicts, turned_images
 from dalipipe.annotations.files import flat_images
 from dalipipe.annotations.masks import MaskPairs, column_masks, greyscale_masks, match_masks
