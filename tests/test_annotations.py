@@ -89,6 +89,21 @@ def test_two_masks_of_one_stem_are_refused(pets):
         masks.match_masks(pets / "images", pets / "trimaps")
 
 
+def test_two_images_of_one_stem_are_refused(pets):
+    """`x.jpg` and `x.png` (or one name in two folders) would share the mask `x.png`."""
+    save(np.zeros((3, 4, 3), np.uint8), pets / "images" / "beagle_1.png")
+    with pytest.raises(ValueError, match=r"two images of one stem would share a mask. Two "
+                                         r"have the stem 'beagle_1': '.*beagle_1\.jpg' and "
+                                         r"'.*beagle_1\.png'"):
+        masks.match_masks(pets / "images", pets / "trimaps")
+    (pets / "more").mkdir()
+    save(np.zeros((3, 4, 3), np.uint8), pets / "more" / "beagle_1.jpg")
+    with pytest.raises(ValueError, match=r"Two have the stem 'beagle_1': '.*images/beagle_1"
+                                         r"\.jpg' and '.*more/beagle_1\.jpg'"):
+        masks.match_masks([pets / "images" / "beagle_1.jpg", pets / "more" / "beagle_1.jpg"],
+                          pets / "trimaps")
+
+
 def test_a_mask_column_resolves_against_the_table_folder(pets):
     pairs = masks.column_masks(["images/Abyssinian_1.jpg", "images/beagle_1.jpg"],
                                ["trimaps/Abyssinian_1.png", "trimaps/beagle_1.png"], root=pets)
@@ -451,6 +466,15 @@ def test_a_table_of_boxes_is_read_in_its_format(coco):
     unknown = box_source.table_boxes(table, bounding_box_format="xyxy", class_names=["dog"])
     assert bad_files(checks.box_verdicts(unknown)) == {
         str(coco / "images" / "a.png"): "row 2 has the category 'cat', not among the classes dog"}
+
+
+def test_a_dict_of_columns_of_unequal_lengths_is_refused(coco):
+    table = {"path": ["images/a.png", "images/b.png"], "x1": [1, 2], "y1": [1, 2],
+             "x2": [5, 6], "y2": [5], "label": ["cat", "dog"]}
+    with pytest.raises(ValueError, match=r"must have one length, a cell per row. Received "
+                                         r"lengths: \{'path': 2, 'x1': 2, 'y1': 2, 'x2': 2, "
+                                         r"'y2': 1, 'label': 2\}"):
+        box_source.table_boxes(table, bounding_box_format="xyxy", root=str(coco))
 
 
 def test_a_table_of_boxes_names_its_mistakes(coco):

@@ -252,6 +252,19 @@ def test_coco_labels_are_contiguous_crowds_left_out_images_without_boxes_kept(de
     assert set(np.concatenate([lab for _, lab in found.values()]).tolist()) == {-1, 0, 1, 2}
 
 
+def test_rows_for_images_not_in_the_source_are_named_in_a_warning(dense, tmp_path):
+    with open(os.path.join(dense, "boxes.csv")) as f:
+        rows = f.read().splitlines()
+    extra = ["images/gone_1.png,1,1,5,5,circle", "images/gone_2.png,2,2,6,6,square"]
+    (tmp_path / "boxes.csv").write_text("\n".join(rows + extra) + "\n")
+    with pytest.warns(UserWarning, match=r"Rows of `boxes`=.*boxes\.csv' for images that are "
+                                         r"not in the source are left out: 2 image\(s\): "
+                                         r".*gone_1\.png, .*gone_2\.png") as w:
+        p = make_dali_pipeline(os.path.join(dense, "images"), boxes=str(tmp_path / "boxes.csv"),
+                               root=dense, **{**OPTIONS, "class_names": list(SHAPES)})
+    assert len(p.file_paths) == 8 and len(w) == 1
+
+
 def test_more_boxes_than_max_boxes_keep_the_first_with_one_warning(dense):
     with pytest.warns(UserWarning, match=r"more than max_boxes=1 boxes.*The first: '.*\.png'"):
         p = pipeline(dense, max_boxes=1, shuffle=False)

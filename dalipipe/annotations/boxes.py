@@ -179,8 +179,9 @@ def table_boxes(table, *, bounding_box_format, class_names=None, root=None,
         A `BoxSource`, its images in the order they first appear.
 
     Raises:
-        ValueError: for an unknown format, a missing column, a row with some but
-            not all of its cells empty, or a coordinate that is not a number.
+        ValueError: for an unknown format, a missing column, columns of a dict of
+            unequal lengths, a row with some but not all of its cells empty, or a
+            coordinate that is not a number.
     """
     from dalipipe.sources import read_csv  # the project's CSV reader (empty cell: None)
     from dalipipe.targets import class_order
@@ -192,6 +193,10 @@ def table_boxes(table, *, bounding_box_format, class_names=None, root=None,
     else:
         what = "the table"
         columns = table.to_dict("list") if hasattr(table, "to_dict") else dict(table)
+        lengths = {name: len(cells) for name, cells in columns.items()}
+        if len(set(lengths.values())) > 1:
+            raise ValueError("The columns of a table of boxes (a dict of columns) must have "
+                             f"one length, a cell per row. Received lengths: {lengths}")
     coordinates = BOX_COLUMNS[bounding_box_format]
     needed = (path_column, *coordinates, label_column)
     absent = [c for c in needed if c not in columns]

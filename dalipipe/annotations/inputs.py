@@ -41,10 +41,11 @@ import numpy as np
 
 from dalipipe import checks, sources, tfrecord
 from dalipipe.annotations.boxes import BoxSource, ImageBoxes, table_boxes
-from dalipipe.annotations.coco import coco_boxes
 from dalipipe.annotations.checks import box_verdicts, mask_verdicts, turned_images
-from dalipipe.annotations.files import flat_images
+from dalipipe.annotations.coco import coco_boxes
+from dalipipe.annotations.files import flat_images, unmatched
 from dalipipe.annotations.masks import MaskPairs, column_masks, greyscale_masks, match_masks
+from dalipipe.annotations.settings import shown
 from dalipipe.checks.verdicts import Verdict
 from dalipipe.calls import warn
 from dalipipe.storage import remote_sources as remote
@@ -235,8 +236,12 @@ def _box_source(source, options):
         empty = (np.zeros((0, 4), np.float32), np.zeros(0, np.int32), [], [])
         entries = [listed.get(p) or ImageBoxes(p, *empty) for p in paths]
         known = set(paths)
+        left = [p for p in listed if p not in known]
+        if left:
+            warn(f"Rows of `boxes`={shown(boxes)} for images that are not in the source are "
+                 "left out: " + unmatched("image(s)", left))
         found = BoxSource(entries, found.class_names, [p for p in paths if p not in listed],
-                          [p for p in listed if p not in known], 0)
+                          left, 0)
     else:
         found = coco_boxes(boxes, images, allow_missing=True)
         if options.class_names is not None and list(options.class_names) != found.class_names:

@@ -99,10 +99,12 @@ def match_masks(images, masks, *, allow_missing=False):
 
     Raises:
         ValueError: for an image without a mask (unless `allow_missing`), naming
-            every one; for two masks of one stem; for a folder without images.
+            every one; for two masks, or two images, of one stem; for a folder
+            without images.
     """
     image_paths = (flat_images(images, "directory") if isinstance(images, (str, os.PathLike))
                    else [resolve_path(p, None) for p in images])
+    _refuse_shared_stems(image_paths, masks)
     by_stem = {}
     for path in flat_images(masks, "masks"):
         other = by_stem.setdefault(stem(path), path)
@@ -126,6 +128,19 @@ def match_masks(images, masks, *, allow_missing=False):
         warn(f"Masks in `masks`={os.fspath(masks)!r} without an image of the same stem "
              "are left out: " + unmatched("mask(s)", pairs.unmatched))
     return pairs
+
+
+def _refuse_shared_stems(image_paths, masks):
+    """ValueError for two images of one stem (`x.jpg` and `x.png`, or one name in two
+    folders): both would take the one mask of that stem."""
+    seen = {}
+    for path in image_paths:
+        other = seen.setdefault(stem(path), path)
+        if other != path:
+            raise ValueError(
+                f"Each image takes the mask of its file stem in `masks`={os.fspath(masks)!r}, "
+                f"so two images of one stem would share a mask. Two have the stem "
+                f"{stem(path)!r}: {other!r} and {path!r}. Keep one image per stem")
 
 
 def column_masks(image_paths, mask_paths, *, root=None, column="mask", allow_missing=False):
