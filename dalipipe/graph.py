@@ -37,6 +37,7 @@ every GPU graph set-up for one).
 """
 
 from dalipipe import codecs, sampling
+from dalipipe.cache import stored_or_decoded
 from dalipipe.feed import random_columns, unpack_boxes, unpack_pairs, unpack_random, unpack_samples
 from dalipipe.options import normalization_stats
 
@@ -63,7 +64,8 @@ def class_weight_table(class_weight):
     return [k for k, _ in items], [v for _, v in items]
 
 
-def define(options, *, feed, padded, feeds_bytes, num_classes, target_shape=None):
+def define(options, *, feed, padded, feeds_bytes, num_classes, target_shape=None,
+           cached=False):
     """Defines the graph; returns its outputs (see `ImagePipeline` for their shapes).
 
     Args:
@@ -80,6 +82,10 @@ def define(options, *, feed, padded, feeds_bytes, num_classes, target_shape=None
         target_shape: the shape of one sample's float32 targets for `label_mode`
             "raw" and "multi_hot" (they travel in `"samples"` before the path);
             None for class indices.
+        cached: whether the decoded-image cache feeds a `"cached"` input: stored
+            samples skip the read, the decode and the resize, and two more outputs
+            come last, the uint8 HWC images before normalization and the int32 slots
+            (`dalipipe.cache`).
     """
     from nvidia.dali import fn, types as dali_types
 
@@ -88,16 +94,25 @@ def define(options, *, feed, padded, feeds_bytes, num_classes, target_shape=None
             return fn.external_source(name=name, dtype=dali_type, ndim=ndim, batch=True)
         return fn.external_source(source=feed(name), dtype=dali_type, ndim=ndim, batch=True)
 
+    samples = external("samples", dali_types.UINT8)
     if options.masks is not None:  # images with their masks: no labels
-        encoded, mask = unpack_pairs(external("samples", dali_types.UINT8),
-                                     feeds_bytes=feeds_bytes)
+        encoded, mask = unpack_pairs(samples, feeds_bytes=feeds_bytes)
         label = None
     else:
-        label, encoded = unpack_samples(external("samples", dali_types.UINT8),
-                                        feeds_bytes=feeds_bytes, target_shape=target_shape)
+        label, encoded = unpack_samples(samples, feeds_bytes=feeds_bytes,
+                                        target_shape=target_shape)
     random = external("random", dali_types.FLOAT) if random_columns(options) else None
     draws = unpack_random(random, options)  # {part name: its columns}
-    images, mirror = _decode_and_resize(options, encoded, draws.get("crop"))
+    if cached:  # whole images only (`cache.check_option`): no crop, no flip
+        def decoded():  # the file is read in the branch: only where not stored
+            read = unpack_samples(samples, feeds_bytes=feeds_bytes, target_shape=target_shape)
+            return _decode_and_resize(options, read[1], None)[0]
+
+        images, slots = stored_or_decoded(external("cached", dali_types.UINT8), decoded,
+                                          options)
+        stored, mirror = images, 0
+    else:
+        images, mirror = _decode_and_resize(options, encoded, draws.get("crop"))
     recipe = options.recipe
     if recipe is not None:  # after the flip, on the uint8 HWC crop
         images = recipe.apply(draws["recipe"], fn.flip(images, horizontal=mirror),
@@ -142,6 +157,8 @@ def define(options, *, feed, padded, feeds_bytes, num_classes, target_shape=None
         outputs.append(weights)
     if options.device == "gpu":
         outputs[1:] = [out.gpu() for out in outputs[1:]]
+    if cached:
+        outputs += [stored, slots]
     return tuple(outputs)
 
 

@@ -7,6 +7,7 @@ transformations on a GPU, is `dalipipe.tf_keras_dataset`; the device choice is
 `dalipipe.devices`.
 """
 
+import numpy as np
 import tensorflow as tf
 
 from dalipipe import dali_hooks
@@ -39,6 +40,13 @@ def make_tf_dataset(source, options, strategy=None):
         options = options.replace(device=strategy_device(strategy, device))
     elif device in ("auto", "gpu"):
         options = options.replace(device=resolve_tensorflow_device(device))
+    if options.cache is not None and options.device == "gpu":
+        raise ValueError(
+            '`cache` on format "tf" runs on the CPU only for now (its fill is a `tf.data` '
+            'map, and no CPU op may follow a GPU-placed DALI dataset); use format '
+            '"pydataset" or "grain", or `device="cpu"`. '
+            f"Received: cache={options.cache!r}, device='gpu'"
+        )
     device_id = tf_gpu_cuda_ordinal(GPU) if options.device == "gpu" else 0
     result = split_source(source, options, device_id=device_id)
     wrap = to_dataset if strategy is None else (lambda p: distribute(p, strategy))
@@ -201,6 +209,9 @@ def _dali_dataset(feed, numbers, batch_size, *, join, device):
     with tf.device(device):
         dtypes = tuple(tf.as_dtype(image_pipeline.output_dtypes[i]) for i in order)
         shapes = tuple(tf.TensorShape(image_pipeline.output_shapes[i]) for i in order)
+        if image_pipeline.cache is not None:  # its images and slots, last
+            dtypes += (tf.uint8, tf.int32)
+            shapes += _cache_shapes(image_pipeline)
         pipeline = image_pipeline.build_dali_pipeline(batch_size=batch_size, order=order)
         dataset = dali_tf.experimental.DALIDatasetWithInputs(
             pipeline=pipeline,
@@ -220,7 +231,34 @@ def _dali_dataset(feed, numbers, batch_size, *, join, device):
     # builds its own from the serialized graph. Release this one's threads and GPU
     # state now rather than when the dataset is collected.
     dali_hooks.shut_down(pipeline)
+    if image_pipeline.cache is not None:
+        dataset = strip_cache_outputs(dataset, image_pipeline.cache)
     return dataset
+
+
+def _cache_shapes(image_pipeline):
+    """The shapes of the cache's two outputs: uint8 images, int32 slots."""
+    height, width = image_pipeline.options.image_size
+    shapes = [(None, height, width, image_pipeline.options.channels), (None,)]
+    return tuple(tf.TensorShape(s[1:] if image_pipeline.unbatched else s) for s in shapes)
+
+
+def strip_cache_outputs(dataset, store):
+    """`dataset` (DALI's, whose last two outputs are the cache's images and slots)
+    without them, each batch's decoded images given to `store.fill` first (a
+    `tf.numpy_function`: on the CPU only)."""
+    def fill(images, slots):
+        store.fill(images, slots)
+        return np.int64(0)
+
+    @tf.autograph.experimental.do_not_convert
+    def strip(*outputs):
+        done = tf.numpy_function(fill, list(outputs[-2:]), tf.int64, stateful=True)
+        with tf.control_dependencies([done]):
+            kept = tuple(tf.identity(out) for out in outputs[:-2])
+        return kept
+
+    return dataset.map(strip)
 
 
 def _plain_options():

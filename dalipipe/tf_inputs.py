@@ -114,6 +114,7 @@ class EpochFeed:
             "samples": (tf.uint8, [None] if per_record else [None, None]),
             "random": (tf.float32, [None, self.image_pipeline.num_random]),
             "weights": (tf.float32, [None]),
+            "cached": (tf.uint8, [None, None]),
         }[name]
         begin = self.current if join else self.start
 
@@ -182,6 +183,13 @@ class EpochFeed:
 
     def weights(self, epoch, number):
         return self._inputs(int(epoch))[2][self._rows(epoch, number)]
+
+    def cached(self, epoch, number):
+        """The `"cached"` batch of the decoded-image cache (`cache.ImageCache.rows`)."""
+        store = self.image_pipeline.cache
+        if int(number) == 0:
+            store.pass_ended()  # what the last pass stored, kept for other processes
+        return store.rows(self._inputs(int(epoch))[0][self._rows(epoch, number)])
 
 
 def _records(flat, lengths):

@@ -1,0 +1,399 @@
+"""The decoded-image cache (`cache=`): images decoded and resized once, read again in
+later epochs without opening, decoding or resizing their files. Both sides of its
+format live here: the fill, the read, and the graph's `"cached"` input.
+
+What is stored. Per sample (its index in `file_paths`), the uint8 HWC image that the
+graph has after decoding and resizing and before `crop_mirror_normalize`: `image_size`
+and `channels` of the options, for the whole-image workloads (stretch, eval,
+`crop_to_aspect_ratio`, `pad_to_aspect_ratio`, `central_fraction`). What comes after
+it (normalization, dtype, layout, `mix`, class weights) still runs in the graph every
+epoch, so an epoch with the cache gives exactly the pixels of the epoch without it, in
+the same order. `augment` (True or a recipe), `masks` and `boxes` are refused with
+`cache` for now (`check_option`): they crop the original image, and a stored image
+would have to be kept larger than `image_size` (not built yet).
+
+How it is keyed (`cache_key`): a SHA-256 of `VERSION`, the options that decide the
+stored pixels (`STORED_OPTIONS`, all of them options that change the data), and every
+file's path, size and modification time (the check's stamps, else `os.stat`), in
+`file_paths` order. A changed file or option gives a new key: a stale entry is never
+read (it stays on disk until removed).
+
+How it fills. With `cache` set the graph takes one more input, `"cached"` (`rows`):
+per sample an int32 slot, then `image_size` x channels uint8 pixels. A slot of -1
+means "stored": the graph takes the pixels; otherwise it is the sample's index, the
+pixels are zeros, and the graph reads and decodes the file (a DALI conditional,
+`stored_or_decoded`: a stored sample opens no file). The graph gives two more outputs,
+the uint8 images before normalization and the slots, which the thread that takes the
+batch strips and writes by sample index (`ImageCache.fill`): the native runner's for
+the "pydataset" and "grain" formats, a `tf.data` map on format "tf"
+(`tf_dataset.strip_cache_outputs`). The first epoch is the filling pass: there is no extra one.
+
+Where. `cache="memory"`: a NumPy array per `ImagePipeline`, refused before the first
+epoch when it needs more than the memory available (`/proc/meminfo`'s MemAvailable),
+naming the size. A folder (`cache=True`: `cache_dir()/images`): `<key>.npy`, a
+`.npy` file that NumPy maps read-only; it is filled in `<key>.partial`, a mapped file
+that every process using the key writes (disjoint or identical rows), with one
+bitmap per process of the rows it wrote and flushed (`<key>.filled.<host>-<pid>.npy`,
+written atomically at the end of each pass). A process that finds the bitmaps
+covering every sample flushes the partial file and renames it `<key>.npy` under a
+lock (`fcntl`, `<key>.lock`): a killed run leaves a partial file and bitmaps, which
+a later run continues (rows not in a bitmap are written again) and nothing ever
+reads as complete. Disk space is checked, and the partial file's blocks reserved
+(`posix_fallocate`), before the first epoch. A folder that cannot be written is read
+if it holds the complete file, else dalipipe goes on without the cache, with the
+check cache's warning.
+
+Several processes and ranks share a folder cache through the partial file: with
+shards, each rank fills the rows of the samples it loads, and the cache is complete
+(and read by all) once the ranks' bitmaps cover every sample, usually after the first
+epoch, since the shards of one epoch cover it. A memory cache is per process: a rank
+fills only what it loads, so it completes once the rank has loaded every sample.
+
+Why not DALI's decoder cache. `fn.decoders.image(device="mixed", cache_size=,
+cache_type=)` keeps decoded images in GPU memory, keyed by file, for the mixed
+decoder only: there is none on the CPU (where dalipipe's CPU graph runs), it holds
+full-size images (the resize runs again every epoch), it needs readers with
+`stick_to_shard=True` (dalipipe feeds its own order), and it is lost with the
+process. This cache holds images at the output size, on the host, for every device:
+on a GPU the stored images are copied to the device with the batch, where the rest of
+the graph runs.
+"""
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import socket
+
+import numpy as np
+
+from dalipipe.utils import cache_dir, warn_without_cache
+
+VERSION = 1  # bump when what is stored changes
+# The options that decide the stored pixels: with the files, the cache's key.
+STORED_OPTIONS = ("image_size", "color_mode", "interpolation", "antialias",
+                  "crop_to_aspect_ratio", "pad_to_aspect_ratio", "central_fraction",
+                  "device")
+SLOT_BYTES = 4  # the int32 slot at the start of each `"cached"` row
+STORED = -1  # the slot of a sample whose pixels are in its row
+
+
+def check_option(options):
+    """Raises ValueError for a `cache` value that is not None, "memory", True or a
+    folder path, or with an option the cache does not serve yet."""
+    cache = options.cache
+    if not (cache is None or cache is True or cache == "memory"
+            or (isinstance(cache, (str, os.PathLike)) and not isinstance(cache, bool)
+                and os.fspath(cache) != "")):
+        raise ValueError(
+            "`cache` must be None, 'memory', True or a folder path. "
+            f"Received: cache={cache!r}"
+        )
+    if cache is None:
+        return
+    for name in ("augment", "masks", "boxes"):
+        value = getattr(options, name)
+        if value is not None and value is not False:
+            raise ValueError(
+                f"`cache` keeps whole images at `image_size`, and `{name}` is not supported "
+                f"with it yet (see docs/cache.md). Received: cache={cache!r}, {name}={value!r}"
+            )
+
+
+def folder_of(cache):
+    """The folder of a folder cache (`cache=True`: `cache_dir()/images`), or None for
+    "memory"."""
+    if cache == "memory":
+        return None
+    return os.path.join(cache_dir(), "images") if cache is True else os.fspath(cache)
+
+
+def cache_key(image_pipeline):
+    """The cache's key for `image_pipeline`: a hex SHA-256 of `VERSION`, the
+    `STORED_OPTIONS` and every file's path and stamp `(size, mtime_ns)`."""
+    options = image_pipeline.options
+    digest = hashlib.sha256(f"dalipipe-cache {VERSION}\n".encode())
+    for name in STORED_OPTIONS:
+        digest.update(f"{name}={getattr(options, name)!r}\n".encode())
+    stamps = image_pipeline.index.stamps
+    for i, path in enumerate(image_pipeline.file_paths):
+        if stamps is not None:
+            size, mtime_ns = (int(v) for v in stamps[i])
+        else:
+            info = os.stat(path)
+            size, mtime_ns = info.st_size, info.st_mtime_ns
+        digest.update(os.fsencode(path) + f"\0{size}\0{mtime_ns}\n".encode())
+    return digest.hexdigest()[:32]
+
+
+def open_cache(image_pipeline):
+    """The `ImageCache` of `image_pipeline`, or None without `cache` (or without a
+    writable folder and no complete cache in it).
+
+    Raises:
+        ValueError: for a source whose samples are not local image files, or a memory
+            cache larger than the memory available.
+        OSError: for a folder cache without the disk space it needs.
+    """
+    cache = image_pipeline.options.cache
+    if cache is None:
+        return None
+    if image_pipeline.feeds_bytes or any("://" in str(p) for p in image_pipeline.file_paths[:1]):
+        raise ValueError(
+            "`cache` keeps the images of local image files; TFRecord files and object "
+            f"storage are not supported with it yet. Received: cache={cache!r}"
+        )
+    n = len(image_pipeline.file_paths)
+    height, width = image_pipeline.options.image_size
+    shape = (n, height, width, image_pipeline.options.channels)
+    needed = int(np.prod(shape))
+    folder = folder_of(cache)
+    if folder is None:
+        available = memory_available()
+        if available is not None and needed > available:
+            raise ValueError(
+                f"`cache='memory'` needs {_size(needed)} for {n} images of "
+                f"{height}x{width}x{shape[3]} uint8, and {_size(available)} of memory is "
+                f"available: use a folder cache (`cache=True` or a path). Received: "
+                f"cache='memory'"
+            )
+        return ImageCache(shape)
+    return FolderCache.open(folder, cache_key(image_pipeline), shape, cache)
+
+
+def memory_available():
+    """Bytes of memory available (`/proc/meminfo`'s MemAvailable), or None unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _size(count):
+    """`count` bytes in words: "1.2 GB"."""
+    for unit in ("bytes", "KB", "MB", "GB", "TB"):
+        if count < 1000 or unit == "TB":
+            return f"{count:.0f} {unit}" if unit == "bytes" else f"{count:.1f} {unit}"
+        count /= 1000
+
+
+class ImageCache:
+    """The stored images of one split in memory: uint8 `shape` `(n, height, width,
+    channels)`, and which rows are filled. `FolderCache` keeps them in a folder."""
+
+    def __init__(self, shape, store=None, filled=None):
+        self.shape = tuple(shape)
+        self.store = np.zeros(self.shape, np.uint8) if store is None else store
+        self.filled = np.zeros(self.shape[0], bool) if filled is None else filled
+        self.complete = bool(self.filled.all())
+
+    @property
+    def row_bytes(self):
+        """The bytes of one `"cached"` row: the slot and the pixels."""
+        return SLOT_BYTES + int(np.prod(self.shape[1:]))
+
+    def rows(self, sample_ids):
+        """The `"cached"` input for `sample_ids` (int64 `(k,)`): uint8 `(k, row_bytes)`,
+        per sample a little-endian int32 slot (`STORED`, or its index where it is to
+        be decoded), then its stored HWC pixels (zeros when not stored)."""
+        sample_ids = np.asarray(sample_ids, np.int64)
+        rows = np.zeros((len(sample_ids), self.row_bytes), np.uint8)
+        hits = self.filled[sample_ids]
+        slots = np.where(hits, STORED, sample_ids).astype("<i4")
+        rows[:, :SLOT_BYTES] = slots.view(np.uint8).reshape(-1, SLOT_BYTES)
+        if hits.any():
+            rows[hits, SLOT_BYTES:] = self.store[sample_ids[hits]].reshape(int(hits.sum()), -1)
+        return rows
+
+    def fill(self, images, slots):
+        """Stores the images of the samples that were decoded: `images`, uint8
+        `(k, height, width, channels)` NumPy (or a function giving them, called only
+        when a row is to be stored), and `slots`, int32 `(k,)`, the batch's slots."""
+        slots = np.asarray(slots).reshape(-1)
+        decoded = slots >= 0
+        if self.complete or not decoded.any():
+            return
+        images = images() if callable(images) else images
+        ids = slots[decoded].astype(np.int64)
+        self.store[ids] = np.asarray(images).reshape(len(slots), *self.shape[1:])[decoded]
+        self.filled[ids] = True
+        if self.filled.all():
+            self.pass_ended()
+
+    def pass_ended(self):
+        """Called at the end of each pass: whether every row is stored now."""
+        self.complete = bool(self.filled.all())
+        return self.complete
+
+
+class FolderCache(ImageCache):
+    """An `ImageCache` in a folder (see the module's docstring for its files)."""
+
+    def __init__(self, folder, key, shape, store, filled, writable=True):
+        super().__init__(shape, store, filled)
+        self.folder, self.key, self.writable = folder, key, writable
+        self.wrote = np.zeros(self.shape[0], bool)  # the rows this process wrote
+
+    def path(self, suffix):
+        return os.path.join(self.folder, f"{self.key}{suffix}")
+
+    @classmethod
+    def open(cls, folder, key, shape, cache):
+        """The cache of `key` in `folder`: the complete file mapped read-only if there
+        is one, else the partial file (made, with its blocks reserved, if missing)
+        and the rows the bitmaps there say are filled. None, with a warning, when
+        the folder cannot be written and holds no complete file."""
+        final = os.path.join(folder, f"{key}.npy")
+        if os.path.exists(final):
+            return cls._complete(folder, key, shape)
+        try:
+            os.makedirs(folder, exist_ok=True)
+            writable = os.access(folder, os.W_OK)
+        except OSError:
+            writable = False
+        if not writable:
+            warn_without_cache(folder, "the folder cannot be written")
+            return None
+        self = cls(folder, key, shape, None, np.zeros(shape[0], bool))
+        with self._locked():
+            if os.path.exists(final):
+                return cls._complete(folder, key, shape)
+            partial = self.path(".partial")
+            if not os.path.exists(partial):
+                self._make_partial(partial)
+            self.store = np.load(partial, mmap_mode="r+")
+            self.filled = self._bitmaps()
+        self.complete = False
+        return self
+
+    @classmethod
+    def _complete(cls, folder, key, shape):
+        store = np.load(os.path.join(folder, f"{key}.npy"), mmap_mode="r")
+        if store.shape != tuple(shape) or store.dtype != np.uint8:
+            raise RuntimeError(f"The image cache {folder}/{key}.npy holds {store.shape} "
+                               f"{store.dtype}, not {tuple(shape)} uint8: remove it.")
+        return cls(folder, key, shape, store, np.ones(shape[0], bool), writable=False)
+
+    def _make_partial(self, partial):
+        """Makes the partial file: a `.npy` file of zeros, its blocks reserved, renamed
+        into place so that no process maps a file still being made."""
+        needed = int(np.prod(self.shape))
+        free = shutil.disk_usage(self.folder).free
+        if needed > free:
+            raise OSError(
+                f"The image cache needs {_size(needed)} in {self.folder} for "
+                f"{self.shape[0]} images of {'x'.join(map(str, self.shape[1:]))} uint8, "
+                f"and {_size(free)} is free: free space, or pass another folder as `cache`."
+            )
+        temporary = f"{partial}.{os.getpid()}"
+        np.lib.format.open_memmap(temporary, "w+", np.uint8, self.shape).flush()
+        with open(temporary, "r+b") as f:
+            try:
+                os.posix_fallocate(f.fileno(), 0, os.fstat(f.fileno()).st_size)
+            except OSError as e:
+                os.remove(temporary)
+                raise OSError(f"The image cache cannot reserve {_size(needed)} in "
+                              f"{self.folder}: {e.strerror}.") from e
+        os.replace(temporary, partial)
+
+    @contextlib.contextmanager
+    def _locked(self):
+        with open(self.path(".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def _bitmaps(self):
+        """The rows that some process's bitmap says it wrote and flushed."""
+        filled = self.filled.copy()
+        prefix = f"{self.key}.filled."
+        for name in os.listdir(self.folder):
+            if name.startswith(prefix) and name.endswith(".npy"):
+                try:
+                    bitmap = np.load(os.path.join(self.folder, name))
+                except (OSError, ValueError):
+                    continue  # being replaced, or damaged: its rows are written again
+                if bitmap.shape == filled.shape:
+                    filled |= bitmap.astype(bool)
+        return filled
+
+    def fill(self, images, slots):
+        slots = np.asarray(slots).reshape(-1)
+        if self.complete or not self.writable:
+            return
+        self.wrote[slots[slots >= 0].astype(np.int64)] = True
+        super().fill(images, slots)
+
+    def pass_ended(self):
+        """Flushes this process's rows and writes its bitmap; renames the partial file
+        to the complete one when the bitmaps cover every row (then maps it
+        read-only). Whether the cache is complete."""
+        if self.complete or not self.writable:
+            return self.complete
+        if os.path.exists(self.path(".npy")):
+            return self._reopen()
+        self.store.flush()
+        bitmap = self.path(f".filled.{socket.gethostname()}-{os.getpid()}.npy")
+        temporary = f"{bitmap}.tmp"
+        with open(temporary, "wb") as f:
+            np.save(f, self.wrote)
+        os.replace(temporary, bitmap)
+        with self._locked():
+            self.filled = self._bitmaps() | self.filled
+            if os.path.exists(self.path(".npy")):
+                return self._reopen()
+            if not self.filled.all():
+                return False
+            self._write_complete()
+        return self._reopen()
+
+    def _write_complete(self):
+        """Renames the partial file (a whole `.npy` file, every row flushed) to the
+        complete one, and removes the bitmaps. Called under the lock."""
+        os.replace(self.path(".partial"), self.path(".npy"))
+        for name in os.listdir(self.folder):
+            if name.startswith(f"{self.key}.filled."):
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(self.folder, name))
+
+    def _reopen(self):
+        done = self._complete(self.folder, self.key, self.shape)
+        self.store, self.filled, self.complete, self.writable = (
+            done.store, done.filled, True, False)
+        return True
+
+
+def stored_or_decoded(cached, decode, options):
+    """The graph's images before normalization, from the `"cached"` input's node
+    `cached` (DALI graph code, with conditionals enabled): a stored sample's pixels
+    (moved to the GPU in a GPU graph), else `decode()`, which reads and decodes the
+    file (only for those samples).
+
+    Returns:
+        `(images, slots)`: uint8 HWC images at `image_size`; the int32 `()` slots.
+    """
+    from nvidia.dali import fn, types
+
+    height, width = options.image_size
+    slot = fn.reinterpret(cached[0:SLOT_BYTES], dtype=types.INT32, shape=[])
+    if slot < 0:
+        images = fn.reshape(cached[SLOT_BYTES:], shape=[height, width, options.channels],
+                            layout="HWC")
+        if options.device == "gpu":
+            images = images.gpu()
+    else:
+        images = decode()
+    return images, slot
+
+
+def host_array(tensor_list):
+    """A DALI batch (CPU or GPU) as a NumPy array on the host."""
+    from nvidia.dali.tensors import TensorListCPU
+
+    if not isinstance(tensor_list, TensorListCPU):
+        tensor_list = tensor_list.as_cpu()
+    return np.asarray(tensor_list.as_tensor())

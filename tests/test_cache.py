@@ -1,0 +1,216 @@
+"""The decoded-image cache (`dalipipe.cache`, `cache=`): real image files, real DALI.
+
+An epoch with the cache equals the epoch without it, exactly; later epochs open no
+image file (counted with inotify, `helpers.FileOpens`); a changed file gets a new
+key; processes share a folder cache, and a run killed while filling leaves nothing
+read as complete. torch and JAX run through `backend_job.py`'s "cache" mode.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import dalipipe
+from dalipipe import cache as image_cache
+from dalipipe.options import Options
+from dalipipe.utils import child_env
+from helpers import CLASSES, FileOpens, tag_of
+
+OPTIONS = dict(image_size=(12, 10), batch_size=8, seed=5, verbose=False, device="cpu")
+
+
+def epochs(pipe, count):
+    return [[[np.asarray(t) for t in batch] for batch in pipe.epoch(e)] for e in range(count)]
+
+
+def same(got, want):
+    """Whether nested lists (epochs, batches, outputs) of arrays are equal, exactly."""
+    if isinstance(want, (list, tuple)):
+        return (isinstance(got, (list, tuple)) and len(got) == len(want)
+                and all(same(g, w) for g, w in zip(got, want)))
+    return np.array_equal(got, want)
+
+
+def folders_of(root):
+    return [os.path.join(root, name) for name in CLASSES]
+
+
+@pytest.mark.parametrize("value", [3, 2.5, False, ""])
+def test_the_option_is_validated_first(value):
+    with pytest.raises(ValueError) as info:
+        Options(cache=value)
+    assert str(info.value) == ("`cache` must be None, 'memory', True or a folder path. "
+                               f"Received: cache={value!r}")
+
+
+@pytest.mark.parametrize("name, value", [("augment", True), ("augment", "randaugment"),
+                                         ("masks", "masks/")])
+def test_options_not_supported_yet_are_refused_naming_both(name, value):
+    with pytest.raises(ValueError, match=rf"`cache` .* `{name}` is not supported with it yet"
+                                         rf".*cache='memory', {name}="):
+        Options(cache="memory", **{name: value}, label_mode=None if name == "masks" else "int")
+
+
+def test_a_memory_cache_that_does_not_fit_is_refused_with_its_size(tagged_dir, monkeypatch):
+    monkeypatch.setattr(image_cache, "memory_available", lambda: 1000)
+    with pytest.raises(ValueError, match=r"needs 43.6 KB for 121 images of 12x10x3 uint8, "
+                                         r"and 1.0 KB of memory is available"):
+        dalipipe.make_dali_pipeline(tagged_dir, cache="memory", **OPTIONS)
+
+
+def test_a_folder_cache_checks_the_disk_first(tagged_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(image_cache.shutil, "disk_usage",
+                        lambda _: shutil._ntuple_diskusage(10, 10, 10))
+    with pytest.raises(OSError, match=r"needs 43.6 KB in .* and 10 bytes is free"):
+        dalipipe.make_dali_pipeline(tagged_dir, cache=str(tmp_path / "c"), **OPTIONS)
+    assert not list((tmp_path / "c").glob("*.partial"))
+
+
+@pytest.mark.parametrize("kept", ["memory", "folder"])
+def test_epochs_equal_the_uncached_ones_and_later_ones_open_no_file(tagged_dir, tmp_path,
+                                                                    kept):
+    options = dict(OPTIONS, normalization="imagenet", crop_to_aspect_ratio=True)
+    want = epochs(dalipipe.make_dali_pipeline(tagged_dir, **options), 3)
+    cache = "memory" if kept == "memory" else str(tmp_path / "images")
+    pipe = dalipipe.make_dali_pipeline(tagged_dir, cache=cache, **options)
+    opens = []
+    for epoch in range(3):
+        with FileOpens(folders_of(tagged_dir)) as opened:
+            got = [[np.asarray(t) for t in batch] for batch in pipe.epoch(epoch)]
+        opens.append(sum(opened.counts.values()))
+        assert same(got, want[epoch]), epoch
+    assert opens == [121, 0, 0]
+    # Mid-epoch, as resume starts it.
+    assert same([list(b) for b in pipe.epoch(1, start_batch=4)], want[1][4:])
+    if kept == "folder":
+        key = image_cache.cache_key(pipe)
+        assert sorted(os.listdir(cache)) == [f"{key}.lock", f"{key}.npy"]
+        # Another pipeline of the same files and options reads the complete file.
+        again = dalipipe.make_dali_pipeline(tagged_dir, cache=cache, **options)
+        assert again.cache.complete
+        with FileOpens(folders_of(tagged_dir)) as opened:
+            assert same(epochs(again, 1), want[:1])
+        assert not opened.counts
+
+
+def test_channels_first_pad_and_grayscale_equal_the_uncached_epoch(tagged_dir):
+    for extra in (dict(data_format="channels_first", pad_to_aspect_ratio=True),
+                  dict(color_mode="grayscale", dtype="uint8", label_mode=None, shuffle=False)):
+        options = dict(OPTIONS, **extra)
+        want = epochs(dalipipe.make_dali_pipeline(tagged_dir, **options), 2)
+        assert same(epochs(dalipipe.make_dali_pipeline(tagged_dir, cache="memory", **options),
+                           2), want), extra
+
+
+def test_a_changed_file_or_option_changes_the_key(tagged_dir, tmp_path):
+    root = tmp_path / "tagged"
+    shutil.copytree(tagged_dir, root)
+    cache = str(tmp_path / "images")
+    pipe = dalipipe.make_dali_pipeline(str(root), cache=cache, **OPTIONS)
+    list(pipe.epoch(0))
+    assert pipe.cache.complete
+    other = dalipipe.make_dali_pipeline(str(root), cache=cache,
+                                        **dict(OPTIONS, interpolation="nearest"))
+    assert image_cache.cache_key(other) != image_cache.cache_key(pipe)
+    # A file replaced by another image: its new pixels, not the cached ones.
+    first = os.path.join(root, "blue", "tag_000.png")
+    shutil.copy(os.path.join(root, "blue", "tag_003.png"), first)
+    os.utime(first, ns=(1, 1))
+    changed = dalipipe.make_dali_pipeline(str(root), cache=cache, shuffle=False,
+                                          **{k: v for k, v in OPTIONS.items()})
+    assert image_cache.cache_key(changed) != image_cache.cache_key(pipe)
+    assert not changed.cache.complete
+    images = np.concatenate([batch[0] for batch in changed.epoch(0)])
+    assert tag_of(images[0]) == 3  # tag_000.png sorts first and now holds tag 3
+
+
+def test_a_read_only_folder_is_read_when_complete_else_skipped(tagged_dir, tmp_path,
+                                                              monkeypatch):
+    cache = str(tmp_path / "images")
+    list(dalipipe.make_dali_pipeline(tagged_dir, cache=cache, **OPTIONS).epoch(0))
+    monkeypatch.setattr(image_cache.os, "access", lambda path, mode: False)  # as if read-only
+    assert dalipipe.make_dali_pipeline(tagged_dir, cache=cache, **OPTIONS).cache.complete
+    with pytest.warns(RuntimeWarning, match="cannot write its cache"):
+        pipe = dalipipe.make_dali_pipeline(tagged_dir, cache=str(tmp_path / "other"), **OPTIONS)
+    assert pipe.cache is None
+
+
+CHILD = textwrap.dedent("""
+    import sys, time
+    import dalipipe
+    tagged_dir, folder, batches = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    pipe = dalipipe.make_dali_pipeline(tagged_dir, cache=folder, **{options})
+    for number, _ in enumerate(pipe.epoch(0)):
+        if number + 1 == batches:
+            print("filled", flush=True)
+            time.sleep(60)
+    print("done", flush=True)
+""")
+
+
+def child(tagged_dir, folder, batches):
+    return subprocess.Popen([sys.executable, "-c", CHILD.format(options=OPTIONS), tagged_dir,
+                             folder, str(batches)], stdout=subprocess.PIPE, text=True,
+                            env=child_env())
+
+
+def test_a_run_killed_while_filling_leaves_no_cache_read_and_resumes_exactly(tagged_dir,
+                                                                               tmp_path):
+    folder = str(tmp_path / "images")
+    killed = child(tagged_dir, folder, 5)
+    assert killed.stdout.readline() == "filled\n"
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    assert not [name for name in os.listdir(folder) if name.endswith(".npy")]
+    want = epochs(dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS), 2)
+    pipe = dalipipe.make_dali_pipeline(tagged_dir, cache=folder, **OPTIONS)
+    assert not pipe.cache.complete
+    assert same([list(b) for b in pipe.epoch(0, start_batch=5)], want[0][5:])
+    assert same(epochs(pipe, 2), want)
+    assert pipe.cache.complete
+
+
+def test_two_processes_share_one_folder_cache(tagged_dir, tmp_path):
+    folder = str(tmp_path / "images")
+    want = epochs(dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS), 2)
+    mine = dalipipe.make_dali_pipeline(tagged_dir, cache=folder, **OPTIONS)
+    other = child(tagged_dir, folder, 0)  # fills the whole cache while `mine` is open
+    assert other.stdout.read() == "done\n" and other.wait() == 0
+    key = image_cache.cache_key(mine)
+    assert os.path.exists(os.path.join(folder, f"{key}.npy"))
+    assert same(epochs(mine, 1), want[:1])  # filled as it was opened: decodes, then reads
+    assert mine.cache.complete
+    with FileOpens(folders_of(tagged_dir)) as opened:
+        assert same([[np.asarray(t) for t in b] for b in mine.epoch(1)], want[1])
+    assert not opened.counts
+
+
+def test_format_tf_equals_the_native_epochs_and_opens_no_file_later(tagged_dir):
+    pytest.importorskip("tensorflow")
+    want = epochs(dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS), 3)
+    dataset = dalipipe.make_dali_dataset(tagged_dir, cache="memory", format="tf", **OPTIONS)
+    opens = []
+    for epoch in range(3):
+        with FileOpens(folders_of(tagged_dir)) as opened:
+            got = [[t.numpy() for t in batch] for batch in dataset]
+        opens.append(sum(opened.counts.values()))
+        assert same(got, want[epoch]), epoch
+    assert opens == [121, 0, 0]
+
+
+@pytest.mark.backend_job("cache")
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_the_cache_on_the_backend(backend, backend_jobs):
+    result = backend_jobs(backend, "cache")
+    for name in ("pydataset-memory", "pydataset-folder", "grain-memory"):
+        assert result[name] == {"equal": [True] * 3, "opens": [121, 0, 0]}, name
+    # The folder that the "pydataset" dataset filled: the same key, read from the start.
+    assert result["grain-folder"] == {"equal": [True] * 3, "opens": [0, 0, 0]}
+    assert [sum(counts) for counts in result["fit_counts"]] == [121, 121]
+    assert not result["tensorflow_loaded"]
