@@ -37,7 +37,7 @@ every GPU graph set-up for one).
 """
 
 from dalipipe import codecs, sampling
-from dalipipe.cache import stored_or_decoded
+from dalipipe.cache import stored_or_decoded, stored_shape
 from dalipipe.feed import random_columns, unpack_boxes, unpack_pairs, unpack_random, unpack_samples
 from dalipipe.options import normalization_stats
 
@@ -103,14 +103,10 @@ def define(options, *, feed, padded, feeds_bytes, num_classes, target_shape=None
                                         target_shape=target_shape)
     random = external("random", dali_types.FLOAT) if random_columns(options) else None
     draws = unpack_random(random, options)  # {part name: its columns}
-    if cached:  # whole images only (`cache.check_option`): no crop, no flip
-        def decoded():  # the file is read in the branch: only where not stored
-            read = unpack_samples(samples, feeds_bytes=feeds_bytes, target_shape=target_shape)
-            return _decode_and_resize(options, read[1], None)[0]
-
-        images, slots = stored_or_decoded(external("cached", dali_types.UINT8), decoded,
-                                          options)
-        stored, mirror = images, 0
+    if cached:
+        images, mirror, cache_outputs = _cached(options, samples, external("cached",
+                                                                         dali_types.UINT8),
+                                                draws.get("crop"), feeds_bytes, target_shape)
     else:
         images, mirror = _decode_and_resize(options, encoded, draws.get("crop"))
     recipe = options.recipe
@@ -158,8 +154,51 @@ def define(options, *, feed, padded, feeds_bytes, num_classes, target_shape=None
     if options.device == "gpu":
         outputs[1:] = [out.gpu() for out in outputs[1:]]
     if cached:
-        outputs += [stored, slots]
+        outputs += cache_outputs
     return tuple(outputs)
+
+
+def _cached(options, samples, cached, crop, feeds_bytes, target_shape):
+    """`_decode_and_resize` with the decoded-image cache (`dalipipe.cache`): the images
+    and the flip, and the cache's outputs `[stored images, original sizes, slots]`.
+
+    A stored sample's image comes from `cached`; the others are read and decoded (in
+    the branch, so that a stored sample opens no file) and resized to
+    `cache.stored_shape`: `image_size` for the whole-image workloads, whose stored
+    image is the output before normalization; with `augment`, a larger square, from
+    which the crop window, drawn on the original size, is resized in one step (the
+    same window in relative coordinates), for stored and decoded samples alike.
+    """
+    import nvidia.dali.math as dmath
+    from nvidia.dali import fn, types as dali_types
+
+    name, always_antialias = INTERPOLATION_FILTERS[options.interpolation]
+    resize = dict(interp_type=getattr(dali_types, name),
+                  antialias=options.antialias or always_antialias)
+    side = stored_shape(options)[0]
+
+    def decoded():  # read in the branch: only where not stored
+        _, encoded = unpack_samples(samples, feeds_bytes=feeds_bytes, target_shape=target_shape)
+        shape = fn.peek_image_shape(encoded, dtype=dali_types.INT32)
+        if options.augment:
+            images = fn.resize(decode(options, encoded), size=[side, side], **resize)
+        else:
+            images = _decode_and_resize(options, encoded, None)[0]
+        return images, fn.cat(shape[0:1], shape[1:2])
+
+    stored, sizes, slots = stored_or_decoded(cached, decoded, options)
+    if not options.augment:
+        return stored, 0, [stored, sizes, slots]
+    height = fn.cast(sizes[0], dtype=dali_types.FLOAT)
+    width = fn.cast(sizes[1], dtype=dali_types.FLOAT)
+    (x, y, crop_w, crop_h), mirror = sampling.CROP.apply(crop, height, width)
+    scale_y, scale_x = side / height, side / width
+    window = dict(roi_start=fn.stack(y * scale_y, x * scale_x),
+                  roi_end=fn.stack(dmath.min(y + crop_h, height) * scale_y,
+                                   dmath.min(x + crop_w, width) * scale_x),
+                  roi_relative=False)
+    images = fn.resize(stored, size=options.image_size, **resize, **window)
+    return images, mirror, [stored, sizes, slots]
 
 
 def _decode_and_resize(options, encoded, crop):

@@ -81,8 +81,9 @@ class Runner:
                 raise RuntimeError(message) from e
             returned += 1
             if store is not None:  # the cache's outputs: stored, then dropped
-                *outputs, images, slots = outputs
-                store.fill(lambda: cache.host_array(images), cache.host_array(slots))
+                *outputs, images, sizes, slots = outputs
+                store.fill(lambda: cache.host_array(images), lambda: cache.host_array(sizes),
+                           cache.host_array(slots))
             if not copy_to_host:
                 yield tuple(outputs)
                 continue

@@ -209,8 +209,8 @@ def _dali_dataset(feed, numbers, batch_size, *, join, device):
     with tf.device(device):
         dtypes = tuple(tf.as_dtype(image_pipeline.output_dtypes[i]) for i in order)
         shapes = tuple(tf.TensorShape(image_pipeline.output_shapes[i]) for i in order)
-        if image_pipeline.cache is not None:  # its images and slots, last
-            dtypes += (tf.uint8, tf.int32)
+        if image_pipeline.cache is not None:  # its images, sizes and slots, last
+            dtypes += (tf.uint8, tf.int32, tf.int32)
             shapes += _cache_shapes(image_pipeline)
         pipeline = image_pipeline.build_dali_pipeline(batch_size=batch_size, order=order)
         dataset = dali_tf.experimental.DALIDatasetWithInputs(
@@ -237,25 +237,25 @@ def _dali_dataset(feed, numbers, batch_size, *, join, device):
 
 
 def _cache_shapes(image_pipeline):
-    """The shapes of the cache's two outputs: uint8 images, int32 slots."""
-    height, width = image_pipeline.options.image_size
-    shapes = [(None, height, width, image_pipeline.options.channels), (None,)]
+    """The shapes of the cache's three outputs: uint8 stored images, int32 sizes and
+    slots (`cache.stored_or_decoded`)."""
+    shapes = [(None, *image_pipeline.cache.shape[1:]), (None, 2), (None,)]
     return tuple(tf.TensorShape(s[1:] if image_pipeline.unbatched else s) for s in shapes)
 
 
 def strip_cache_outputs(dataset, store):
-    """`dataset` (DALI's, whose last two outputs are the cache's images and slots)
-    without them, each batch's decoded images given to `store.fill` first (a
-    `tf.numpy_function`: on the CPU only)."""
-    def fill(images, slots):
-        store.fill(images, slots)
+    """`dataset` (DALI's, whose last three outputs are the cache's) without them, each
+    batch's decoded images given to `store.fill` first (a `tf.numpy_function`: on the
+    CPU only)."""
+    def fill(images, sizes, slots):
+        store.fill(images, sizes, slots)
         return np.int64(0)
 
     @tf.autograph.experimental.do_not_convert
     def strip(*outputs):
-        done = tf.numpy_function(fill, list(outputs[-2:]), tf.int64, stateful=True)
+        done = tf.numpy_function(fill, list(outputs[-3:]), tf.int64, stateful=True)
         with tf.control_dependencies([done]):
-            kept = tuple(tf.identity(out) for out in outputs[:-2])
+            kept = tuple(tf.identity(out) for out in outputs[:-3])
         return kept
 
     return dataset.map(strip)
