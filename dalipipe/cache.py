@@ -19,7 +19,8 @@ int32 height and width, then uint8 HWC pixels of `stored_shape`:
   resume is exact. The crops differ from those of the original by the second
   resampling: on 64 photographs of about 410 x 327 px at 224, by 2.9 grey levels on
   average (2.3 for a stored side of twice the output's, for 3 times the memory).
-`masks` and `boxes` are refused with `cache` for now (`check_option`).
+Boxes are placed from the original size and the crop window, as without the cache, so
+they are the same. `masks` are refused with `cache` for now (`check_option`).
 
 How it is keyed (`cache_key`): a SHA-256 of `VERSION`, the options that decide the
 stored pixels (`STORED_OPTIONS`, all of them options that change the data), and every
@@ -55,8 +56,10 @@ check cache's warning.
 Several processes and ranks share a folder cache through the partial file: with
 shards, each rank fills the rows of the samples it loads, and the cache is complete
 (and read by all) once the ranks' bitmaps cover every sample, usually after the first
-epoch, since the shards of one epoch cover it. A memory cache is per process: a rank
-fills only what it loads, so it completes once the rank has loaded every sample.
+epoch, since the shards of one epoch cover it (a process reads the others' bitmaps at
+the start and the end of each pass). A memory cache is per process (the shards of
+one process, a `MirroredStrategy`'s replicas, fill one): a rank fills only what it
+loads, so it completes once the rank has loaded every sample.
 
 Why not DALI's decoder cache. `fn.decoders.image(device="mixed", cache_size=,
 cache_type=)` keeps decoded images in GPU memory, keyed by file, for the mixed
@@ -74,6 +77,7 @@ import hashlib
 import os
 import shutil
 import socket
+import threading
 
 import numpy as np
 
@@ -105,13 +109,11 @@ def check_option(options):
         )
     if cache is None:
         return
-    for name in ("masks", "boxes"):
-        value = getattr(options, name)
-        if value is not None and value is not False:
-            raise ValueError(
-                f"`cache` keeps the images alone, and `{name}` is not supported "
-                f"with it yet (see docs/cache.md). Received: cache={cache!r}, {name}={value!r}"
-            )
+    if options.masks is not None:
+        raise ValueError(
+            "`cache` keeps the images alone, and `masks` is not supported with it yet (see "
+            f"docs/cache.md). Received: cache={cache!r}, masks={options.masks!r}"
+        )
 
 
 def stored_shape(options):
@@ -215,6 +217,7 @@ class ImageCache:
     """
 
     def __init__(self, shape, store=None, filled=None):
+        self.lock = threading.Lock()  # the shards of a process, `tf.data`'s threads
         self.shape = tuple(shape)
         self.row_bytes = SIZE_BYTES + int(np.prod(self.shape[1:]))
         self.store = np.zeros((self.shape[0], self.row_bytes), np.uint8) if store is None \
@@ -251,13 +254,15 @@ class ImageCache:
         rows[:, :SIZE_BYTES] = np.asarray(sizes, "<i4").reshape(len(slots), 2)[decoded] \
             .view(np.uint8)
         rows[:, SIZE_BYTES:] = np.asarray(images).reshape(len(slots), -1)[decoded]
-        self.store[ids] = rows
-        self.filled[ids] = True
-        if self.filled.all():
+        with self.lock:
+            self.store[ids] = rows
+            self.filled[ids] = True
+            full = bool(self.filled.all())
+        if full:
             self.pass_ended()
 
     def pass_ended(self):
-        """Called at the end of each pass: whether every row is stored now."""
+        """Called at the start and the end of each pass: whether every row is stored."""
         self.complete = bool(self.filled.all())
         return self.complete
 
@@ -365,6 +370,10 @@ class FolderCache(ImageCache):
         """Flushes this process's rows and writes its bitmap; renames the partial file
         to the complete one when the bitmaps cover every row (then maps it
         read-only). Whether the cache is complete."""
+        with self.lock:
+            return self._pass_ended()
+
+    def _pass_ended(self):
         if self.complete or not self.writable:
             return self.complete
         if os.path.exists(self.path(".npy")):

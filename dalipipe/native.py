@@ -64,6 +64,8 @@ class Runner:
         self.pipe.reset()
         self.finished = False
         store = self.image_pipeline.cache
+        if store is not None:
+            store.pass_ended()  # what other processes stored meanwhile
         returned = 0
         while True:
             try:

@@ -349,7 +349,9 @@ class ImagePipeline:
             ValueError: when `batch_size` is not a multiple of `num_replicas`.
         """
         sharding = _check_sharding(self.options, replica_ids, num_replicas)
-        return ImagePipeline(self.index, self.options, sharding, device_id)
+        shard = ImagePipeline(self.index, self.options, sharding, device_id)
+        shard.cache = self.cache  # the shards of one process fill one cache
+        return shard
 
     def positions(self):
         """Which samples of an epoch's order this pipeline loads, and their weights.
