@@ -159,6 +159,22 @@ def test_the_import_graph_has_no_cycle():
     assert not cycle, " -> ".join(cycle)
 
 
+def test_the_device_module_reaches_no_module_that_reads_its_placement():
+    # `devices.place` decides first and the pipeline and the adapters read its
+    # `Placement`: imports point from them to `devices`, never back.
+    graph = dict(imports_of(path) for path in PACKAGE.rglob("*.py"))
+    reached, todo = set(), ["dalipipe.devices"]
+    while todo:
+        for target in graph.get(todo.pop(), ()):
+            if target not in reached:
+                reached.add(target)
+                todo.append(target)
+    readers = {"dalipipe.options", "dalipipe.pipeline", "dalipipe.dataset",
+               "dalipipe.tf_dataset", "dalipipe.py_dataset", "dalipipe.grain_dataset",
+               "dalipipe.native", "dalipipe.passes"}
+    assert not reached & readers, reached & readers
+
+
 def imported_names(nodes):
     """The top-level package names that the import statements among `nodes` import."""
     names = set()
