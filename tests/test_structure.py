@@ -3,7 +3,6 @@
 import argparse
 import ast
 import inspect
-import os
 import pathlib
 import re
 import subprocess
@@ -15,6 +14,7 @@ import pytest
 from dalipipe import make_dali_pipeline
 from dalipipe.cli import build_parser
 from dalipipe.options import Options
+from dalipipe.utils import child_env
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "dalipipe"
@@ -61,10 +61,9 @@ def test_make_dali_pipeline_takes_exactly_the_options():
 def run_without_tensorflow(code):
     """The standard output of Python `code` run in a process where TensorFlow cannot
     be imported, with this checkout's `dalipipe`."""
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     process = subprocess.run([sys.executable, "-c", NO_TENSORFLOW + textwrap.dedent(code)],
-                             cwd=ROOT, env={**os.environ, "PYTHONPATH": path},
-                             capture_output=True, text=True, timeout=120)
+                             cwd=ROOT, env=child_env(), capture_output=True, text=True,
+                             timeout=120)
     assert process.returncode == 0, process.stderr
     return process.stdout
 
