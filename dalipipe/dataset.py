@@ -1,18 +1,18 @@
 """`make_dali_dataset`: the DALI image pipeline as a dataset for Keras's `fit`.
 
-The front: it validates the arguments (`Options`) and hands them to the adapter for
-the result's format, which follows Keras's backend: `dalipipe.tf_dataset` (DALI's
-TensorFlow plugin) or `dalipipe.py_dataset` (a `keras.utils.PyDataset` for torch and
-JAX). Nothing here imports TensorFlow, so that Keras on torch or JAX never loads it.
+The front: it validates the arguments (`Options`), decides once where the pipelines
+run (`devices.place`), and hands both to the adapter for the result's format, which
+follows Keras's backend: `dalipipe.tf_dataset` (DALI's TensorFlow plugin) or
+`dalipipe.py_dataset` (a `keras.utils.PyDataset` for torch and JAX). Nothing here
+imports TensorFlow, so that Keras on torch or JAX never loads it.
 """
 
 from dalipipe.calls import first_argument
 from dalipipe.dali_import import require_dali
-from dalipipe.devices import resolve_device
+from dalipipe.devices import place
 from dalipipe.keras_config import keras_backend
 from dalipipe.options import Options, check_keywords
 from dalipipe.pipeline import split_source
-from dalipipe.sharding import data_parallel_shard
 
 
 def make_dali_dataset(
@@ -192,11 +192,13 @@ def make_dali_dataset(
 
 
 def _make(source, options, strategy):
-    if (options.format or _backend_format()) == "tf":
+    tf_data = (options.format or _backend_format()) == "tf"
+    if tf_data:
         from dalipipe import tf_dataset
 
-        return tf_dataset.make_tf_dataset(source, options, strategy)
-    if strategy is not None:
+        if strategy is not None:
+            tf_dataset.check_strategy(strategy, options)
+    elif strategy is not None:
         raise ValueError(
             "`strategy` is a `tf.distribute` strategy, which feeds a `tf.data.Dataset`: "
             'it needs format="tf" (or format=None on the TensorFlow backend). On JAX, '
@@ -204,26 +206,19 @@ def _make(source, options, strategy):
             f"strategy={strategy!r}, format={options.format!r}, "
             f"Keras backend={keras_backend()!r}"
         )
-    backend = keras_backend()
-    placed = _native_pipelines(source, options, backend)
+    backend = None if tf_data else keras_backend()
+    placement = place(options, backend=backend, tf_data=tf_data, strategy=strategy)
+    if tf_data:
+        return tf_dataset.make_tf_dataset(source, options, placement, strategy)
+    # The `ImagePipeline`s, each made once on its final device and, with several
+    # devices, as this process's shard: one, or two for `subset="both"`.
+    result = split_source(source, options, placement)
     if options.format == "grain":
         from dalipipe.grain_dataset import make_grain_dataset as wrap
     else:
         from dalipipe.py_dataset import make_py_dataset as wrap
-    datasets = wrap(placed, backend)
+    datasets = wrap(result if isinstance(result, tuple) else (result,), backend)
     return datasets if len(datasets) == 2 else datasets[0]
-
-
-def _native_pipelines(source, options, backend):
-    """The `ImagePipeline`s of the `"pydataset"` and `"grain"` formats, each made once
-    on its final device (`devices.resolve_device`) and, with several devices, as this
-    process's shard (`sharding.data_parallel_shard`): a tuple of one, or two for
-    `subset="both"`."""
-    device, device_id = resolve_device(options.device, backend)
-    sharding = data_parallel_shard(options, backend)
-    result = split_source(source, options.replace(device=device),
-                             device_id=device_id or 0, sharding=sharding)
-    return result if isinstance(result, tuple) else (result,)
 
 
 def _backend_format():

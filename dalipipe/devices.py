@@ -1,5 +1,7 @@
 """Devices: what `device="auto"` picks, on which CUDA device, with which settings.
 
+- The placement, decided once per dataset or pipeline (`place`, first thing): a
+  `Placement`, the device, its CUDA ordinal, DALI's threads and the process's shard.
 - The choice: `dali_device` for a pipeline alone (`make_dali_pipeline`), and
   `choose_device` where a framework takes the batches, which needs a GPU that both
   it and DALI see; `resolve_tensorflow_device`, `strategy_device` and
@@ -20,10 +22,13 @@ the GPU tests and `benchmarks/gpu_bench.py` run where there is no TensorFlow, an
 as arguments, so that tests can give them every answer a framework may give.
 """
 
+import dataclasses
 import os
+from typing import Optional
 
 from dalipipe.calls import warn
 from dalipipe.install import DALI_FIX, pip_extra
+from dalipipe.sharding import data_parallel_shard
 from dalipipe.utils import usable_cores
 
 # DALI CPU threads of a GPU pipeline, as in DALI's own examples: the GPU decodes, the
@@ -41,6 +46,72 @@ FRAMEWORK_GPU_FIXES = {
     "jax": ("JAX", "install JAX with CUDA: pip install 'jax[cuda12]' (or 'jax[cuda13]')"),
 }
 GPU_TENSORFLOW_FIX = FRAMEWORK_GPU_FIXES["tensorflow"][1]
+# TensorFlow's device of a GPU pipeline without a strategy (the "tf" format).
+TF_GPU = "/gpu:0"
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Where a dataset's pipelines run, decided once (`place`).
+
+    Attributes:
+        device: `"gpu"` or `"cpu"`.
+        device_id: the CUDA ordinal of the GPU that the pipelines run on and the
+            check decodes on (0 on the CPU).
+        num_threads: DALI's CPU threads per pipeline (the `num_threads` option, or
+            `default_num_threads` for the device).
+        sharding: `(replica_ids, num_replicas)` of this process's shard under a Keras
+            JAX distribution or `torch.distributed` (`sharding.data_parallel_shard`),
+            else None. A `tf.distribute` strategy shards per replica instead
+            (`tf_dataset.distribute`).
+    """
+
+    device: str
+    device_id: int
+    num_threads: int
+    sharding: Optional[tuple]
+
+
+def place(options, *, backend=None, tf_data=False, strategy=None):
+    """The `Placement` for `options`: the one device decision of a `make_dali_dataset`
+    or `make_dali_pipeline` call.
+
+    Args:
+        options: the validated `Options`.
+        backend: Keras's backend, whose framework takes the batches of the
+            `"pydataset"` and `"grain"` formats: PyTorch and JAX are asked for their
+            GPUs (`resolve_device`) and their shard (`data_parallel_shard`); on other
+            backends and for a pipeline alone (None), DALI decides (`dali_device`).
+        tf_data: whether TensorFlow takes the batches (the `"tf"` format): it is
+            asked, or `strategy`'s replicas are; a GPU pipeline runs on its first GPU.
+        strategy: the `tf.distribute` strategy, with `tf_data`.
+
+    Returns:
+        A `Placement`.
+
+    Raises:
+        RuntimeError: for `device="gpu"` without a GPU that DALI (and the framework)
+            can use, or TensorFlow holding all its memory.
+        ValueError: for a device that contradicts `strategy`'s replicas, or options
+            that cannot be sharded (`data_parallel_shard`).
+    """
+    device, device_id, sharding = options.device, 0, None
+    if tf_data:
+        if strategy is not None:
+            device = strategy_device(strategy, device)
+        elif device in ("auto", "gpu"):
+            device = resolve_tensorflow_device(device)
+        if device == "gpu":
+            device_id = tf_gpu_cuda_ordinal(TF_GPU)
+    else:
+        device, ordinal = resolve_device(device, backend)
+        device = dali_device(device)
+        device_id = ordinal or 0
+        sharding = data_parallel_shard(options, backend)
+    num_threads = options.num_threads
+    if num_threads is None:
+        num_threads = default_num_threads(device)
+    return Placement(device, device_id, num_threads, sharding)
 
 
 def dali_gpu_count():
@@ -282,7 +353,7 @@ def memory_growth_error(gpu, *, growth, memory_limits, variable):
 def resolve_device(device, backend):
     """`(device, device_id)` for the `"pydataset"` format: "gpu" or "cpu" for the
     `device` option (on backends other than torch and JAX, the option itself, which
-    `split_source` resolves), and the CUDA ordinal of the backend's first GPU for
+    `place` gives to `dali_device`), and the CUDA ordinal of the backend's first GPU for
     a GPU pipeline (else None, which means CUDA device 0).
 
     On torch and JAX, `"auto"` means the GPU when both the framework and DALI see
@@ -291,7 +362,7 @@ def resolve_device(device, backend):
     if device == "cpu":
         return "cpu", None
     if backend not in ("torch", "jax"):
-        return device, None  # `split_source` asks DALI; CUDA device 0
+        return device, None  # `place` asks DALI; CUDA device 0
     framework, fix = FRAMEWORK_GPU_FIXES[backend]
     ordinals = framework_gpus(backend)
     chosen = choose_device(device, len(ordinals), dali_gpu_count(),

@@ -23,7 +23,7 @@ from dalipipe.annotations.inputs import index_with_boxes, index_with_masks
 from dalipipe.annotations.placement import keep_a_box, place_boxes
 from dalipipe.calls import first_argument, warn
 from dalipipe.dali_import import require_dali
-from dalipipe.devices import dali_device
+from dalipipe.devices import place
 from dalipipe.options import TARGET_MODES, Options, is_inferred, pipeline_signature
 from dalipipe.sharding import Sharding, check_global_batch
 from dalipipe.storage import fetch, remote_sources as remote
@@ -50,21 +50,19 @@ def make_dali_pipeline(directory=None, *, source=None, **options):
     options = Options.from_keywords("make_dali_pipeline", options)
     source = first_argument("make_dali_pipeline", directory, source)
     require_dali("make_dali_pipeline")
-    return split_source(source, options)
+    return split_source(source, options, place(options))
 
 
-def split_source(source, options, device_id=0, sharding=None):
-    """`make_dali_pipeline` for validated `Options`: index, check, split.
-
-    `options.device` may be "auto" (the GPU when DALI sees one), "gpu" or "cpu";
-    `device_id` is the CUDA device that a GPU pipeline runs on and a GPU check
-    decodes on (the adapter's GPU: each process of a distributed job checks on its
-    own); `sharding`, `(replica_ids, num_replicas)` for a shard of a distributed
-    dataset (see `ImagePipeline.shard`). Each pipeline is made on its device.
-    With `verbose`, prints what Keras's `image_dataset_from_directory` prints and
-    shows the check's progress.
+def split_source(source, options, placement):
+    """`make_dali_pipeline` for validated `Options`: index, check, split, on the
+    device, CUDA device (where a GPU check decodes too) and threads of `placement`
+    (`devices.place`), as its shard of a distributed dataset if it has one (see
+    `ImagePipeline.shard`). With `verbose`, prints what Keras's
+    `image_dataset_from_directory` prints and shows the check's progress.
     """
-    options = options.replace(device=dali_device(options.device)).resolved()
+    device_id, sharding = placement.device_id, placement.sharding
+    options = options.replace(device=placement.device, num_threads=placement.num_threads)
+    options = options.resolved()
     if options.masks is not None or options.boxes is not None:
         dense = index_with_masks if options.masks is not None else index_with_boxes
         index, sizes = dense(source, options, device_id=device_id)

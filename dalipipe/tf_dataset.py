@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from dalipipe import dali_hooks
-from dalipipe.devices import resolve_tensorflow_device, strategy_device, tf_gpu_cuda_ordinal
+from dalipipe.devices import TF_GPU, tf_gpu_cuda_ordinal
 from dalipipe.install import import_dali_tf
 from dalipipe.pipeline import split_source
 from dalipipe.sharding import check_global_batch, has_targets
@@ -20,35 +20,26 @@ from dalipipe.tf_keras_dataset import KerasDataset, keras_structure
 
 dali_tf = import_dali_tf()
 
-# TensorFlow's device of a GPU pipeline without a strategy.
-GPU = "/gpu:0"
 
-
-def make_tf_dataset(source, options, strategy=None):
+def make_tf_dataset(source, options, placement, strategy=None):
     """`make_dali_dataset` for validated `Options` on TensorFlow: a `tf.data.Dataset`
     (a pair for `subset="both"`), or a `tf.distribute.DistributedDataset` with
     `strategy`.
 
-    The device is resolved once, before any pipeline is made: "gpu" or "cpu" (for
-    the strategy's replicas with `strategy`), and for a GPU the CUDA device of
-    TensorFlow's first GPU (with a strategy: its first replica's), where the check
-    decodes and the pipeline runs.
+    `placement` is the device decided before any pipeline is made
+    (`devices.place`, after `check_strategy`): "gpu" or "cpu" (for the strategy's
+    replicas with `strategy`), and for a GPU the CUDA device of TensorFlow's first
+    GPU, where the check decodes and the pipeline runs (a strategy's replicas then
+    each run on their own, `distribute`).
     """
-    device = options.device
-    if strategy is not None:
-        _check_strategy(strategy, options)
-        options = options.replace(device=strategy_device(strategy, device))
-    elif device in ("auto", "gpu"):
-        options = options.replace(device=resolve_tensorflow_device(device))
-    if options.cache is not None and options.device == "gpu":
+    if options.cache is not None and placement.device == "gpu":
         raise ValueError(
             '`cache` on format "tf" runs on the CPU only for now (its fill is a `tf.data` '
             'map, and no CPU op may follow a GPU-placed DALI dataset); use format '
             '"pydataset" or "grain", or `device="cpu"`. '
             f"Received: cache={options.cache!r}, device='gpu'"
         )
-    device_id = tf_gpu_cuda_ordinal(GPU) if options.device == "gpu" else 0
-    result = split_source(source, options, device_id=device_id)
+    result = split_source(source, options, placement)
     wrap = to_dataset if strategy is None else (lambda p: distribute(p, strategy))
     if isinstance(result, tuple):
         return tuple(wrap(p) for p in result)
@@ -105,7 +96,10 @@ def distribute(image_pipeline, strategy):
     return dataset
 
 
-def _check_strategy(strategy, options):
+def check_strategy(strategy, options):
+    """Raises ValueError unless `strategy` is a `tf.distribute.Strategy` that
+    `options` can feed (labels to weigh, the same seed on every worker, a global
+    batch that the replicas divide)."""
     if not isinstance(strategy, tf.distribute.Strategy):
         raise ValueError(
             "`strategy` must be a `tf.distribute.Strategy`, such as "
@@ -155,7 +149,7 @@ def to_dataset(image_pipeline, device=None, *, nested=None):
     """
     gpu = image_pipeline.device == "gpu"
     if device is None:
-        device = GPU if gpu else "/cpu:0"
+        device = TF_GPU if gpu else "/cpu:0"
     if nested is None:
         nested = not gpu
     feed = EpochFeed(image_pipeline, gpu=not nested)

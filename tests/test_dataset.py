@@ -424,3 +424,36 @@ def test_predict_takes_one_image_path_and_a_numpy_array_of_paths(indexed_dir):
     rows = model.predict(ordered, verbose=0)
     assert rows.shape == (len(paths), 2)
     np.testing.assert_allclose(rows[0], one[0], rtol=1e-5)
+
+
+@pytest.mark.parametrize("format", ["tf", "pydataset"])
+def test_one_call_decides_the_device_once(indexed_dir, monkeypatch, format):
+    """`devices.place` decides the device, its CUDA device, the threads and the shard
+    once per call, for both datasets of `subset="both"`, on TensorFlow's path and
+    the native one; DALI is asked for its GPUs once. Real DALI and TensorFlow: the
+    functions are only counted."""
+    from dalipipe import dataset, devices
+
+    calls = {}
+
+    def counted(function):
+        def count(*args, **kwargs):
+            calls[function.__name__] = calls.get(function.__name__, 0) + 1
+            return function(*args, **kwargs)
+        return count
+
+    monkeypatch.setattr(dataset, "place", counted(devices.place))
+    for name in ("dali_gpu_count", "default_num_threads", "dali_device"):
+        monkeypatch.setattr(devices, name, counted(getattr(devices, name)))
+    pair = make_dali_dataset(indexed_dir, **{**SMALL, "device": "auto"}, format=format,
+                             validation_split=0.25, subset="both", seed=1)
+    assert calls.pop("place") == 1
+    assert calls.pop("dali_gpu_count") == 1
+    assert calls.pop("default_num_threads") == 1
+    # TensorFlow takes the batches of "tf" and is asked; on its backend, DALI
+    # alone decides for the native formats.
+    assert calls.pop("dali_device", 0) == (0 if format == "tf" else 1)
+    assert not calls
+    for part in pair:
+        pipeline = part.image_pipeline
+        assert pipeline.options.num_threads == devices.default_num_threads(pipeline.device)

@@ -6,6 +6,7 @@ masks and boxes are checked natively too (`ImagePipeline.shard`, and `split_sour
 sharding, as for `torch.distributed` and JAX), which is quick."""
 
 import collections
+import dataclasses
 import json
 import os
 import pathlib
@@ -19,6 +20,7 @@ import pytest
 
 from dalipipe import make_dali_pipeline
 from dalipipe.annotations.sample import MASK_CLASS_NAMES
+from dalipipe.devices import place
 from dalipipe.options import Options
 from dalipipe.pipeline import split_source
 from helpers import NUM_TAGGED
@@ -296,7 +298,9 @@ def dense_shards(dense, kind, setup):  # noqa: F811
     if setup == "worker":
         return whole, [whole.shard([0, 1], 2)]
     parsed = Options.from_keywords("make_dali_pipeline", options)
-    return whole, [split_source(images, parsed, sharding=([r], 2)) for r in range(2)]
+    return whole, [split_source(images, parsed,
+                                dataclasses.replace(place(parsed), sharding=([r], 2)))
+                   for r in range(2)]
 
 
 def global_rows(shards, epoch):

@@ -1,19 +1,42 @@
 """The package's shape: one definition of the options, imports that point one way."""
 
+import argparse
 import ast
 import inspect
 import pathlib
 import re
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
 from dalipipe import make_dali_pipeline
+from dalipipe.cli import build_parser
 from dalipipe.options import Options
+from dalipipe.utils import child_env
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "dalipipe"
 # Arguments of make_dali_dataset that are not options of the graph.
 DATASET_ONLY = ("strategy",)
+# A finder that refuses TensorFlow, as a machine without it would, for a Python
+# process started by a test (put before the others in `sys.meta_path`).
+NO_TENSORFLOW = textwrap.dedent("""
+    import sys
+
+    class NoTensorFlow:
+        def find_spec(self, name, path=None, target=None):
+            if name.partition(".")[0] == "tensorflow":
+                raise ImportError(f"No module named {name!r} (refused by the test)")
+
+    sys.meta_path.insert(0, NoTensorFlow())
+""")
+# The command line's arguments named as options whose defaults are the command's
+# own, not the option's: the demo's model and the benchmark's batch, the sample
+# data's seed.
+CLI_OWN_DEFAULTS = {("demo", "batch_size"), ("demo", "image_size"), ("bench", "batch_size"),
+                    ("sample-data", "seed")}
 
 
 def option_defaults():
@@ -35,14 +58,46 @@ def test_make_dali_pipeline_takes_exactly_the_options():
                inspect.signature(make_dali_pipeline).parameters.items() if name != "directory")
 
 
-def test_make_dali_dataset_takes_the_options_and_strategy():
-    pytest.importorskip("tensorflow")
-    from dalipipe import make_dali_dataset
+def run_without_tensorflow(code):
+    """The standard output of Python `code` run in a process where TensorFlow cannot
+    be imported, with this checkout's `dalipipe`."""
+    process = subprocess.run([sys.executable, "-c", NO_TENSORFLOW + textwrap.dedent(code)],
+                             cwd=ROOT, env=child_env(), capture_output=True, text=True,
+                             timeout=120)
+    assert process.returncode == 0, process.stderr
+    return process.stdout
 
-    defaults = signature_defaults(make_dali_dataset, skip=DATASET_ONLY)
+
+def test_make_dali_dataset_takes_the_options_and_strategy():
+    # Its explicit signature restates `Options`' defaults (IDEs read the source). It
+    # is read where TensorFlow cannot be imported: `dalipipe.dataset` imports none.
+    shown = run_without_tensorflow("""
+        import inspect
+        from dalipipe.dataset import make_dali_dataset
+        assert "tensorflow" not in sys.modules
+        parameters = inspect.signature(make_dali_dataset).parameters
+        print(repr({name: p.default for name, p in parameters.items()
+                    if p.kind is p.KEYWORD_ONLY}))
+    """)
+    parameters = ast.literal_eval(shown)
+    defaults = {k: v for k, v in parameters.items() if k not in ("source", *DATASET_ONLY)}
     assert defaults == option_defaults()
     assert list(defaults) == list(Options.names())
-    assert inspect.signature(make_dali_dataset).parameters["strategy"].default is None
+    assert parameters["strategy"] is None
+
+
+def test_the_command_line_restates_the_options_defaults():
+    # `dalipipe check` and `convert` read a source as `make_dali_dataset` reads it;
+    # flags (such as `--verbose`, the start-up lines) are not options.
+    (commands,) = [action.choices for action in build_parser()._actions
+                   if isinstance(action, argparse._SubParsersAction)]
+    defaults = option_defaults()
+    restated = {(command, action.dest): action.default
+                for command, parser in commands.items() for action in parser._actions
+                if action.dest in defaults and action.nargs != 0
+                and (command, action.dest) not in CLI_OWN_DEFAULTS}
+    assert ("convert", "on_bad_file") in restated
+    assert all(v == defaults[dest] for (_, dest), v in restated.items()), restated
 
 
 def readme_options():
@@ -101,6 +156,22 @@ def test_the_import_graph_has_no_cycle():
         if module not in state and visit(module, [module]):
             break
     assert not cycle, " -> ".join(cycle)
+
+
+def test_the_device_module_reaches_no_module_that_reads_its_placement():
+    # `devices.place` decides first and the pipeline and the adapters read its
+    # `Placement`: imports point from them to `devices`, never back.
+    graph = dict(imports_of(path) for path in PACKAGE.rglob("*.py"))
+    reached, todo = set(), ["dalipipe.devices"]
+    while todo:
+        for target in graph.get(todo.pop(), ()):
+            if target not in reached:
+                reached.add(target)
+                todo.append(target)
+    readers = {"dalipipe.options", "dalipipe.pipeline", "dalipipe.dataset",
+               "dalipipe.tf_dataset", "dalipipe.py_dataset", "dalipipe.grain_dataset",
+               "dalipipe.native", "dalipipe.passes"}
+    assert not reached & readers, reached & readers
 
 
 def imported_names(nodes):
