@@ -20,20 +20,24 @@ int32 height and width, then uint8 HWC pixels of `stored_shape`:
   resampling: on 64 photographs of about 410 x 327 px at 224, by 2.9 grey levels on
   average (2.3 for a stored side of twice the output's, for 3 times the memory).
 Boxes are placed from the original size and the crop window, as without the cache, so
-they are the same. `masks` are refused with `cache` for now (`check_option`).
+they are the same. Masks are kept beside their images, as a last channel of the stored
+pixels, resized alike with nearest-neighbour sampling (uint8 ids: `check_option`
+refuses a `mask_fill_value` above 255 for the letterbox), and moved as without the
+cache after it: exact for the whole-image workloads; with `augment`, ids of the
+source only, differing along the shapes' edges.
 
 How it is keyed (`cache_key`): a SHA-256 of `VERSION`, the options that decide the
-stored pixels (`STORED_OPTIONS`, all of them options that change the data), and every
-file's path, size and modification time (the check's stamps, else `os.stat`), in
-`file_paths` order. A changed file or option gives a new key: a stale entry is never
-read (it stays on disk until removed).
+stored pixels (`STORED_OPTIONS`, all of them options that change the data), the stored
+shape, and the path, size and modification time of every file (the check's stamps,
+else `os.stat`), in `file_paths` order, and of every mask file. A changed file or
+option gives a new key: a stale entry is never read (it stays on disk until removed).
 
 How it fills. With `cache` set the graph takes one more input, `"cached"` (`rows`):
-per sample an int32 slot, then `image_size` x channels uint8 pixels. A slot of -1
-means "stored": the graph takes the pixels; otherwise it is the sample's index, the
-pixels are zeros, and the graph reads and decodes the file (a DALI conditional,
-`stored_or_decoded`: a stored sample opens no file). The graph gives two more outputs,
-the uint8 images before normalization and the slots, which the thread that takes the
+per sample an int32 slot, then its stored row (sizes and pixels). A slot of -1 means
+"stored": the graph takes the row; otherwise it is the sample's index, the row is
+zeros, and the graph reads and decodes the file (a DALI conditional,
+`stored_or_decoded`: a stored sample opens no file). The graph gives three more
+outputs, the stored pixels, the sizes and the slots, which the thread that takes the
 batch strips and writes by sample index (`ImageCache.fill`): the native runner's for
 the "pydataset" and "grain" formats, a `tf.data` map on format "tf"
 (`tf_dataset.strip_cache_outputs`). The first epoch is the filling pass: there is no extra one.
@@ -69,6 +73,10 @@ full-size images (the resize runs again every epoch), it needs readers with
 process. This cache holds images at the output size, on the host, for every device:
 on a GPU the stored images are copied to the device with the batch, where the rest of
 the graph runs.
+
+Above 400 lines: both sides of the format (the store, its folder and its locking;
+the `"cached"` input's layout, read in the graph) in one module, as `feed.py` owns
+the inputs' layouts.
 """
 
 import contextlib
@@ -98,7 +106,7 @@ AUGMENT_SCALE = 8 / 7
 
 def check_option(options):
     """Raises ValueError for a `cache` value that is not None, "memory", True or a
-    folder path, or with an option the cache does not serve yet."""
+    folder path, or with a letterbox's `mask_fill_value` that uint8 cannot hold."""
     cache = options.cache
     if not (cache is None or cache is True or cache == "memory"
             or (isinstance(cache, (str, os.PathLike)) and not isinstance(cache, bool)
@@ -109,10 +117,12 @@ def check_option(options):
         )
     if cache is None:
         return
-    if options.masks is not None:
+    fill = options.mask_fill_value
+    if options.masks is not None and options.pad_to_aspect_ratio and not 0 <= fill <= 255:
         raise ValueError(
-            "`cache` keeps the images alone, and `masks` is not supported with it yet (see "
-            f"docs/cache.md). Received: cache={cache!r}, masks={options.masks!r}"
+            "`cache` keeps masks as uint8, letterboxed with `mask_fill_value` for "
+            "`pad_to_aspect_ratio=True`: it must be in [0, 255]. Received: "
+            f"cache={cache!r}, mask_fill_value={fill}, pad_to_aspect_ratio=True"
         )
 
 
@@ -120,10 +130,11 @@ def stored_shape(options):
     """The HWC shape of a stored image: `image_size` for the whole-image workloads;
     with `augment`, a square of `AUGMENT_SCALE` times the longer output side, from
     which each epoch's crop is taken."""
+    channels = options.channels + (options.masks is not None)  # a mask: one more
     if options.augment:
         side = int(np.ceil(max(options.image_size) * AUGMENT_SCALE))
-        return (side, side, options.channels)
-    return (*options.image_size, options.channels)
+        return (side, side, channels)
+    return (*options.image_size, channels)
 
 
 def folder_of(cache):
@@ -142,6 +153,8 @@ def cache_key(image_pipeline):
     for name in STORED_OPTIONS:
         digest.update(f"{name}={getattr(options, name)!r}\n".encode())
     digest.update(f"stored={stored_shape(options)}\n".encode())
+    if options.masks is not None:
+        digest.update(f"mask_fill_value={options.mask_fill_value}\n".encode())
     stamps = image_pipeline.index.stamps
     for i, path in enumerate(image_pipeline.file_paths):
         if stamps is not None:
@@ -150,6 +163,9 @@ def cache_key(image_pipeline):
             info = os.stat(path)
             size, mtime_ns = info.st_size, info.st_mtime_ns
         digest.update(os.fsencode(path) + f"\0{size}\0{mtime_ns}\n".encode())
+    for path in image_pipeline.index.mask_paths or ():
+        info = os.stat(path)
+        digest.update(os.fsencode(path) + f"\0{info.st_size}\0{info.st_mtime_ns}\n".encode())
     return digest.hexdigest()[:32]
 
 

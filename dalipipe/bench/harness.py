@@ -6,7 +6,8 @@ figures are not for comparing) runs each loader's workloads in turn in one proce
 (`measure_in_turn`), so that every code path runs with one process start per loader.
 In each measurement: one warm-up epoch, then `runs` timed epochs; images/s is the
 median, and `total_s` is creation plus every epoch (the figure for the loaders that
-keep decoded images, whose warm-up epoch fills them: `--runs 4` gives five epochs). A loader with GPU work gives a `synchronize` that waits for it, called before
+keep decoded images, whose warm-up epoch fills them: `--runs 4` gives five epochs).
+A loader with GPU work gives a `synchronize` that waits for it, called before
 every timer read. CPU seconds count the process, its
 threads and its child processes (PyDataset's and DataLoader's workers).
 
