@@ -89,6 +89,7 @@ import threading
 
 import numpy as np
 
+from dalipipe.storage.uris import is_remote
 from dalipipe.utils import cache_dir, warn_without_cache
 
 VERSION = 1  # bump when what is stored changes
@@ -181,7 +182,7 @@ def open_cache(image_pipeline):
     cache = image_pipeline.options.cache
     if cache is None:
         return None
-    if image_pipeline.feeds_bytes or any("://" in str(p) for p in image_pipeline.file_paths[:1]):
+    if image_pipeline.feeds_bytes or any(map(is_remote, image_pipeline.file_paths)):
         raise ValueError(
             "`cache` keeps the images of local image files; TFRecord files and object "
             f"storage are not supported with it yet. Received: cache={cache!r}"

@@ -284,3 +284,21 @@ def test_the_cache_on_the_backend(backend, backend_jobs):
     assert result["grain-folder"] == {"equal": [True] * 2, "opens": [0, 0]}
     assert [sum(counts) for counts in result["fit_counts"]] == [121, 121]
     assert not result["tensorflow_loaded"]
+
+
+def test_tfrecord_sources_are_refused_for_now(tagged_tfrecords):
+    with pytest.raises(ValueError, match=r"`cache` keeps the images of local image files; "
+                                         r"TFRecord files .* not supported"):
+        dalipipe.make_dali_pipeline(tagged_tfrecords, cache="memory", **OPTIONS)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_cached_epochs_equal_the_uncached_ones(tagged_dir):
+    for extra in (dict(), dict(augment=True)):
+        options = dict(OPTIONS, device="gpu", **extra)
+        cached = epochs(dalipipe.make_dali_pipeline(tagged_dir, cache="memory", **options), 2)
+        if extra:  # crops of the stored image: filling (a fresh cache) or reading, the same
+            filling = dalipipe.make_dali_pipeline(tagged_dir, cache="memory", **options)
+            assert same([[np.asarray(t) for t in b] for b in filling.epoch(1)], cached[1])
+        else:
+            assert same(cached, epochs(dalipipe.make_dali_pipeline(tagged_dir, **options), 2))
