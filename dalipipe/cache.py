@@ -148,7 +148,8 @@ def folder_of(cache):
 
 def cache_key(image_pipeline):
     """The cache's key for `image_pipeline`: a hex SHA-256 of `VERSION`, the
-    `STORED_OPTIONS` and every file's path and stamp `(size, mtime_ns)`."""
+    `STORED_OPTIONS`, the stored shape, and every image and mask file's path and
+    stamp `(size, mtime_ns)`; 32 hex digits."""
     options = image_pipeline.options
     digest = hashlib.sha256(f"dalipipe-cache {VERSION}\n".encode())
     for name in STORED_OPTIONS:

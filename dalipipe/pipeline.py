@@ -271,7 +271,7 @@ class ImagePipeline:
             self.input_names += ("weights",)
         self.output_dtypes, self.output_shapes = self._outputs()
         self._read_in_python = self.index.refs is None and remote.read_in_python(self.file_paths)
-        # The decoded-image cache, or None: a `"cached"` input, two more graph outputs.
+        # The decoded-image cache, or None: a `"cached"` input, three more graph outputs.
         self.cache = cache.open_cache(self)
         if self.cache is not None:
             self.input_names += ("cached",)
@@ -539,7 +539,7 @@ class ImagePipeline:
                 num_classes=len(self.class_names) if self.class_names else 0,
                 target_shape=self.target_shape, cached=self.cache is not None,
             )
-            # With the cache, its two outputs come last (`cache.stored_or_decoded`).
+            # With the cache, its three outputs come last (`cache.stored_or_decoded`).
             outputs, stored = outputs[:len(self.output_dtypes)], outputs[len(self.output_dtypes):]
             return (outputs if order is None else tuple(outputs[i] for i in order)) + stored
 
