@@ -47,7 +47,7 @@ epoch when it needs more than the memory available (`/proc/meminfo`'s MemAvailab
 naming the size. A folder (`cache=True`: `cache_dir()/images`): `<key>.npy`, a
 `.npy` file that NumPy maps read-only; it is filled in `<key>.partial`, a mapped file
 that every process using the key writes (disjoint or identical rows), with one
-bitmap per process of the rows it wrote and flushed (`<key>.filled.<host>-<pid>.npy`,
+bitmap per writer of the rows it wrote and flushed (`<key>.filled.<host>-<pid>-<id>.npy`,
 written atomically at the end of each pass). A process that finds the bitmaps
 covering every sample flushes the partial file and renames it `<key>.npy` under a
 lock (`fcntl`, `<key>.lock`): a killed run leaves a partial file and bitmaps, which
@@ -86,6 +86,7 @@ import os
 import shutil
 import socket
 import threading
+import uuid
 
 import numpy as np
 
@@ -291,7 +292,9 @@ class FolderCache(ImageCache):
     def __init__(self, folder, key, shape, store, filled, writable=True):
         super().__init__(shape, store, filled)
         self.folder, self.key, self.writable = folder, key, writable
-        self.wrote = np.zeros(self.shape[0], bool)  # the rows this process wrote
+        self.wrote = np.zeros(self.shape[0], bool)  # the rows this object wrote
+        # Names this writer's bitmap: its host, process, and itself within the process.
+        self.writer = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
     def path(self, suffix):
         return os.path.join(self.folder, f"{self.key}{suffix}")
@@ -397,7 +400,7 @@ class FolderCache(ImageCache):
         if os.path.exists(self.path(".npy")):
             return self._reopen()
         self.store.flush()
-        bitmap = self.path(f".filled.{socket.gethostname()}-{os.getpid()}.npy")
+        bitmap = self.path(f".filled.{self.writer}.npy")
         temporary = f"{bitmap}.tmp"
         with open(temporary, "wb") as f:
             np.save(f, self.wrote)

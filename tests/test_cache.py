@@ -261,6 +261,24 @@ def test_two_processes_share_one_folder_cache(tagged_dir, tmp_path):
     assert not opened.counts
 
 
+def test_ranks_fill_one_folder_cache_in_the_first_epoch(tagged_dir, tmp_path):
+    folder = str(tmp_path / "images")
+    want = [epochs(dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS).shard([r], 2), 2)
+            for r in (0, 1)]
+    # Two pipelines, each with its own view of the folder, as two processes have.
+    ranks = [dalipipe.make_dali_pipeline(tagged_dir, cache=folder, **OPTIONS).shard([r], 2)
+             for r in (0, 1)]
+    got = [[[[np.asarray(t) for t in b] for b in rank.epoch(0)]] for rank in ranks]
+    # Each rank stored its shard of the epoch; the second found the first's rows too.
+    assert [rank.cache.complete for rank in ranks] == [False, True]
+    with FileOpens(folders_of(tagged_dir)) as opened:
+        for rank, rows in zip(ranks, got):
+            rows.append([[np.asarray(t) for t in b] for b in rank.epoch(1)])
+    assert not opened.counts
+    assert ranks[0].cache.complete
+    assert same(got, want)
+
+
 def test_format_tf_equals_the_native_epochs_and_opens_no_file_later(tagged_dir):
     pytest.importorskip("tensorflow")
     want = epochs(dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS), 3)
