@@ -359,6 +359,7 @@ def test_the_loaders_that_keep_decoded_images_run_and_total_their_epochs(tmp_pat
         assert "mean_abs_error_vs_pil" not in r, name  # shuffled: no quality figure
         assert r["settings"], name
     assert r["settings"].startswith("make_dali_dataset(") and "cache=" in r["settings"]
+    assert r["cache_disk_mb"] >= 6 * 224 * 224 * 3 / 1e6  # the folder cache's file
     markdown = report.markdown(dict(
         machine=dict(cpu="cpu", cores=2, gpu=None, versions={}, python="3"),
         config=dict(batch_size=4, threads=1, runs=2), loaders={},

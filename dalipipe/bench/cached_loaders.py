@@ -15,8 +15,10 @@ filter (`antialias=False`), the tutorial's work.
 Their first epoch fills the cache: `dalipipe bench --runs 4` gives creation plus five
 epochs as each result's `total_s`. Their batches come in a new order every epoch, so
 they have no quality figure: the cached pixels are those of `dalipipe_cpu_no_antialias`.
+Memory is each result's peak RSS; the folder cache's disk is `cache_disk_mb`.
 """
 
+import os
 import tempfile
 
 from dalipipe.bench.loaders import SIZE, Loader, _call, _tf_normalize, link_folder, make_dalipipe
@@ -59,7 +61,14 @@ def make_dalipipe_cache_folder(files, labels, **kwargs):
     folder = tempfile.TemporaryDirectory(prefix="dalipipe-bench-cache-")
     loader = _cached(files, labels, folder.name, **kwargs)
     loader.folder = folder  # removed with the loader
+    loader.measures = lambda: {"cache_disk_mb": _disk_mb(folder.name)}
     return loader
+
+
+def _disk_mb(folder):
+    """The disk that the files in `folder` use, in MB (their allocated blocks)."""
+    return sum(os.stat(os.path.join(folder, name)).st_blocks * 512
+               for name in os.listdir(folder)) / 1e6
 
 
 def _cached(files, labels, cache, **kwargs):

@@ -207,6 +207,8 @@ def measure(task):
         result["mean_abs_error_vs_pil"] = float(np.abs(got - reference).mean())
     # Memory of the loader alone, before the training measurement adds a model.
     result["peak_rss_mb"], result["peak_rss_child_mb"] = peak_rss_mb()
+    if loader.measures is not None:
+        result.update(loader.measures())
     if on_gpu:
         result.update(_gpu_memory_fields(memory_before))
     if loader.rebuild is not None and task.get("rebuild", True):

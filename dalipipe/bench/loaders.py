@@ -68,10 +68,12 @@ class Loader:
         note: None, or what it does instead where it cannot do the workload's work.
         ordered: whether the first batch holds the first files (`file_paths`, else
             those given); False for a loader that shuffles, which has no quality figure.
+        measures: None, or a callable giving more result fields once the epochs have
+            run (e.g. the disk a cache uses).
     """
 
     def __init__(self, epoch, dataset=None, *, synchronize=None, to_numpy=None, rebuild=None,
-                 file_paths=None, settings=None, note=None, ordered=True):
+                 file_paths=None, settings=None, note=None, ordered=True, measures=None):
         self.epoch = epoch
         self.dataset = dataset
         self.synchronize = synchronize
@@ -81,6 +83,7 @@ class Loader:
         self.settings = settings
         self.note = note
         self.ordered = ordered
+        self.measures = measures
 
 
 SIZE = 224
