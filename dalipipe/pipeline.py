@@ -18,9 +18,8 @@ import os
 import numpy as np
 
 from dalipipe import checks, feed, graph, sampling, sources, tfrecord
-from dalipipe.annotations.boxes import pad_boxes
 from dalipipe.annotations.inputs import index_with_boxes, index_with_masks
-from dalipipe.annotations.placement import keep_a_box, place_boxes
+from dalipipe.annotations.placement import box_table, keep_a_box, place_boxes
 from dalipipe.calls import first_argument, warn
 from dalipipe.dali_import import require_dali
 from dalipipe.devices import place
@@ -244,6 +243,7 @@ class ImagePipeline:
         self.target_shape = tuple(index.labels.shape[1:]) \
             if options.label_mode in TARGET_MODES else None
         self.device = options.device
+        self._boxes = None  # `annotations.placement.BoxTable`, made at the first epoch
         self.unbatched = options.batch_size is None
         n, global_batch = len(self.file_paths), options.batch_size or 1
         # Steps of the global batch. A shard's replicas all run this many full
@@ -392,29 +392,26 @@ class ImagePipeline:
 
     def with_boxes(self, sample_ids, random, padding=None):
         """`random` (the draws of `sample_ids`) with each sample's boxes and labels
-        after them, placed in its output image (`annotations.placement.place_boxes`)
-        and padded to `max_boxes` (`feed.pack_boxes`): float32
-        `(len(sample_ids), feed.random_columns(options))`. With `box_crop`, the crop
-        columns are first moved to hold a box (`annotations.placement.keep_a_box`);
-        with a recipe, the boxes are moved by its geometric operations
-        (`recipes.RandAugment.affines`).
+        after them, placed in its output image and padded to `max_boxes`
+        (`annotations.placement.place_boxes`, all the samples at once;
+        `feed.pack_boxes`): float32 `(len(sample_ids), feed.random_columns(options))`.
+        With `box_crop`, the crop columns are first moved to hold a box
+        (`annotations.placement.keep_a_box`); with a recipe, the boxes are moved by
+        its geometric operations (`recipes.RandAugment.affines`).
         The rows where `padding` (bool, a shard's padding samples) is set get no
         boxes: all -1."""
         options = self.options
-        entries = [self.index.boxes[i] for i in sample_ids]
+        if self._boxes is None:  # the source's boxes as flat arrays, made once
+            self._boxes = box_table(self.index.boxes)
         crops = feed.part_columns(random, options, "crop") if options.augment else None
         if options.box_crop:  # windows moved to hold a box: the image's crop too
             random = random.copy()
             crops = feed.part_columns(random, options, "crop")
-            crops[:] = [keep_a_box(crop, e.boxes, e.size) for crop, e in zip(crops, entries)]
+            crops[:] = keep_a_box(crops, self._boxes, sample_ids)
         affines = (options.recipe.affines(feed.part_columns(random, options, "recipe"),
                                           options.image_size)
-                   if options.recipe is not None else [None] * len(entries))
-        placed = [place_boxes(options, entry.boxes, entry.labels, entry.size,
-                              None if crops is None else crops[row], affines[row])
-                  for row, entry in enumerate(entries)]
-        boxes, labels = pad_boxes([b for b, _ in placed], [lab for _, lab in placed],
-                                  options.max_boxes)
+                   if options.recipe is not None else None)
+        boxes, labels = place_boxes(options, self._boxes, sample_ids, crops, affines)
         if padding is not None:
             boxes[padding], labels[padding] = -1, -1
         return np.concatenate([random, feed.pack_boxes(boxes, labels)], axis=1)
