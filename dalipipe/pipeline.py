@@ -22,6 +22,7 @@ from dalipipe.annotations.inputs import index_with_boxes, index_with_masks
 from dalipipe.annotations.placement import box_table, keep_a_box, place_boxes
 from dalipipe.calls import first_argument, warn
 from dalipipe.dali_import import require_dali
+from dalipipe.decoder_settings import decoder_hints, gpu_memory_line
 from dalipipe.devices import place
 from dalipipe.options import TARGET_MODES, Options, is_inferred, pipeline_signature
 from dalipipe.sharding import Sharding, check_global_batch
@@ -82,12 +83,28 @@ def split_source(source, options, placement):
         return ImagePipeline(part, options, sharding, device_id)
 
     if options.subset != "both":
-        return placed(parts[0], options)
-    # Validation data is neither augmented nor trimmed to whole batches, and it is
-    # read in `file_paths` order, as Keras reads it.
-    validation = options.replace(augment=False, mix=None, box_crop=False,
-                                 drop_remainder=False, shuffle=False)
-    return placed(parts[0], options), placed(parts[1], validation)
+        pipelines = (placed(parts[0], options),)
+    else:
+        # Validation data is neither augmented nor trimmed to whole batches, and it is
+        # read in `file_paths` order, as Keras reads it.
+        validation = options.replace(augment=False, mix=None, box_crop=False,
+                                     drop_remainder=False, shuffle=False)
+        pipelines = placed(parts[0], options), placed(parts[1], validation)
+    if options.verbose and options.device == "gpu":
+        _print_gpu_memory(pipelines)
+    return pipelines if len(pipelines) == 2 else pipelines[0]
+
+
+def _print_gpu_memory(pipelines):
+    """Prints the GPU memory of `pipelines`' buffers (`decoder_settings.gpu_memory_line`),
+    where the check gave the decoder's hints."""
+    first = pipelines[0]
+    sample_bytes = sum(int(np.prod([d for d in shape if d is not None])) * np.dtype(dtype).itemsize
+                       for shape, dtype in zip(first.output_shapes, first.output_dtypes))
+    replicas = 1 if first.sharding is None else len(first.sharding.replica_ids)
+    line = gpu_memory_line(first.options, len(pipelines) * replicas, sample_bytes)
+    if line:
+        print(line)
 
 
 def _index_images(source, options, device_id):
@@ -152,30 +169,6 @@ def _check_sharding(options, replica_ids, num_replicas):
         )
     check_global_batch(options.batch_size, num_replicas)
     return Sharding(num_replicas, tuple(int(r) for r in replica_ids))
-
-
-def decoder_hints(options, sizes, *, percentile=99, limit=4096):
-    """`options` with the hardware decoder's preallocation hints that `decoder` does
-    not set (`preallocate_width_hint`, `preallocate_height_hint`) set from `sizes`,
-    the `(width, height)` of the images the check read: the `percentile`th percentile
-    of the widths and of the heights (nearest rank: a width and a height that some
-    image has), at most `limit` pixels. Unchanged without sizes (no hint: DALI's 0).
-
-    The hardware decoder preallocates a batch of images of the hinted size, and an
-    image larger than the hint still decodes (its buffer grows): the hint follows the
-    typical large image, not the single largest (one 6,000 x 6,000 photograph among a
-    million would cost gigabytes per pipeline), and a hint a user gives is kept as
-    given.
-    """
-    if not sizes:
-        return options
-
-    def hint(values):
-        return min(int(np.percentile(values, percentile, method="inverted_cdf")), limit)
-
-    hints = {"preallocate_width_hint": hint([w for w, _ in sizes]),
-             "preallocate_height_hint": hint([h for _, h in sizes])}
-    return options.replace(decoder={**hints, **(options.decoder or {})})
 
 
 def _print_found(index):

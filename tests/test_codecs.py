@@ -14,7 +14,8 @@ import os
 import pytest
 
 from dalipipe import codecs, graph, make_dali_pipeline
-from dalipipe.decoder_settings import DECODER_ARGUMENTS, REFUSED
+from dalipipe.decoder_settings import (DECODER_ARGUMENTS, HINT_AREA_LIMIT, REFUSED, capped_hints,
+                                       gpu_memory, gpu_memory_line)
 from dalipipe.options import Options
 from dalipipe.pipeline import ImagePipeline
 
@@ -391,9 +392,9 @@ def test_the_walk_sees_a_slice_shape_on_the_gpu():
 
 
 def test_preallocation_hints_follow_the_typical_large_image_not_the_largest():
-    """`decoder_hints`: the 99th percentile of the widths and of the heights, at most
-    4,096 pixels; hints given are kept."""
-    from dalipipe.pipeline import decoder_hints
+    """`decoder_hints`: the 99th percentile of the widths and of the heights, their
+    area at most `HINT_AREA_LIMIT` pixels; hints given are kept."""
+    from dalipipe.decoder_settings import decoder_hints
 
     def hints(sizes, **options):
         decoder = decoder_hints(Options(**options), sizes).decoder or {}
@@ -404,11 +405,55 @@ def test_preallocation_hints_follow_the_typical_large_image_not_the_largest():
     # The percentile is an image's own width and height, by nearest rank.
     assert hints([(w, 1001 - w) for w in range(1, 1001)]) == (990, 990)
     assert hints([(64, 20), (40, 30), (25, 50)]) == (64, 50)  # few: the largest
-    # More than 1 % of huge images: the bound.
-    assert hints([(8000, 6000)] * 50 + [(500, 375)] * 50) == (4096, 4096)
-    assert hints([(8000, 300)] * 10, decoder={"preallocate_width_hint": 7000}) == (7000, 300)
+    # More than 1 % of large photographs: the area's bound, the aspect ratio kept.
+    width, height = hints([(8000, 6000)] * 50 + [(500, 375)] * 50)
+    assert width * height <= HINT_AREA_LIMIT and (width, height) == (1672, 1254)
+    assert hints([(1920, 1080)] * 10) == (1920, 1080)  # full HD fits
+    assert hints([(20000, 40)] * 10) == (20000, 40)  # a long side alone is no cost
+    # A hint given is kept; the other one fits the area with it.
+    assert hints([(8000, 300)] * 10, decoder={"preallocate_width_hint": 7000}) == (7000, 299)
+    assert hints([(300, 8000)] * 10, decoder={"preallocate_height_hint": 9000}) == (233, 9000)
     kept = decoder_hints(Options(decoder={"hw_decoder_load": 0.2}), [(64, 20)]).decoder
     assert kept == {"preallocate_width_hint": 64, "preallocate_height_hint": 20,
                     "hw_decoder_load": 0.2}
     assert hints([]) == (None, None)
     assert hints([(500, 375)] * 100 + [(900, 600)] * 5) == (900, 600)
+
+
+@pytest.mark.parametrize("width, height", [(4096, 4096), (8000, 6000), (1449, 1448),
+                                           (3, 2**21), (99999, 99999)])
+def test_capped_hints_stay_within_the_area(width, height):
+    capped = capped_hints(width, height)
+    assert capped[0] * capped[1] <= HINT_AREA_LIMIT
+    assert capped[0] <= width and capped[1] <= height
+    assert capped[0] * capped[1] > 0.99 * min(HINT_AREA_LIMIT, width * height) - capped[0] - capped[1]
+    assert abs(capped[0] / capped[1] - width / height) <= 0.01 * width / height + 1 / capped[1]
+
+
+def test_gpu_memory_counts_each_buffer_for_each_pipeline():
+    """The hardware decoder's batch is `ceil(batch * load)` images at the hints; each
+    queued batch holds its decoded images and its outputs; all times the pipelines."""
+    memory = gpu_memory(batch_size=256, width_hint=4096, height_hint=4096,
+                        hw_decoder_load=0.65, num_pipelines=1, prefetch_queue_depth=2)
+    assert memory["hardware decoder"] == 167 * 4096 * 4096 * 3  # the issue's 8 GB
+    assert memory["decoded"] == 2 * 256 * 4096 * 4096 * 3 and memory["outputs"] == 0
+    capped = gpu_memory(batch_size=256, width_hint=1672, height_hint=1254,
+                        num_pipelines=2, sample_bytes=224 * 224 * 3 * 4)
+    assert capped["hardware decoder"] == 2 * 167 * 1672 * 1254 * 3 < 2.2 * 2**30
+    assert capped["outputs"] == 2 * 2 * 256 * 224 * 224 * 3 * 4
+    assert capped["total"] == sum(v for k, v in capped.items() if k != "total")
+    assert gpu_memory(batch_size=256, width_hint=500, height_hint=375,
+                      hw_decoder_load=0.0)["hardware decoder"] == 0
+
+
+def test_the_verbose_line_states_the_bound_and_its_parts():
+    options = Options(batch_size=256, decoder={"preallocate_width_hint": 1672,
+                                               "preallocate_height_hint": 1254,
+                                               "hw_decoder_load": 0.9})
+    line = gpu_memory_line(options, 2, sample_bytes=1000)
+    total = gpu_memory(batch_size=256, width_hint=1672, height_hint=1254, hw_decoder_load=0.9,
+                       num_pipelines=2, sample_bytes=1000)["total"]
+    assert line.startswith("GPU memory for images up to the decoder's hints (1672x1254): at "
+                           f"most {total / 2**30:.2f} GiB in 2 pipeline(s)")
+    assert "hw_decoder_load=0.9" in line
+    assert gpu_memory_line(Options(), 1) is None  # no check, no hints: nothing to bound
