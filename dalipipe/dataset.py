@@ -153,7 +153,7 @@ def make_dali_dataset(
         device: `"gpu"`, `"cpu"` (DALI's CPU operators, no CUDA), or `"auto"`: the GPU when
             TensorFlow and DALI both see one (for `make_dali_pipeline`, when DALI does).
         num_threads: DALI's CPU threads per pipeline; None means the usable cores on the
-            CPU, 4 (at most the cores) on a GPU.
+            CPU, on a GPU 4 (at most the cores), more for PNGs and masks.
         prefetch_queue_depth: batches DALI prepares ahead.
         decoder: DALI's GPU decoder arguments, e.g. `{"hw_decoder_load": 0.9}` (see GPU decoder).
         check: the check of every file before training: `"structure"` (formats, headers,

@@ -23,7 +23,7 @@ from dalipipe.annotations.placement import box_table, keep_a_box, place_boxes
 from dalipipe.calls import first_argument, warn
 from dalipipe.dali_import import require_dali
 from dalipipe.decoder_settings import decoder_hints, gpu_memory_line
-from dalipipe.devices import place
+from dalipipe.devices import cpu_decoded_share, default_num_threads, place
 from dalipipe.options import TARGET_MODES, Options, is_inferred, pipeline_signature
 from dalipipe.sharding import Sharding, check_global_batch
 from dalipipe.storage import fetch, remote_sources as remote
@@ -61,6 +61,7 @@ def split_source(source, options, placement):
     `image_dataset_from_directory` prints and shows the check's progress.
     """
     device_id, sharding = placement.device_id, placement.sharding
+    threads_given = options.num_threads is not None
     options = options.replace(device=placement.device, num_threads=placement.num_threads)
     options = options.resolved()
     if options.masks is not None or options.boxes is not None:
@@ -69,6 +70,10 @@ def split_source(source, options, placement):
         options = decoder_hints(options.replace(label_mode=None), sizes)
     else:
         index, options = _index_images(source, options, device_id)
+        if options.device == "gpu" and not threads_given and index.refs is None:
+            # PNG and other formats the GPU does not decode take more CPU threads.
+            options = options.replace(num_threads=default_num_threads(
+                "gpu", cpu_decoded=cpu_decoded_share(index.file_paths)))
     parts = sources.split_index(index, validation_split=options.validation_split,
                                 subset=options.subset, seed=options.seed,
                                 shuffle=options.shuffle)
