@@ -315,14 +315,38 @@ GRAPH_VARIANTS = [
 ]
 
 
+# The dense graphs: masks (decoded on the CPU, cut and resized with their images) and
+# boxes (placed in NumPy, passed through), each with the geometries, a recipe, a
+# shard's weights and records; `crop` variants are walked in both crop set-ups.
+DENSE = {"label_mode": None}
+MASKS, BOXES = {**DENSE, "masks": "masks/"}, {**DENSE, "boxes": "boxes.json"}
+DENSE_VARIANTS = [
+    MASKS, {**MASKS, "augment": True}, {**MASKS, "pad_to_aspect_ratio": True},
+    {**MASKS, "crop_to_aspect_ratio": True, "central_fraction": 0.75},
+    {**MASKS, "augment": "randaugment"}, {**MASKS, "augment": "autoaugment"},
+    {**MASKS, "data_format": "channels_first"}, {**MASKS, "padded": True},
+    {**MASKS, "augment": True, "feeds_bytes": True}, {**MASKS, "color_mode": "grayscale"},
+    BOXES, {**BOXES, "augment": True}, {**BOXES, "augment": True, "box_crop": True},
+    {**BOXES, "augment": "trivialaugment"}, {**BOXES, "pad_to_aspect_ratio": True},
+    {**BOXES, "padded": True}, {**BOXES, "feeds_bytes": True},
+]
+
+
 def every_gpu_graph_setup():
     """`(options changes, define arguments, crop set-up)` of every GPU graph set-up: the
-    decode combinations with each crop set-up where they crop, then `GRAPH_VARIANTS`."""
+    decode combinations with each crop set-up where they crop, then `GRAPH_VARIANTS`
+    and `DENSE_VARIANTS` (those that crop in both set-ups)."""
     setups = []
     for changes in graph_option_sets():
         for setup in ((codecs.ROI_DECODE, codecs.FULL_DECODE) if changes["augment"]
                       else (codecs.FULL_DECODE,)):
             setups.append((changes, {}, setup))
+    for variant in DENSE_VARIANTS:
+        arguments = {k: variant[k] for k in ("padded", "feeds_bytes") if k in variant}
+        changes = {k: v for k, v in variant.items() if k not in arguments}
+        for setup in ((codecs.ROI_DECODE, codecs.FULL_DECODE) if changes.get("augment")
+                      else (codecs.FULL_DECODE,)):
+            setups.append((changes, arguments, setup))
     for variant in GRAPH_VARIANTS:
         arguments = {k: variant[k] for k in ("padded", "feeds_bytes") if k in variant}
         changes = {k: v for k, v in variant.items() if k not in arguments}
@@ -375,6 +399,16 @@ def test_gpu_graph_reads_no_host_input_from_the_gpu(cpu_pipe, changes, arguments
     monkeypatch.setattr(graph, "_crop_setup", lambda options: setup)
     options = cpu_pipe.options.replace(device="gpu", **changes)
     assert host_inputs_on_the_gpu(defined_graph(options, **arguments)) == []
+
+
+def test_the_walk_reaches_the_dense_graphs(cpu_pipe):
+    """The dense variants define their own graphs: a mask decoder on the CPU beside the
+    image's on the GPU, and the boxes' columns unpacked (more operators)."""
+    def graph_of(changes):
+        return defined_graph(cpu_pipe.options.replace(device="gpu", **changes))
+
+    assert {d[1] for d in decoder_ops(graph_of(MASKS))} == {"mixed", "cpu"}
+    assert len(graph_of(BOXES)._ops) > len(graph_of(DENSE)._ops)
 
 
 def test_the_walk_sees_a_slice_shape_on_the_gpu():
