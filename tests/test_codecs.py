@@ -1,6 +1,7 @@
 """codecs: the nvJPEG that nvImageCodec loads, the crop set-up chosen for it, and the
 GPU graph's decoders against what the installed nvImageCodec accepts on the GPU; the
-decoders' preallocation hints; and, in every GPU graph set-up, no input that an
+decoders' preallocation hints (capped by area) and the GPU memory they bound; and, in
+every GPU graph set-up (the masks and boxes graphs among them), no input that an
 operator reads on the host placed on the GPU.
 
 A GPU graph cannot be built here (DALI needs CUDA to build or serialize it), but it
