@@ -31,7 +31,7 @@ from typing import ClassVar
 import numpy as np
 
 from dalipipe import dali_hooks, recipe_geometry, sampling
-from dalipipe.utils import is_int
+from dalipipe.utils import distinct_rows, is_int
 
 # augment= names -> the recipe with its defaults (`parse_augment`).
 RECIPES = ("randaugment", "trivialaugment", "autoaugment")
@@ -76,21 +76,6 @@ def _quiet():
         if not issubclass(warning.category, DeprecationWarning):
             warnings.warn_explicit(warning.message, warning.category, warning.filename,
                                    warning.lineno)
-
-
-def _kinds(keys):
-    """`(first, inverse)` of the distinct rows of `keys` (`(n, k)`): the index of each
-    one's first row, and each row's distinct one. Column by column, in 1-D sorts (a
-    sort of whole rows is several times slower)."""
-    codes, bound = np.zeros(len(keys), np.int64), 1
-    for column in np.asarray(keys).T:
-        values, found = np.unique(column, return_inverse=True)
-        if bound * len(values) >= 2**62:  # renumber the codes before they overflow
-            codes = np.unique(codes, return_inverse=True)[1].reshape(-1)
-            bound = int(codes.max()) + 1
-        codes, bound = codes * len(values) + found.reshape(-1), bound * len(values)
-    _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
-    return first, inverse.reshape(-1)
 
 
 def _choices(uniform, counts):
@@ -177,7 +162,7 @@ class _Recipe:
         rows = np.asarray(rows)
         if not len(rows):
             return np.zeros((0, 3, 3))
-        first, inverse = _kinds(self.step_keys(rows))
+        first, inverse = distinct_rows(self.step_keys(rows))
         kinds = np.tile(np.eye(3), (len(first), 1, 1))
         for i, steps in enumerate(self.steps(rows[first])):
             for aug, magnitude_bin, sign in steps:

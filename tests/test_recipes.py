@@ -6,6 +6,7 @@ import pytest
 
 import dalipipe
 from dalipipe import recipes, sampling
+from dalipipe.utils import distinct_rows
 from helpers import NUM_TAGGED, tag_of
 
 SIZE = 32
@@ -218,14 +219,15 @@ def test_affines_made_once_per_kind_of_row_equal_each_row_s_own(recipe):
     assert recipe.affines(rows[:0], (60, 80)).shape == (0, 3, 3)
 
 
-def test_kinds_of_rows_are_numpy_s_distinct_rows_even_past_int64():
-    """`_kinds` numbers the distinct rows column by column, renumbering before the
-    codes would overflow (6 columns of 3,000 values each: 3000**6 > 2**62)."""
+def test_distinct_rows_are_numpy_s_even_past_int64():
+    """`utils.distinct_rows` (`affines`' kinds of rows) numbers them column by column,
+    renumbering before the codes would overflow (6 columns of 3,000 values: 3000**6 >
+    2**62)."""
     rng = np.random.default_rng(3)
     keys = rng.random((3000, 6)).astype(np.float32)
     keys[1000:2000] = keys[:1000]  # repeated rows
     keys[:, 5][::7] = 0.5
-    first, inverse = recipes._kinds(keys)
+    first, inverse = distinct_rows(keys)
     distinct, expected_first, _ = np.unique(keys, axis=0, return_index=True,
                                             return_inverse=True)
     assert len(first) == len(distinct) < 3000
