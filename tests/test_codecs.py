@@ -492,3 +492,18 @@ def test_the_verbose_line_states_the_bound_and_its_parts():
                            f"most {total / 2**30:.2f} GiB in 2 pipeline(s)")
     assert "hw_decoder_load=0.9" in line
     assert gpu_memory_line(Options(), 1) is None  # no check, no hints: nothing to bound
+
+
+def test_the_verbose_line_counts_the_outputs_and_the_pipelines(indexed_dir, capsys):
+    """`pipeline._print_gpu_memory`: the check's hints, the outputs' bytes per sample
+    (images and labels) and one pipeline per split (printed on a GPU; called here)."""
+    from dalipipe.pipeline import _print_gpu_memory
+
+    pair = make_dali_pipeline(indexed_dir, device="cpu", image_size=(8, 8), batch_size=4,
+                              validation_split=0.5, subset="both", seed=1, verbose=False)
+    decoder = pair[0].options.decoder
+    _print_gpu_memory(pair)
+    expected = gpu_memory_line(pair[0].options, 2, sample_bytes=8 * 8 * 3 * 4 + 4)
+    assert capsys.readouterr().out == expected + "\n"
+    assert f"({decoder['preallocate_width_hint']}x{decoder['preallocate_height_hint']})" \
+        in expected and "in 2 pipeline(s)" in expected
