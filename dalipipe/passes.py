@@ -192,9 +192,15 @@ class _Feed:
 
 def _batch_converter(convert, unbatched):
     """A batch of DALI outputs as a tuple of `convert`ed dense tensors (one sample each
-    for `unbatched`)."""
+    for `unbatched`). A `convert` with a `finish` attribute (torch's GPU copies) is
+    finished once per batch, after the batch's last copy."""
+    finish = getattr(convert, "finish", None)
+
     def convert_batch(outputs):
-        return tuple(convert(out[0] if unbatched else out.as_tensor()) for out in outputs)
+        batch = tuple(convert(out[0] if unbatched else out.as_tensor()) for out in outputs)
+        if finish is not None:
+            finish()
+        return batch
 
     return convert_batch
 
@@ -202,8 +208,10 @@ def _batch_converter(convert, unbatched):
 def converter(backend, gpu, device_id=None):
     """The function that copies one dense DALI tensor into `backend`'s tensor: a torch
     tensor, a jax array, or a NumPy array on other backends (on the host). Called in a
-    pass's feed thread: a GPU copy is complete when it returns (torch's on a stream of
-    its own, CUDA device `device_id`)."""
+    pass's feed thread: a GPU copy is complete when it returns, except torch's, made on
+    a stream of its own (CUDA device `device_id`), complete when the function's
+    `finish` (the stream's synchronization, once per batch: `_batch_converter`)
+    returns."""
     if backend == "torch":
         from nvidia.dali.plugin.pytorch.torch_utils import to_torch_tensor
 
@@ -215,10 +223,9 @@ def converter(backend, gpu, device_id=None):
 
         def to_torch(tensor):
             with torch.cuda.stream(stream):
-                copied = to_torch_tensor(tensor, copy=True)
-            stream.synchronize()
-            return copied
+                return to_torch_tensor(tensor, copy=True)
 
+        to_torch.finish = stream.synchronize
         return to_torch
     if backend == "jax":
         import jax
