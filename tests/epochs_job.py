@@ -109,6 +109,43 @@ def fits(tagged_dir):
     return {"backend": keras.backend.backend(), "cases": cases}
 
 
+def trained_on(reads, natives):
+    """The native epoch each `fit` epoch of `reads` trained on (-1 for none)."""
+    return [next((e for e, rows in enumerate(natives) if same_samples(seen, rows)), -1)
+            for seen in reads.epochs]
+
+
+def rule(tagged_dir, format=None):
+    """The epoch rule (`dalipipe.passes`) in `format` (the backend's default):
+    which native epoch each `fit` epoch trains on, for the manual resume idiom
+    (`fit(initial_epoch=2)` on a new dataset and a built model), two `fit`s with
+    `evaluate` and `predict` between them, and the dataset as its own
+    `validation_data`."""
+    options = dict(OPTIONS, format=format)
+    native = dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS)
+    natives = [native_rows(native, e) for e in range(6)]
+    result = {}
+
+    def fit(dataset, model, **kwargs):
+        reads = Reads()
+        model.fit(dataset, verbose=0, callbacks=[reads], **kwargs)
+        return trained_on(reads, natives)
+
+    model = signature_model()
+    model.fit(dalipipe.make_dali_dataset(tagged_dir, **options), epochs=1, verbose=0)
+    result["resumed"] = fit(dalipipe.make_dali_dataset(tagged_dir, **options), model,
+                            epochs=4, initial_epoch=2)
+    dataset = dalipipe.make_dali_dataset(tagged_dir, **options)
+    first = fit(dataset, signature_model(), epochs=2)
+    model.evaluate(dataset, verbose=0)
+    model.predict(dataset, verbose=0)
+    result["two_fits"] = [first, fit(dataset, model, epochs=1)]
+    dataset = dalipipe.make_dali_dataset(tagged_dir, **options)
+    result["validation_itself"] = fit(dataset, signature_model(), epochs=3,
+                                      validation_data=dataset)
+    return result
+
+
 def run(tagged_dir, records, backup_dir, kill=""):
     """See MODE `run` above."""
     train, val = dalipipe.make_dali_dataset(tagged_dir, **OPTIONS, **SPLIT)
