@@ -15,6 +15,10 @@ MODE `run`: `fit` for `EPOCHS` epochs with `validation_data` and a
 `ModelCheckpoint`, and `dalipipe.BackupAndRestore` every 3 steps unless KILL is
 `plain`; appends each step's samples to RECORDS (`resume_job.Recorder`), and with
 KILL `at:E,B` is killed with SIGKILL after step B of epoch E.
+
+MODE `interrupted` (`python epochs_job.py interrupted SOURCE`): `fit` on SOURCE
+(an `s3://` copy of TAGGED_DIR) for ever, saying "training" on stdout after its
+third step; the test stalls the storage and sends SIGINT.
 """
 
 import json
@@ -205,8 +209,25 @@ def run(tagged_dir, records, backup_dir, kill=""):
                     callbacks=[*callbacks, recorder])
 
 
+def interrupted(source):
+    """See MODE `interrupted` above: `fit` on `source`, saying "training" on stdout
+    after its third step, then going on until it is interrupted."""
+
+    class Says(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 2:
+                print("training", flush=True)
+
+    dataset = dalipipe.make_dali_dataset(source, **dict(OPTIONS, augment=False))
+    signature_model().fit(dataset, epochs=100, verbose=0, callbacks=[Says()])
+
+
 if __name__ == "__main__":
-    mode, tagged_dir, out, *rest = sys.argv[1:]
+    mode, tagged_dir, *rest = sys.argv[1:]
+    if mode == "interrupted":
+        interrupted(tagged_dir)
+        sys.exit(0)
+    out, *rest = rest
     if mode == "fits":
         with open(out, "w") as f:
             json.dump(fits(tagged_dir), f)

@@ -295,3 +295,46 @@ def test_the_feed_reads_ahead_in_its_own_thread_and_raises_at_the_batch(tmp_path
     with pytest.raises(RuntimeError, match=f"{victim} changed after the check"):
         for i in range(10 - depth, 11):
             dataset[i]
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_fit_with_stalled_reads_exits_within_5_seconds(s3_server, tagged_dir,
+                                                                     tmp_path):
+    """`fit` on torch from `s3://`, the S3 server suspended (SIGSTOP: connections
+    complete in the kernel, nothing answers) once training runs: Ctrl-C (SIGINT)
+    ends the process within 5 s, the stalled reads left to daemon threads."""
+    import signal
+    import time
+
+    pytest.importorskip("torch")
+    client = s3_server.client()
+    client.create_bucket(Bucket="stalled")
+    for root, _, files in os.walk(tagged_dir):
+        for name in files:
+            path = os.path.join(root, name)
+            client.put_object(Bucket="stalled", Key=f"tagged/{os.path.relpath(path, tagged_dir)}",
+                              Body=open(path, "rb").read())
+    environ = child_env(KERAS_BACKEND="torch", CUDA_VISIBLE_DEVICES="")
+    errors = tmp_path / "stderr.txt"
+    with open(errors, "w") as stderr:
+        process = subprocess.Popen([sys.executable, JOB, "interrupted", "s3://stalled/tagged/"],
+                                   env=environ, cwd=TESTS, stdout=subprocess.PIPE,
+                                   stderr=stderr, text=True)
+    try:
+        assert process.stdout.readline() == "training\n", errors.read_text()[-4000:]
+        s3_server.process.send_signal(signal.SIGSTOP)
+        time.sleep(3)  # the batches read ahead are taken: training waits on the reads
+        assert process.poll() is None
+        process.send_signal(signal.SIGINT)
+        start = time.monotonic()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            pass
+        took = time.monotonic() - start
+        assert took < 5, f"the process took {took:.1f} s to exit after SIGINT"
+        assert "KeyboardInterrupt" in errors.read_text()
+    finally:
+        s3_server.process.send_signal(signal.SIGCONT)
+        process.kill()
+        process.wait()
