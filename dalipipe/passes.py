@@ -32,13 +32,14 @@ any `(epoch, step)` asked for, restarting the pass there when it is not the next
 batch. No TensorFlow.
 """
 
+import atexit
 import queue
 import threading
 import weakref
 
 import numpy as np
 
-from dalipipe import native
+from dalipipe import dali_hooks, native
 from dalipipe.annotations.elements import element
 
 
@@ -153,28 +154,49 @@ class PassStream:
             batch = self._feed[0].next()
             if step + 1 == steps:
                 self._feed[0].finish()  # DALI's run ends with the pass: checked here
-        except BaseException:
-            self.close()
+        except BaseException as e:
+            self.close(wait=0 if isinstance(e, KeyboardInterrupt) else STOP_WAIT)
             raise
         self._at = (epoch, step + 1)
         if step + 1 == steps:
             self.close()
         return element(tuple(self._receive(t) for t in batch), self.image_pipeline.options)
 
-    def close(self):
+    def close(self, wait=None):
         """Ends the pass under way, dropping what was read ahead. A feed that does not
-        stop at once (a read stalled in storage) is left to its thread, with its DALI
-        pipeline: the next pass builds another."""
+        stop within `wait` seconds (defaults to `STOP_WAIT`; a read stalled in
+        storage) is left to its thread, with its DALI pipeline: the next pass builds
+        another."""
         feed = self._feed[0]
-        _Feed.stop_held(self._feed)
+        _Feed.stop_held(self._feed, STOP_WAIT if wait is None else wait)
         if feed is not None and feed.abandoned:
+            # A pass left before its end builds DALI's pipeline again anyway.
             self._runner = native.Runner(self.image_pipeline)
         self._at = None
 
 
 # How long stopping a pass waits for its feed thread, in seconds; a feed still
 # running then (a read stalled in storage) is left to its daemon thread.
-STOP_WAIT = 0.5
+STOP_WAIT = 0.3
+_FEEDS = weakref.WeakSet()  # the feeds with a thread, stopped as the process exits
+_EXIT = []  # whether `_stop_at_exit` is registered
+
+
+def _stop_at_exit():
+    """Stops every feed as the process exits, before DALI shuts its pipelines down
+    (its `atexit` handler, registered before this one, runs after it): the
+    pipeline of a feed left to its thread is left out of that shutdown, which would
+    wait for the stalled read (`dali_hooks.left_at_exit`)."""
+    for feed in list(_FEEDS):
+        feed.stop()
+
+
+def _register_exit():
+    if not _EXIT:
+        import nvidia.dali.pipeline  # noqa: F401  (registers DALI's handler first)
+
+        atexit.register(_stop_at_exit)
+        _EXIT.append(True)
 
 
 class _Feed:
@@ -185,9 +207,12 @@ class _Feed:
 
     def __init__(self, runner, inputs, convert, count, depth):
         self._batches = self._produce(runner.run(*inputs, copy_to_host=False), convert, count)
+        self._runner = runner
         self._depth = depth
         self.abandoned = False  # whether `stop` left the thread running
         if depth:
+            _register_exit()
+            _FEEDS.add(self)
             self._queue = queue.Queue(maxsize=depth)
             self._stopped = threading.Event()
             self._thread = threading.Thread(target=self._run, name="dalipipe-feed",
@@ -259,24 +284,30 @@ class _Feed:
                 pass
         return False
 
-    def stop(self):
+    def stop(self, wait=STOP_WAIT):
         """Stops the pass (a pass left before its end builds DALI's pipeline again).
-        Waits `STOP_WAIT` seconds at most for the feed thread: one still running (a
-        read stalled in storage) is left, never joined, and `abandoned` is True."""
+        Waits `wait` seconds at most for the feed thread: one still running (a read
+        stalled in storage) is left, never joined, with its DALI pipeline, and
+        `abandoned` is True."""
+        if self.abandoned:
+            return
         if self._depth:
             self._stopped.set()
-            self._thread.join(STOP_WAIT)
+            self._thread.join(wait)
             if self._thread.is_alive():
                 self.abandoned = True
+                if self._runner.pipe is not None:  # DALI's shutdown at exit would wait
+                    dali_hooks.left_at_exit(self._runner.pipe)
                 return
+            _FEEDS.discard(self)
         self._batches.close()
 
     @staticmethod
-    def stop_held(held):
+    def stop_held(held, wait=STOP_WAIT):
         """Stops the feed in the list `held`, if any, and empties it."""
         feed, held[0] = held[0], None
         if feed is not None:
-            feed.stop()
+            feed.stop(wait)
 
 
 def _batch_converter(convert, unbatched):
