@@ -113,10 +113,13 @@ class DALIPyDataset(keras.utils.PyDataset):
         """The batches of the next pass, `len()` (all of them for an `evaluate` or
         `predict` pass, which Keras starts by reading it)."""
         frame = keras_hooks.py_dataset_pass()
-        if frame is None:
-            return len(self)
-        epoch, step, _ = self._start_keras_pass(frame)
-        return self.image_pipeline.steps - step
+        if frame is not None:
+            _, step, _ = self._start_keras_pass(frame)
+            return self.image_pipeline.steps - step
+        loop = keras_hooks.keras_loop()
+        if loop is not None and loop.kind != "fit":
+            return self.image_pipeline.steps  # an evaluation pass is whole
+        return len(self)
 
     def _start_keras_pass(self, frame):
         """Starts the pass of Keras's generator `frame` (`Cursor.start_pass`)."""

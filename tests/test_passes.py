@@ -144,6 +144,29 @@ def test_the_epoch_rule_on_tensorflow(tagged_dir, format):
     assert rule(tagged_dir, format) == (PYDATASET_RULE if format == "pydataset" else RULE)
 
 
+def test_evaluate_reads_a_whole_pass_and_moves_nothing_after_set_position(tagged_dir):
+    """Mid-epoch (`set_position(1, 10)`): `evaluate` reads every batch of `epoch(1)`,
+    and the next training pass still starts at step 10."""
+    import keras
+
+    from epochs_job import signature_model
+
+    dataset = dalipipe.make_dali_dataset(tagged_dir, format="pydataset", **OPTIONS)
+    dataset.set_position(1, 10)
+
+    class Steps(keras.callbacks.Callback):
+        steps = 0
+
+        def on_test_batch_end(self, batch, logs=None):
+            Steps.steps += 1
+
+    signature_model().evaluate(dataset, verbose=0, callbacks=[Steps()])
+    assert Steps.steps == STEPS
+    assert len(dataset) == STEPS - 10
+    pipeline = dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS)
+    assert tags([dataset[0]]) == tags(pipeline.epoch(1, start_batch=10))[:1]
+
+
 @pytest.mark.slow
 @pytest.mark.backend_job("rule")
 @pytest.mark.parametrize("backend", ["torch", "jax"])
