@@ -79,8 +79,9 @@ class Cursor:
         with self._lock:
             if loop is not None and loop.kind != "fit":
                 return self._epoch, 0, False
-            if loop is not None and loop.initial_epoch is not None and not self._seen(loop.call):
-                self._fit = weakref.ref(loop.call) if loop.call is not None else None
+            if loop is not None and loop.initial_epoch is not None and loop.call is not None \
+                    and not self._seen(loop.call):
+                self._fit = weakref.ref(loop.call)
                 if loop.initial_epoch > 0 and self._epoch != loop.initial_epoch:
                     epoch, _ = self.image_pipeline.check_position(loop.initial_epoch, 0)
                     self._epoch, self._start = epoch, 0
@@ -88,7 +89,7 @@ class Cursor:
 
     def _seen(self, call):
         """Whether `call` is the `fit` whose first epoch already set the cursor."""
-        return call is not None and self._fit is not None and self._fit() is call
+        return self._fit is not None and self._fit() is call
 
     def read_whole(self, epoch):
         """Records that a pass of epoch `epoch` was read to its end: the next pass is
