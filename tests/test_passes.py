@@ -321,11 +321,14 @@ def test_the_feed_reads_ahead_in_its_own_thread_and_raises_at_the_batch(tmp_path
 
 
 @pytest.mark.slow
-def test_ctrl_c_during_fit_with_stalled_reads_exits_within_5_seconds(s3_server, tagged_dir,
-                                                                     tmp_path):
+def test_ctrl_c_during_fit_with_stalled_reads_exits_without_waiting_for_them(
+        s3_server, tagged_dir, tmp_path):
     """`fit` on torch from `s3://`, the S3 server suspended (SIGSTOP: connections
     complete in the kernel, nothing answers) once training runs: Ctrl-C (SIGINT)
-    ends the process within 5 s, the stalled reads left to daemon threads."""
+    ends the process while the server stays suspended, the stalled reads left to
+    daemon threads. (A process that waited on them would never end here. It ends in
+    2-7 s on a loaded 2-core machine, most of it DALI's and Python's teardown; the
+    bound below leaves room for that noise.)"""
     import signal
     import time
 
@@ -355,7 +358,8 @@ def test_ctrl_c_during_fit_with_stalled_reads_exits_within_5_seconds(s3_server, 
         except subprocess.TimeoutExpired:
             pass
         took = time.monotonic() - start
-        assert took < 5, f"the process took {took:.1f} s to exit after SIGINT"
+        assert process.poll() is not None, "the process waits on the stalled reads"
+        assert took < 20, f"the process took {took:.1f} s to exit after SIGINT"
         assert "KeyboardInterrupt" in errors.read_text()
     finally:
         s3_server.process.send_signal(signal.SIGCONT)
