@@ -7,7 +7,7 @@ follows Keras's backend: `dalipipe.tf_dataset` (DALI's TensorFlow plugin) or
 imports TensorFlow, so that Keras on torch or JAX never loads it.
 """
 
-from dalipipe.calls import first_argument
+from dalipipe.calls import first_argument, warn
 from dalipipe.dali_import import require_dali
 from dalipipe.devices import place
 from dalipipe.keras_config import keras_backend
@@ -153,7 +153,7 @@ def make_dali_dataset(
         device: `"gpu"`, `"cpu"` (DALI's CPU operators, no CUDA), or `"auto"`: the GPU when
             TensorFlow and DALI both see one (for `make_dali_pipeline`, when DALI does).
         num_threads: DALI's CPU threads per pipeline; None means the usable cores on the
-            CPU, 4 (at most the cores) on a GPU.
+            CPU, on a GPU 4 (at most the cores), more for PNGs and masks.
         prefetch_queue_depth: batches DALI prepares ahead.
         decoder: DALI's GPU decoder arguments, e.g. `{"hw_decoder_load": 0.9}` (see GPU decoder).
         check: the check of every file before training: `"structure"` (formats, headers,
@@ -209,6 +209,9 @@ def _make(source, options, strategy):
     backend = None if tf_data else keras_backend()
     placement = place(options, backend=backend, tf_data=tf_data, strategy=strategy)
     if tf_data:
+        cost = tf_format_cost(keras_backend(), placement.device)
+        if cost:
+            warn(cost)
         return tf_dataset.make_tf_dataset(source, options, placement, strategy)
     # The `ImagePipeline`s, each made once on its final device and, with several
     # devices, as this process's shard: one, or two for `subset="both"`.
@@ -219,6 +222,27 @@ def _make(source, options, strategy):
         from dalipipe.py_dataset import make_py_dataset as wrap
     datasets = wrap(result if isinstance(result, tuple) else (result,), backend)
     return datasets if len(datasets) == 2 else datasets[0]
+
+
+# Keras backend -> the framework whose tensors Keras's `tf.data` adapter makes.
+_FRAMEWORKS = {"torch": "PyTorch", "jax": "JAX"}
+
+
+def tf_format_cost(backend, device):
+    """The warning for `format="tf"` on Keras's `backend` with a pipeline on `device`
+    ("gpu" or "cpu"), or None: on torch and JAX with a GPU, Keras's adapter turns each
+    batch of the `tf.data.Dataset` into NumPy on the host and then into the backend's
+    tensors on the GPU. Not refused: KerasHub's models take "tf" and "grain" only."""
+    framework = _FRAMEWORKS.get(backend)
+    if device != "gpu" or framework is None:
+        return None
+    return (
+        f'`format="tf"` on the {backend} backend copies each batch from the GPU to the host '
+        f"and back: Keras's `tf.data` adapter turns DALI's GPU batches into NumPy arrays, "
+        f'then into {framework} tensors on the GPU. Use format="pydataset" or "grain", '
+        f"which hand DALI's GPU batches to {framework} on the GPU (KerasHub's models take "
+        f'"tf" and "grain"). Received: format="tf", Keras backend={backend!r}, device="gpu"'
+    )
 
 
 def _backend_format():

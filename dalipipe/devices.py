@@ -14,7 +14,8 @@
 - Memory: TensorFlow takes all of a GPU's memory unless told otherwise, and DALI
   allocates its own (`default_memory_growth`, which `import dalipipe` calls,
   `enable_memory_growth`, `memory_growth_error`).
-- Threads: `default_num_threads`, DALI's CPU threads for a device.
+- Threads: `default_num_threads`, DALI's CPU threads for a device and the share of
+  decodes the source leaves to the CPU (`cpu_decoded_share`).
 
 TensorFlow, PyTorch and JAX are imported only inside the functions that ask them:
 the GPU tests and `benchmarks/gpu_bench.py` run where there is no TensorFlow, and
@@ -24,6 +25,7 @@ as arguments, so that tests can give them every answer a framework may give.
 
 import dataclasses
 import os
+import random
 from typing import Optional
 
 from dalipipe.calls import warn
@@ -31,10 +33,13 @@ from dalipipe.install import DALI_FIX, pip_extra
 from dalipipe.sharding import data_parallel_shard
 from dalipipe.utils import usable_cores
 
-# DALI CPU threads of a GPU pipeline, as in DALI's own examples: the GPU decodes, the
-# threads only read files and prepare the GPU's work. A CPU pipeline takes every
-# usable core.
+# DALI CPU threads of a GPU pipeline whose images the GPU decodes, as in DALI's own
+# examples: the threads only read files and prepare the GPU's work. A CPU pipeline
+# takes every usable core.
 GPU_NUM_THREADS = 4
+# What nvImageCodec decodes on the GPU (nvJPEG, nvJPEG2000). Other formats (PNG, BMP,
+# PNM, WebP, TIFF) and every mask decode on DALI's CPU threads.
+GPU_DECODED_EXTENSIONS = (".jpg", ".jpeg", ".jp2", ".j2k")
 # TensorFlow's switch for GPU memory growth, read when it creates its GPU devices:
 # "true" or "false" overrides `tf.config.experimental.set_memory_growth`.
 MEMORY_GROWTH_VARIABLE = "TF_FORCE_GPU_ALLOW_GROWTH"
@@ -110,7 +115,7 @@ def place(options, *, backend=None, tf_data=False, strategy=None):
         sharding = data_parallel_shard(options, backend)
     num_threads = options.num_threads
     if num_threads is None:
-        num_threads = default_num_threads(device)
+        num_threads = default_num_threads(device, masks=options.masks is not None)
     return Placement(device, device_id, num_threads, sharding)
 
 
@@ -124,11 +129,31 @@ def dali_gpu_count():
         return 0
 
 
-def default_num_threads(device):
-    """DALI's CPU threads for a pipeline on `device` ("cpu" or "gpu"): the usable
-    cores, at most `GPU_NUM_THREADS` on a GPU."""
-    cores = usable_cores()
-    return min(GPU_NUM_THREADS, cores) if device == "gpu" else cores
+def default_num_threads(device, *, masks=False, cpu_decoded=0.0, cores=None):
+    """DALI's CPU threads for a pipeline on `device` ("cpu" or "gpu"): on the CPU the
+    usable `cores` (default: `utils.usable_cores()`, `os.sched_getaffinity`). On a GPU,
+    `GPU_NUM_THREADS` (at most the cores) where the GPU decodes every image, and more
+    as the share of decodes left to the CPU grows, up to every usable core but one
+    (the training thread's): the share `cpu_decoded` (in [0, 1], `cpu_decoded_share`)
+    of the images, all of them with `masks` (each mask decodes on the CPU)."""
+    cores = usable_cores() if cores is None else cores
+    if device != "gpu":
+        return cores
+    base = min(GPU_NUM_THREADS, cores)
+    share = 1.0 if masks else min(max(float(cpu_decoded), 0.0), 1.0)
+    return base + round(share * max(cores - 1 - base, 0))
+
+
+def cpu_decoded_share(paths, most=10000):
+    """The share of `paths` (image files) whose format decodes on the CPU, not in
+    `GPU_DECODED_EXTENSIONS`, read from at most `most` of them drawn at random (with a
+    fixed seed)."""
+    if not len(paths):
+        return 0.0
+    if len(paths) > most:
+        paths = [paths[i] for i in random.Random(0).sample(range(len(paths)), most)]
+    seen = [str(p).lower().endswith(GPU_DECODED_EXTENSIONS) for p in paths]
+    return 1.0 - sum(seen) / len(seen)
 
 
 def dali_device(device):

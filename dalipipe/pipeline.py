@@ -18,12 +18,12 @@ import os
 import numpy as np
 
 from dalipipe import cache, checks, feed, graph, sampling, sources, tfrecord
-from dalipipe.annotations.boxes import pad_boxes
 from dalipipe.annotations.inputs import index_with_boxes, index_with_masks
-from dalipipe.annotations.placement import keep_a_box, place_boxes
+from dalipipe.annotations.placement import box_table, keep_a_box, place_boxes
 from dalipipe.calls import first_argument, warn
 from dalipipe.dali_import import require_dali
-from dalipipe.devices import place
+from dalipipe.decoder_settings import decoder_hints, gpu_memory_line
+from dalipipe.devices import cpu_decoded_share, default_num_threads, place
 from dalipipe.options import TARGET_MODES, Options, is_inferred, pipeline_signature
 from dalipipe.sharding import Sharding, check_global_batch
 from dalipipe.storage import fetch, remote_sources as remote
@@ -61,6 +61,7 @@ def split_source(source, options, placement):
     `image_dataset_from_directory` prints and shows the check's progress.
     """
     device_id, sharding = placement.device_id, placement.sharding
+    threads_given = options.num_threads is not None
     options = options.replace(device=placement.device, num_threads=placement.num_threads)
     options = options.resolved()
     if options.masks is not None or options.boxes is not None:
@@ -69,6 +70,10 @@ def split_source(source, options, placement):
         options = decoder_hints(options.replace(label_mode=None), sizes)
     else:
         index, options = _index_images(source, options, device_id)
+        if options.device == "gpu" and not threads_given and index.refs is None:
+            # PNG and other formats the GPU does not decode take more CPU threads.
+            options = options.replace(num_threads=default_num_threads(
+                "gpu", cpu_decoded=cpu_decoded_share(index.file_paths)))
     parts = sources.split_index(index, validation_split=options.validation_split,
                                 subset=options.subset, seed=options.seed,
                                 shuffle=options.shuffle)
@@ -83,12 +88,28 @@ def split_source(source, options, placement):
         return ImagePipeline(part, options, sharding, device_id)
 
     if options.subset != "both":
-        return placed(parts[0], options)
-    # Validation data is neither augmented nor trimmed to whole batches, and it is
-    # read in `file_paths` order, as Keras reads it.
-    validation = options.replace(augment=False, mix=None, box_crop=False,
-                                 drop_remainder=False, shuffle=False)
-    return placed(parts[0], options), placed(parts[1], validation)
+        pipelines = (placed(parts[0], options),)
+    else:
+        # Validation data is neither augmented nor trimmed to whole batches, and it is
+        # read in `file_paths` order, as Keras reads it.
+        validation = options.replace(augment=False, mix=None, box_crop=False,
+                                     drop_remainder=False, shuffle=False)
+        pipelines = placed(parts[0], options), placed(parts[1], validation)
+    if options.verbose and options.device == "gpu":
+        _print_gpu_memory(pipelines)
+    return pipelines if len(pipelines) == 2 else pipelines[0]
+
+
+def _print_gpu_memory(pipelines):
+    """Prints the GPU memory of `pipelines`' buffers (`decoder_settings.gpu_memory_line`),
+    where the check gave the decoder's hints."""
+    first = pipelines[0]
+    sample_bytes = sum(int(np.prod([d for d in shape if d is not None])) * np.dtype(dtype).itemsize
+                       for shape, dtype in zip(first.output_shapes, first.output_dtypes))
+    replicas = 1 if first.sharding is None else len(first.sharding.replica_ids)
+    line = gpu_memory_line(first.options, len(pipelines) * replicas, sample_bytes)
+    if line:
+        print(line)
 
 
 def _index_images(source, options, device_id):
@@ -153,30 +174,6 @@ def _check_sharding(options, replica_ids, num_replicas):
         )
     check_global_batch(options.batch_size, num_replicas)
     return Sharding(num_replicas, tuple(int(r) for r in replica_ids))
-
-
-def decoder_hints(options, sizes, *, percentile=99, limit=4096):
-    """`options` with the hardware decoder's preallocation hints that `decoder` does
-    not set (`preallocate_width_hint`, `preallocate_height_hint`) set from `sizes`,
-    the `(width, height)` of the images the check read: the `percentile`th percentile
-    of the widths and of the heights (nearest rank: a width and a height that some
-    image has), at most `limit` pixels. Unchanged without sizes (no hint: DALI's 0).
-
-    The hardware decoder preallocates a batch of images of the hinted size, and an
-    image larger than the hint still decodes (its buffer grows): the hint follows the
-    typical large image, not the single largest (one 6,000 x 6,000 photograph among a
-    million would cost gigabytes per pipeline), and a hint a user gives is kept as
-    given.
-    """
-    if not sizes:
-        return options
-
-    def hint(values):
-        return min(int(np.percentile(values, percentile, method="inverted_cdf")), limit)
-
-    hints = {"preallocate_width_hint": hint([w for w, _ in sizes]),
-             "preallocate_height_hint": hint([h for _, h in sizes])}
-    return options.replace(decoder={**hints, **(options.decoder or {})})
 
 
 def _print_found(index):
@@ -244,6 +241,7 @@ class ImagePipeline:
         self.target_shape = tuple(index.labels.shape[1:]) \
             if options.label_mode in TARGET_MODES else None
         self.device = options.device
+        self._boxes = None  # `annotations.placement.BoxTable`, made at the first epoch
         self.unbatched = options.batch_size is None
         n, global_batch = len(self.file_paths), options.batch_size or 1
         # Steps of the global batch. A shard's replicas all run this many full
@@ -398,29 +396,26 @@ class ImagePipeline:
 
     def with_boxes(self, sample_ids, random, padding=None):
         """`random` (the draws of `sample_ids`) with each sample's boxes and labels
-        after them, placed in its output image (`annotations.placement.place_boxes`)
-        and padded to `max_boxes` (`feed.pack_boxes`): float32
-        `(len(sample_ids), feed.random_columns(options))`. With `box_crop`, the crop
-        columns are first moved to hold a box (`annotations.placement.keep_a_box`);
-        with a recipe, the boxes are moved by its geometric operations
-        (`recipes.RandAugment.affines`).
+        after them, placed in its output image and padded to `max_boxes`
+        (`annotations.placement.place_boxes`, all the samples at once;
+        `feed.pack_boxes`): float32 `(len(sample_ids), feed.random_columns(options))`.
+        With `box_crop`, the crop columns are first moved to hold a box
+        (`annotations.placement.keep_a_box`); with a recipe, the boxes are moved by
+        its geometric operations (`recipes.RandAugment.affines`).
         The rows where `padding` (bool, a shard's padding samples) is set get no
         boxes: all -1."""
         options = self.options
-        entries = [self.index.boxes[i] for i in sample_ids]
+        if self._boxes is None:  # the source's boxes as flat arrays, made once
+            self._boxes = box_table(self.index.boxes)
         crops = feed.part_columns(random, options, "crop") if options.augment else None
         if options.box_crop:  # windows moved to hold a box: the image's crop too
             random = random.copy()
             crops = feed.part_columns(random, options, "crop")
-            crops[:] = [keep_a_box(crop, e.boxes, e.size) for crop, e in zip(crops, entries)]
+            crops[:] = keep_a_box(crops, self._boxes, sample_ids)
         affines = (options.recipe.affines(feed.part_columns(random, options, "recipe"),
                                           options.image_size)
-                   if options.recipe is not None else [None] * len(entries))
-        placed = [place_boxes(options, entry.boxes, entry.labels, entry.size,
-                              None if crops is None else crops[row], affines[row])
-                  for row, entry in enumerate(entries)]
-        boxes, labels = pad_boxes([b for b, _ in placed], [lab for _, lab in placed],
-                                  options.max_boxes)
+                   if options.recipe is not None else None)
+        boxes, labels = place_boxes(options, self._boxes, sample_ids, crops, affines)
         if padding is not None:
             boxes[padding], labels[padding] = -1, -1
         return np.concatenate([random, feed.pack_boxes(boxes, labels)], axis=1)

@@ -31,7 +31,7 @@ from typing import ClassVar
 import numpy as np
 
 from dalipipe import dali_hooks, recipe_geometry, sampling
-from dalipipe.utils import is_int
+from dalipipe.utils import distinct_rows, is_int
 
 # augment= names -> the recipe with its defaults (`parse_augment`).
 RECIPES = ("randaugment", "trivialaugment", "autoaugment")
@@ -155,13 +155,26 @@ class _Recipe:
         """float64 `(len(rows), 3, 3)`: per sample of the recipe's `rows` (its
         columns of `"random"`), the map of output pixels that its geometric
         operations apply, in order (`recipe_geometry.affine`; the identity where it
-        runs none). Coordinates as `recipe_geometry` states them."""
-        out = np.tile(np.eye(3), (len(rows), 1, 1))
-        for i, steps in enumerate(self.steps(rows)):
+        runs none). Coordinates as `recipe_geometry` states them.
+
+        Rows that run the same steps (`step_keys`) share one map: the maps are made
+        for one row of each kind, so an epoch's rows cost NumPy, not Python per row."""
+        rows = np.asarray(rows)
+        if not len(rows):
+            return np.zeros((0, 3, 3))
+        first, inverse = distinct_rows(self.step_keys(rows))
+        kinds = np.tile(np.eye(3), (len(first), 1, 1))
+        for i, steps in enumerate(self.steps(rows[first])):
             for aug, magnitude_bin, sign in steps:
-                out[i] = recipe_geometry.affine(aug, magnitude_bin, sign,
-                                                self.num_magnitude_bins, image_size) @ out[i]
-        return out
+                kinds[i] = recipe_geometry.affine(aug, magnitude_bin, sign,
+                                                  self.num_magnitude_bins, image_size) @ kinds[i]
+        return kinds[inverse]
+
+    def step_keys(self, rows):
+        """float32 `(len(rows), k)`: rows with equal keys run the same `steps`. The
+        rows themselves, whose columns are whole numbers; a recipe with other columns
+        gives its own."""
+        return np.asarray(rows, np.float32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -320,6 +333,17 @@ class AutoAugment(_Recipe):
         stages = self.stages
         return _choices(rng.random((count, self.columns)),
                         [len(self.dali_policy().sub_policies)] + [None] * stages + [2] * stages)
+
+    def step_keys(self, rows):
+        """The sub-policy, whether each stage runs (as `steps` decides it) and the
+        signs: the uniform numbers matter only through their stage's probability."""
+        policy, stages = self.dali_policy(), self.stages
+        probabilities = np.zeros((len(policy.sub_policies), stages), np.float32)
+        for i, sub_policy in enumerate(policy.sub_policies):
+            probabilities[i, :len(sub_policy)] = [p for _, p, _ in sub_policy]
+        rows = np.asarray(rows, np.float32)
+        runs = rows[:, 1:1 + stages] < probabilities[rows[:, 0].astype(np.int64)]
+        return np.concatenate([rows[:, :1], runs.astype(np.float32), rows[:, 1 + stages:]], 1)
 
     def steps(self, rows):
         """Per sample of `rows` (its `columns` of `"random"`), the operations its draws

@@ -6,7 +6,9 @@
 #   2. plain `pytest -m gpu -rP` (this checkout's dalipipe, not installed: pytest's
 #      `pythonpath` setting), each test's prints written to the log as they come
 #      (--capture=tee-sys); at 150 s a SIGINT stops it (pytest still prints its
-#      summary), and a SIGKILL 10 s later;
+#      summary), and a SIGKILL 10 s later. Pytest runs the files in the order named:
+#      GPU_TESTS_FIRST (the newest and riskiest), the other test files, and
+#      test_gpu.py's many cases last, so that the limit cuts those;
 #   3. benchmarks/gpu_bench.py, which writes its results as each section ends; at
 #      300 s a SIGTERM stops it (it kills its measurement processes and writes the
 #      summary of what it measured), and a SIGKILL 20 s later.
@@ -51,8 +53,19 @@ else  # not the plain entry point, which the run means to show working
     say "no $PYTEST on PATH: $PY3 -m pytest instead"
     run_pytest=("$PY3" -m pytest)
 fi
+GPU_TESTS_FIRST=(tests/test_masks.py tests/test_resume.py tests/test_boxes.py
+                 tests/test_passes_converter.py)
+GPU_TESTS_LAST=tests/test_gpu.py
+gpu_tests=("${GPU_TESTS_FIRST[@]}")
+for file in tests/test_*.py; do
+    case " ${GPU_TESTS_FIRST[*]} $GPU_TESTS_LAST " in
+        *" $file "*) ;;
+        *) gpu_tests+=("$file") ;;
+    esac
+done
+gpu_tests+=("$GPU_TESTS_LAST")
 timeout -s INT -k 10 "$PYTEST_LIMIT" "${run_pytest[@]}" -m gpu -rP -v --capture=tee-sys \
-    -p no:cacheprovider > "$OUT/pytest_gpu.log" 2>&1
+    -p no:cacheprovider "${gpu_tests[@]}" > "$OUT/pytest_gpu.log" 2>&1
 tests=$?
 tail -n 25 "$OUT/pytest_gpu.log"
 say "pytest exit status $tests$(stopped "$tests" "$PYTEST_LIMIT"): $OUT/pytest_gpu.log"

@@ -290,6 +290,18 @@ def test_format_tf_equals_the_native_epochs_and_opens_no_file_later(tagged_dir):
         opens.append(sum(opened.counts.values()))
         assert same(got, want[epoch]), epoch
     assert opens == [121, 0, 0]
+    # `fit` trains on the same batches with and without the cache.
+    import keras
+
+    losses = []
+    for cache in (None, "memory"):
+        keras.utils.set_random_seed(1)
+        model = keras.Sequential([keras.Input((12, 10, 3)), keras.layers.Rescaling(1 / 255),
+                                  keras.layers.Flatten(), keras.layers.Dense(3)])
+        model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        dataset = dalipipe.make_dali_dataset(tagged_dir, cache=cache, format="tf", **OPTIONS)
+        losses.append(model.fit(dataset, epochs=2, verbose=0).history["loss"])
+    assert losses[0] == losses[1]
 
 
 @pytest.mark.backend_job("cache")

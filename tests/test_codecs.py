@@ -1,6 +1,7 @@
 """codecs: the nvJPEG that nvImageCodec loads, the crop set-up chosen for it, and the
 GPU graph's decoders against what the installed nvImageCodec accepts on the GPU; the
-decoders' preallocation hints; and, in every GPU graph set-up, no input that an
+decoders' preallocation hints (capped by area) and the GPU memory they bound; and, in
+every GPU graph set-up (the masks and boxes graphs among them), no input that an
 operator reads on the host placed on the GPU.
 
 A GPU graph cannot be built here (DALI needs CUDA to build or serialize it), but it
@@ -14,7 +15,8 @@ import os
 import pytest
 
 from dalipipe import codecs, graph, make_dali_pipeline
-from dalipipe.decoder_settings import DECODER_ARGUMENTS, REFUSED
+from dalipipe.decoder_settings import (DECODER_ARGUMENTS, HINT_AREA_LIMIT, REFUSED, capped_hints,
+                                       gpu_memory, gpu_memory_line)
 from dalipipe.options import Options
 from dalipipe.pipeline import ImagePipeline
 
@@ -314,14 +316,38 @@ GRAPH_VARIANTS = [
 ]
 
 
+# The dense graphs: masks (decoded on the CPU, cut and resized with their images) and
+# boxes (placed in NumPy, passed through), each with the geometries, a recipe, a
+# shard's weights and records; `crop` variants are walked in both crop set-ups.
+DENSE = {"label_mode": None}
+MASKS, BOXES = {**DENSE, "masks": "masks/"}, {**DENSE, "boxes": "boxes.json"}
+DENSE_VARIANTS = [
+    MASKS, {**MASKS, "augment": True}, {**MASKS, "pad_to_aspect_ratio": True},
+    {**MASKS, "crop_to_aspect_ratio": True, "central_fraction": 0.75},
+    {**MASKS, "augment": "randaugment"}, {**MASKS, "augment": "autoaugment"},
+    {**MASKS, "data_format": "channels_first"}, {**MASKS, "padded": True},
+    {**MASKS, "augment": True, "feeds_bytes": True}, {**MASKS, "color_mode": "grayscale"},
+    BOXES, {**BOXES, "augment": True}, {**BOXES, "augment": True, "box_crop": True},
+    {**BOXES, "augment": "trivialaugment"}, {**BOXES, "pad_to_aspect_ratio": True},
+    {**BOXES, "padded": True}, {**BOXES, "feeds_bytes": True},
+]
+
+
 def every_gpu_graph_setup():
     """`(options changes, define arguments, crop set-up)` of every GPU graph set-up: the
-    decode combinations with each crop set-up where they crop, then `GRAPH_VARIANTS`."""
+    decode combinations with each crop set-up where they crop, then `GRAPH_VARIANTS`
+    and `DENSE_VARIANTS` (those that crop in both set-ups)."""
     setups = []
     for changes in graph_option_sets():
         for setup in ((codecs.ROI_DECODE, codecs.FULL_DECODE) if changes["augment"]
                       else (codecs.FULL_DECODE,)):
             setups.append((changes, {}, setup))
+    for variant in DENSE_VARIANTS:
+        arguments = {k: variant[k] for k in ("padded", "feeds_bytes") if k in variant}
+        changes = {k: v for k, v in variant.items() if k not in arguments}
+        for setup in ((codecs.ROI_DECODE, codecs.FULL_DECODE) if changes.get("augment")
+                      else (codecs.FULL_DECODE,)):
+            setups.append((changes, arguments, setup))
     for variant in GRAPH_VARIANTS:
         arguments = {k: variant[k] for k in ("padded", "feeds_bytes") if k in variant}
         changes = {k: v for k, v in variant.items() if k not in arguments}
@@ -376,6 +402,16 @@ def test_gpu_graph_reads_no_host_input_from_the_gpu(cpu_pipe, changes, arguments
     assert host_inputs_on_the_gpu(defined_graph(options, **arguments)) == []
 
 
+def test_the_walk_reaches_the_dense_graphs(cpu_pipe):
+    """The dense variants define their own graphs: a mask decoder on the CPU beside the
+    image's on the GPU, and the boxes' columns unpacked (more operators)."""
+    def graph_of(changes):
+        return defined_graph(cpu_pipe.options.replace(device="gpu", **changes))
+
+    assert {d[1] for d in decoder_ops(graph_of(MASKS))} == {"mixed", "cpu"}
+    assert len(graph_of(BOXES)._ops) > len(graph_of(DENSE)._ops)
+
+
 def test_the_walk_sees_a_slice_shape_on_the_gpu():
     """A Python list as `fn.slice`'s shape in a GPU graph is what the walk finds."""
     from nvidia.dali import fn, pipeline_def, types
@@ -391,9 +427,9 @@ def test_the_walk_sees_a_slice_shape_on_the_gpu():
 
 
 def test_preallocation_hints_follow_the_typical_large_image_not_the_largest():
-    """`decoder_hints`: the 99th percentile of the widths and of the heights, at most
-    4,096 pixels; hints given are kept."""
-    from dalipipe.pipeline import decoder_hints
+    """`decoder_hints`: the 99th percentile of the widths and of the heights, their
+    area at most `HINT_AREA_LIMIT` pixels; hints given are kept."""
+    from dalipipe.decoder_settings import decoder_hints
 
     def hints(sizes, **options):
         decoder = decoder_hints(Options(**options), sizes).decoder or {}
@@ -404,11 +440,70 @@ def test_preallocation_hints_follow_the_typical_large_image_not_the_largest():
     # The percentile is an image's own width and height, by nearest rank.
     assert hints([(w, 1001 - w) for w in range(1, 1001)]) == (990, 990)
     assert hints([(64, 20), (40, 30), (25, 50)]) == (64, 50)  # few: the largest
-    # More than 1 % of huge images: the bound.
-    assert hints([(8000, 6000)] * 50 + [(500, 375)] * 50) == (4096, 4096)
-    assert hints([(8000, 300)] * 10, decoder={"preallocate_width_hint": 7000}) == (7000, 300)
+    # More than 1 % of large photographs: the area's bound, the aspect ratio kept.
+    width, height = hints([(8000, 6000)] * 50 + [(500, 375)] * 50)
+    assert width * height <= HINT_AREA_LIMIT and (width, height) == (1672, 1254)
+    assert hints([(1920, 1080)] * 10) == (1920, 1080)  # full HD fits
+    assert hints([(20000, 40)] * 10) == (20000, 40)  # a long side alone is no cost
+    # A hint given is kept; the other one fits the area with it.
+    assert hints([(8000, 300)] * 10, decoder={"preallocate_width_hint": 7000}) == (7000, 299)
+    assert hints([(300, 8000)] * 10, decoder={"preallocate_height_hint": 9000}) == (233, 9000)
     kept = decoder_hints(Options(decoder={"hw_decoder_load": 0.2}), [(64, 20)]).decoder
     assert kept == {"preallocate_width_hint": 64, "preallocate_height_hint": 20,
                     "hw_decoder_load": 0.2}
     assert hints([]) == (None, None)
     assert hints([(500, 375)] * 100 + [(900, 600)] * 5) == (900, 600)
+
+
+@pytest.mark.parametrize("width, height", [(4096, 4096), (8000, 6000), (1449, 1448),
+                                           (3, 2**21), (99999, 99999)])
+def test_capped_hints_stay_within_the_area(width, height):
+    capped = capped_hints(width, height)
+    assert capped[0] * capped[1] <= HINT_AREA_LIMIT
+    assert capped[0] <= width and capped[1] <= height
+    assert capped[0] * capped[1] > 0.99 * min(HINT_AREA_LIMIT, width * height) - capped[0] - capped[1]
+    assert abs(capped[0] / capped[1] - width / height) <= 0.01 * width / height + 1 / capped[1]
+
+
+def test_gpu_memory_counts_each_buffer_for_each_pipeline():
+    """The hardware decoder's batch is `ceil(batch * load)` images at the hints; each
+    queued batch holds its decoded images and its outputs; all times the pipelines."""
+    memory = gpu_memory(batch_size=256, width_hint=4096, height_hint=4096,
+                        hw_decoder_load=0.65, num_pipelines=1, prefetch_queue_depth=2)
+    assert memory["hardware decoder"] == 167 * 4096 * 4096 * 3  # the issue's 8 GB
+    assert memory["decoded"] == 2 * 256 * 4096 * 4096 * 3 and memory["outputs"] == 0
+    capped = gpu_memory(batch_size=256, width_hint=1672, height_hint=1254,
+                        num_pipelines=2, sample_bytes=224 * 224 * 3 * 4)
+    assert capped["hardware decoder"] == 2 * 167 * 1672 * 1254 * 3 < 2.2 * 2**30
+    assert capped["outputs"] == 2 * 2 * 256 * 224 * 224 * 3 * 4
+    assert capped["total"] == sum(v for k, v in capped.items() if k != "total")
+    assert gpu_memory(batch_size=256, width_hint=500, height_hint=375,
+                      hw_decoder_load=0.0)["hardware decoder"] == 0
+
+
+def test_the_verbose_line_states_the_bound_and_its_parts():
+    options = Options(batch_size=256, decoder={"preallocate_width_hint": 1672,
+                                               "preallocate_height_hint": 1254,
+                                               "hw_decoder_load": 0.9})
+    line = gpu_memory_line(options, 2, sample_bytes=1000)
+    total = gpu_memory(batch_size=256, width_hint=1672, height_hint=1254, hw_decoder_load=0.9,
+                       num_pipelines=2, sample_bytes=1000)["total"]
+    assert line.startswith("GPU memory for images up to the decoder's hints (1672x1254): at "
+                           f"most {total / 2**30:.2f} GiB in 2 pipeline(s)")
+    assert "hw_decoder_load=0.9" in line
+    assert gpu_memory_line(Options(), 1) is None  # no check, no hints: nothing to bound
+
+
+def test_the_verbose_line_counts_the_outputs_and_the_pipelines(indexed_dir, capsys):
+    """`pipeline._print_gpu_memory`: the check's hints, the outputs' bytes per sample
+    (images and labels) and one pipeline per split (printed on a GPU; called here)."""
+    from dalipipe.pipeline import _print_gpu_memory
+
+    pair = make_dali_pipeline(indexed_dir, device="cpu", image_size=(8, 8), batch_size=4,
+                              validation_split=0.5, subset="both", seed=1, verbose=False)
+    decoder = pair[0].options.decoder
+    _print_gpu_memory(pair)
+    expected = gpu_memory_line(pair[0].options, 2, sample_bytes=8 * 8 * 3 * 4 + 4)
+    assert capsys.readouterr().out == expected + "\n"
+    assert f"({decoder['preallocate_width_hint']}x{decoder['preallocate_height_hint']})" \
+        in expected and "in 2 pipeline(s)" in expected

@@ -457,3 +457,32 @@ def test_one_call_decides_the_device_once(indexed_dir, monkeypatch, format):
     for part in pair:
         pipeline = part.image_pipeline
         assert pipeline.options.num_threads == devices.default_num_threads(pipeline.device)
+
+
+@pytest.mark.parametrize("backend, device, warned", [
+    ("torch", "gpu", True), ("jax", "gpu", True), ("torch", "cpu", False),
+    ("jax", "cpu", False), ("tensorflow", "gpu", False), ("numpy", "gpu", False),
+])
+def test_tf_format_on_torch_or_jax_with_a_gpu_names_the_copy_and_the_formats(
+        backend, device, warned):
+    from dalipipe.dataset import tf_format_cost
+
+    message = tf_format_cost(backend, device)
+    assert (message is not None) == warned
+    if warned:
+        assert "from the GPU to the host and back" in message
+        assert 'format="pydataset" or "grain"' in message
+        assert f"Keras backend={backend!r}" in message
+
+
+def test_tf_format_warns_when_the_placement_is_a_gpu(indexed_dir, monkeypatch):
+    """The decision reaches the user: `make_dali_dataset(format="tf")` on torch with a
+    GPU placement warns (the placement and the adapter are stand-ins: no GPU here)."""
+    from dalipipe import dataset, tf_dataset
+    from dalipipe.devices import Placement
+
+    monkeypatch.setattr(dataset, "keras_backend", lambda: "torch")
+    monkeypatch.setattr(dataset, "place", lambda *a, **k: Placement("gpu", 0, 4, None))
+    monkeypatch.setattr(tf_dataset, "make_tf_dataset", lambda *a: "made")
+    with pytest.warns(UserWarning, match="copies each batch from the GPU to the host"):
+        assert make_dali_dataset(indexed_dir, format="tf", image_size=(8, 8)) == "made"

@@ -12,9 +12,12 @@ import pytest
 from dalipipe.devices import (
     GPU_NUM_THREADS,
     GPU_TENSORFLOW_FIX,
+    Placement,
     choose_device,
+    cpu_decoded_share,
     cuda_ordinal,
     default_memory_growth,
+    default_num_threads,
     jax_ordinals,
     memory_growth_error,
     resolve_device,
@@ -136,3 +139,44 @@ def test_gpu_pipelines_default_to_dali_examples_threads():
     assert Options(device="gpu").resolved().num_threads == min(4, usable_cores())
     assert Options(device="cpu").resolved().num_threads == usable_cores()
     assert Options(device="gpu", num_threads=7).resolved().num_threads == 7
+
+
+@pytest.mark.parametrize("cores, jpeg, png, masks", [
+    (1, 1, 1, 1), (2, 2, 2, 2), (4, 4, 4, 4), (8, 4, 7, 7), (16, 4, 15, 15), (64, 4, 63, 63),
+])
+def test_gpu_threads_grow_with_the_decodes_left_to_the_cpu(cores, jpeg, png, masks):
+    """JPEGs decode on the GPU: `GPU_NUM_THREADS`. PNGs and every mask decode on the
+    CPU: every usable core but the training thread's. The CPU: every core."""
+    assert default_num_threads("gpu", cores=cores) == jpeg
+    assert default_num_threads("gpu", cpu_decoded=1.0, cores=cores) == png
+    assert default_num_threads("gpu", masks=True, cores=cores) == masks
+    assert default_num_threads("cpu", masks=True, cores=cores) == cores
+    half = default_num_threads("gpu", cpu_decoded=0.5, cores=cores)
+    assert jpeg <= half <= png
+
+
+def test_the_cpu_share_of_decodes_reads_the_extensions():
+    assert cpu_decoded_share(["a.jpg", "b.JPEG", "c.png", "d.bmp"]) == 0.5
+    assert cpu_decoded_share(["a.jp2", "b.jpg"]) == 0.0
+    assert cpu_decoded_share([]) == 0.0
+    many = [f"{i}.png" if i % 4 == 0 else f"{i}.jpg" for i in range(100_000)]
+    assert cpu_decoded_share(many) == pytest.approx(0.25, abs=0.01)
+
+
+def test_a_gpu_pipeline_of_pngs_or_masks_takes_more_threads(indexed_dir, monkeypatch):
+    """`split_source` on a GPU placement (defined here, not run): a folder of PNGs takes
+    the PNG default; threads given are kept. No DALI GPU is needed to make it."""
+    from dalipipe import devices
+    from dalipipe.pipeline import split_source
+
+    monkeypatch.setattr(devices, "usable_cores", lambda: 16)
+    options = Options(image_size=(8, 8), batch_size=2, check=None, verbose=False)
+    placement = Placement("gpu", 0, default_num_threads("gpu"), None)
+    assert placement.num_threads == 4
+    assert split_source(indexed_dir, options, placement).options.num_threads == 15
+    given = Options(image_size=(8, 8), batch_size=2, check=None, verbose=False, num_threads=3)
+    assert split_source(indexed_dir, given, Placement("gpu", 0, 3, None)).options.num_threads == 3
+    monkeypatch.setattr(devices, "dali_gpu_count", lambda: 1)
+    assert devices.place(Options(device="gpu", masks="m/")).num_threads == 15
+    assert devices.place(Options(device="gpu")).num_threads == 4
+    assert devices.place(Options(device="cpu", masks="m/")).num_threads == 16

@@ -243,11 +243,11 @@ def test_gpu_tfrecord_records_unpadded_match_the_cpu(tagged_tfrecords):
         assert np.abs(gpu_images.astype(int) - cpu_images.astype(int)).max() <= 1
 
 
-def test_gpu_pipeline_defaults_to_four_threads_and_cuda_device_0(indexed_dir):
-    from dalipipe.utils import usable_cores
+def test_gpu_pipeline_of_pngs_takes_the_png_threads_and_cuda_device_0(indexed_dir):
+    from dalipipe.devices import default_num_threads
 
     gpu = make_dali_pipeline(indexed_dir, device="gpu", image_size=(6, 6), batch_size=8)
-    assert gpu.options.num_threads == min(4, usable_cores())
+    assert gpu.options.num_threads == default_num_threads("gpu", cpu_decoded=1.0)
     assert gpu.device_id == 0
     images, labels = next(iter(gpu.epoch()))
     assert images.shape == (8, 6, 6, 3)

@@ -80,3 +80,26 @@ def test_the_gpu_run_script_and_its_run_calls():
     assert len(limits) == 2 and {name for _, name in limits} == set(defaults), limits
     worst = sum(int(grace) + int(defaults[name]) for grace, name in limits)
     assert worst + 60 <= int(calls[-1][2]), worst
+
+
+def test_the_gpu_run_runs_the_newest_gpu_tests_first_and_test_gpu_last():
+    """At 150 s the run's pytest is stopped: the files go in the order the script
+    names them, the newest and riskiest GPU tests first, test_gpu.py's many cases
+    last, every test file once (the script's own lines run here)."""
+    with open(os.path.join(ROOT, "scripts", "gpu_run.sh"), encoding="utf-8") as f:
+        text = f.read()
+    start = text.index("GPU_TESTS_FIRST=(")
+    end = text.index('gpu_tests+=("$GPU_TESTS_LAST")\n') + len('gpu_tests+=("$GPU_TESTS_LAST")\n')
+    assert '-p no:cacheprovider "${gpu_tests[@]}"' in text[end:]
+    listed = subprocess.run(["bash", "-c", text[start:end] + 'printf "%s\\n" "${gpu_tests[@]}"'],
+                            cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    assert listed[:4] == ["tests/test_masks.py", "tests/test_resume.py", "tests/test_boxes.py",
+                          "tests/test_passes_converter.py"]
+    assert listed[-1] == "tests/test_gpu.py"
+    files = sorted(f"tests/{name}" for name in os.listdir(os.path.join(ROOT, "tests"))
+                   if re.fullmatch(r"test_\w+\.py", name))
+    assert sorted(listed) == files
+    marked = [f for f in files if re.search(r"^(@|pytestmark = )pytest\.mark\.gpu\b",
+                                            open(os.path.join(ROOT, f)).read(), re.MULTILINE)]
+    assert "tests/test_masks.py" in marked and "tests/test_gpu.py" in marked
+    assert set(marked) - set(listed[:4]) <= {"tests/test_gpu.py", "tests/test_distributed.py"}

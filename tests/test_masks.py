@@ -353,6 +353,23 @@ def test_gpu_masks_equal_the_cpu_graph_masks(dense, options):
         check_aligned(images, masks, fill=0)
 
 
+@pytest.mark.gpu
+def test_gpu_masks_stay_aligned_on_the_full_decode_path(dense, monkeypatch):
+    """The crop set-up of nvJPEG older than 13.2 (CUDA 12 wheels), forced: the whole
+    image decoded on the GPU and the window cut out by `fn.slice`; the masks, decoded on
+    the CPU and cut by the same window, stay the CPU graph's and aligned with the
+    images."""
+    from dalipipe import codecs
+
+    monkeypatch.setenv(codecs.ROI_FANCY_UPSAMPLING_ENV, "0")
+    assert codecs.crop_setup() == codecs.FULL_DECODE
+    cpu = [m for _, m in pipeline(dense, augment=True).epoch(0)]
+    gpu = list(pipeline(dense, device="gpu", augment=True).epoch(0))
+    for (images, masks), expected in zip(gpu, cpu):
+        np.testing.assert_array_equal(masks, expected)
+        check_aligned(images, masks, fill=0)
+
+
 def test_a_recipe_with_an_operation_of_unknown_geometry_is_refused(dense, monkeypatch):
     """An operation whose effect on masks is unknown (one a later DALI might add to
     a suite) is refused as the options are checked, naming it and `augment`."""

@@ -6,6 +6,7 @@ import pytest
 
 import dalipipe
 from dalipipe import recipes, sampling
+from dalipipe.utils import distinct_rows
 from helpers import NUM_TAGGED, tag_of
 
 SIZE = 32
@@ -193,3 +194,42 @@ def test_validation_of_subset_both_is_not_augmented(color_dir):
     assert train.options.recipe == dalipipe.RandAugment() and train.options.mix is not None
     assert validation.options.augment is False and validation.options.mix is None
     assert validation.num_random == 0 and validation.input_names == ("samples",)
+
+
+@pytest.mark.parametrize("recipe", [
+    recipes.RandAugment(num_ops=2, magnitude=9), recipes.RandAugment(num_ops=3, magnitude=30),
+    recipes.TrivialAugmentWide(), recipes.AutoAugment(),
+    *(recipes.AutoAugment(policy=p) for p in recipes.AUTOAUGMENT_POLICIES if p != "imagenet"),
+], ids=lambda r: repr(r))
+def test_affines_made_once_per_kind_of_row_equal_each_row_s_own(recipe):
+    """`affines` makes one map per kind of row (`step_keys`): bit for bit each row's
+    own map, its steps' maps composed in order."""
+    from dalipipe import recipe_geometry
+
+    rows = recipe.rows(np.random.default_rng(7), 3000)
+    expected = np.tile(np.eye(3), (len(rows), 1, 1))
+    for i, steps in enumerate(recipe.steps(rows)):
+        for aug, magnitude_bin, sign in steps:
+            expected[i] = recipe_geometry.affine(aug, magnitude_bin, sign,
+                                                 recipe.num_magnitude_bins, (60, 80)) @ expected[i]
+    got = recipe.affines(rows, (60, 80))
+    assert got.shape == (3000, 3, 3)
+    assert np.array_equal(got.view(np.uint64), expected.view(np.uint64))
+    assert (expected != np.eye(3)).any((1, 2)).sum() > 100  # geometric steps among them
+    assert recipe.affines(rows[:0], (60, 80)).shape == (0, 3, 3)
+
+
+def test_distinct_rows_are_numpy_s_even_past_int64():
+    """`utils.distinct_rows` (`affines`' kinds of rows) numbers them column by column,
+    renumbering before the codes would overflow (6 columns of 3,000 values: 3000**6 >
+    2**62)."""
+    rng = np.random.default_rng(3)
+    keys = rng.random((3000, 6)).astype(np.float32)
+    keys[1000:2000] = keys[:1000]  # repeated rows
+    keys[:, 5][::7] = 0.5
+    first, inverse = distinct_rows(keys)
+    distinct, expected_first, _ = np.unique(keys, axis=0, return_index=True,
+                                            return_inverse=True)
+    assert len(first) == len(distinct) < 3000
+    assert np.array_equal(keys[first][inverse], keys)
+    assert sorted(first) == sorted(expected_first)
