@@ -60,10 +60,13 @@ check cache's warning.
 Several processes and ranks share a folder cache through the partial file: with
 shards, each rank fills the rows of the samples it loads, and the cache is complete
 (and read by all) once the ranks' bitmaps cover every sample, usually after the first
-epoch, since the shards of one epoch cover it (a process reads the others' bitmaps at
-the start and the end of each pass). A memory cache is per process (the shards of
-one process, a `MirroredStrategy`'s replicas, fill one): a rank fills only what it
-loads, so it completes once the rank has loaded every sample.
+epoch, since the shards of one epoch cover it. A process reads the others' bitmaps at
+the start and the end of each pass; it reads the rows of the partial file that
+writers on its own host wrote, and another host's once the complete file is opened
+(a network file system's mapped pages need not agree between hosts). A memory cache
+is per process (the shards of one process, a `MirroredStrategy`'s replicas, fill
+one): a rank fills only what it loads, so it completes once the rank has loaded
+every sample.
 
 Why not DALI's decoder cache. `fn.decoders.image(device="mixed", cache_size=,
 cache_type=)` keeps decoded images in GPU memory, keyed by file, for the mixed
@@ -324,7 +327,7 @@ class FolderCache(ImageCache):
             if not os.path.exists(partial):
                 self._make_partial(partial)
             self.store = np.load(partial, mmap_mode="r+")
-            self.filled = self._bitmaps()
+            self.filled = self._bitmaps()[0]
         self.complete = False
         return self
 
@@ -367,18 +370,24 @@ class FolderCache(ImageCache):
             yield
 
     def _bitmaps(self):
-        """The rows that some process's bitmap says it wrote and flushed."""
-        filled = self.filled.copy()
+        """`(readable, covered)`: the rows this process may read from the partial file
+        (its own, and those that the bitmaps of writers on this host say were written
+        and flushed: one page cache), and the rows that any writer's bitmap covers
+        (another host's rows are read once the complete file is opened)."""
+        readable, covered = self.filled.copy(), self.filled.copy()
         prefix = f"{self.key}.filled."
+        here = f"{prefix}{socket.gethostname()}-"
         for name in os.listdir(self.folder):
             if name.startswith(prefix) and name.endswith(".npy"):
                 try:
                     bitmap = np.load(os.path.join(self.folder, name))
                 except (OSError, ValueError):
                     continue  # being replaced, or damaged: its rows are written again
-                if bitmap.shape == filled.shape:
-                    filled |= bitmap.astype(bool)
-        return filled
+                if bitmap.shape == covered.shape:
+                    covered |= bitmap.astype(bool)
+                    if name.startswith(here):
+                        readable |= bitmap.astype(bool)
+        return readable, covered
 
     def fill(self, images, sizes, slots):
         slots = np.asarray(slots).reshape(-1)
@@ -406,10 +415,10 @@ class FolderCache(ImageCache):
             np.save(f, self.wrote)
         os.replace(temporary, bitmap)
         with self._locked():
-            self.filled = self._bitmaps() | self.filled
+            self.filled, covered = self._bitmaps()
             if os.path.exists(self.path(".npy")):
                 return self._reopen()
-            if not self.filled.all():
+            if not covered.all():
                 return False
             self._write_complete()
         return self._reopen()
