@@ -29,8 +29,9 @@ batches (in file order for `"eval"`; `(images, boxes, labels)` on detection);
 `note` what it does instead where it cannot do the workload's exact work (Keras's
 directory loader on train and eval).
 `LOADERS` maps the names to them, with the PIL, PyTorch and Keras segmentation
-loaders (`pil_loaders`, `torch_loaders`, `keras_segmentation`) imported only when
-asked for; `unavailable(name)` says what a loader lacks on this machine.
+loaders (`pil_loaders`, `torch_loaders`, `keras_segmentation`) and those that keep
+decoded images across epochs (`CACHED_LOADERS`, stretch only: `cached_loaders`)
+imported only when asked for; `unavailable(name)` says what a loader lacks on this machine.
 
 Above 400 lines: the TensorFlow and dalipipe loaders of the image-level workloads are
 written here side by side, so that they can be read doing the same work.
