@@ -144,6 +144,13 @@ def build_parser():
     bench = commands.add_parser(
         "bench", parents=[loud],
         help="compare dalipipe with the CPU loaders Keras users run instead",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="The tutorial pipeline (image_dataset_from_directory, then\n"
+               ".cache().shuffle(1000).prefetch(AUTOTUNE)) against dalipipe's decoded-image\n"
+               "cache, creation plus 5 epochs (each result's total_s):\n\n"
+               "  dalipipe bench --workload stretch --runs 4 --rounds 3 --loaders \\\n"
+               "    keras_tutorial,dalipipe_cpu_no_antialias,dalipipe_cache_memory,"
+               "dalipipe_cache_folder",
     )
     bench.add_argument("--data", default=None,
                        help="image folder: one of the user's is read as it is (its class "
@@ -170,7 +177,9 @@ def build_parser():
     bench.add_argument("--batch-size", type=int, default=64,
                        help="images per batch (default: %(default)s)")
     bench.add_argument("--runs", type=int, default=3,
-                       help="timed epochs after the warm-up epoch (default: %(default)s)")
+                       help="timed epochs after the warm-up epoch; each result's total_s "
+                            "is creation plus all the epochs, 5 with --runs 4 "
+                            "(default: %(default)s)")
     bench.add_argument("--rounds", type=int, default=1,
                        help="rounds of every loader in turn, their order rotated each "
                             "round; the tables show each loader's median round "

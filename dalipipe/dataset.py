@@ -61,6 +61,7 @@ def make_dali_dataset(
     decoder=None,
     check="structure",
     on_bad_file="raise",
+    cache=None,
     strategy=None,
     **kwargs,
 ):
@@ -117,8 +118,7 @@ def make_dali_dataset(
         format: `"tf"` (a `tf.data.Dataset`), `"pydataset"` (a `keras.utils.PyDataset` of
             the backend's tensors), `"grain"` (a `grain.IterDataset` of them; host copies
             on TensorFlow, see Grain), or None: "tf" on TensorFlow, else "pydataset".
-        verbose: print the files and classes found, as Keras does, and show the check's
-            progress once it has taken a second.
+        verbose: print the files and classes found, as Keras does, and the check's progress.
         path_column: the column of file paths in a table.
         label_columns: a table's target columns, for `label_mode="raw"` (float32 `(batch,)`
             for a name, `(batch, k)` for `k` names) or `"multi_hot"` (float32 `(batch,
@@ -160,6 +160,7 @@ def make_dali_dataset(
             markers), `"full"` (also a full decode), None (see `docs/checks.md`).
         on_bad_file: `"raise"`: one error listing every bad file and why; `"skip"`: leave
             them out, with a warning and a report file.
+        cache: keep decoded images for later epochs: `"memory"`, True or a folder (see `docs/cache.md`).
         strategy: `make_dali_dataset` only: a `tf.distribute` strategy to feed, one DALI
             pipeline per replica (see Strategies).
 

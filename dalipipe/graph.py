@@ -16,6 +16,8 @@ layouts of the first two, both packing and unpacking:
   the mixing that the options use (`dalipipe.feed.random_parts`), each read by its
   own step in the graph; with `boxes`, then the sample's boxes and labels, placed in
   the output image in NumPy (`dalipipe.annotations.placement`) and passed through.
+- `"cached"` (only with `cache`): uint8, per sample a slot and the row of the
+  decoded-image cache; `dalipipe.cache` owns its layout (`stored_or_decoded`).
 - `"weights"` (only for one shard of a distributed dataset): float32, one per
   sample, 0 for padding; a padding sample's mask is all `mask_fill_value`, and
   its weight is given per pixel (`padded_masks`).
@@ -34,9 +36,13 @@ Inputs that an operator reads on the host (a slice's anchor and shape, a resize'
 size) are CPU nodes in both graphs, constants included (`on_cpu`): a GPU one would
 cost a copy back and a synchronization every batch (`tests/test_codecs.py` walks
 every GPU graph set-up for one).
+
+Above 400 lines: the images' and the masks' steps, with and without the decoded-image
+cache (`_cached`), share their helpers here, so that both paths run the same operators.
 """
 
 from dalipipe import codecs, sampling
+from dalipipe.cache import stored_or_decoded, stored_shape
 from dalipipe.feed import random_columns, unpack_boxes, unpack_pairs, unpack_random, unpack_samples
 from dalipipe.options import normalization_stats
 
@@ -63,7 +69,8 @@ def class_weight_table(class_weight):
     return [k for k, _ in items], [v for _, v in items]
 
 
-def define(options, *, feed, padded, feeds_bytes, num_classes, target_shape=None):
+def define(options, *, feed, padded, feeds_bytes, num_classes, target_shape=None,
+           cached=False):
     """Defines the graph; returns its outputs (see `ImagePipeline` for their shapes).
 
     Args:
@@ -80,6 +87,10 @@ def define(options, *, feed, padded, feeds_bytes, num_classes, target_shape=None
         target_shape: the shape of one sample's float32 targets for `label_mode`
             "raw" and "multi_hot" (they travel in `"samples"` before the path);
             None for class indices.
+        cached: whether the decoded-image cache feeds a `"cached"` input: stored
+            samples skip the read, the decode and the resize, and two more outputs
+            come last, the uint8 HWC images before normalization and the int32 slots
+            (`dalipipe.cache`).
     """
     from nvidia.dali import fn, types as dali_types
 
@@ -88,16 +99,21 @@ def define(options, *, feed, padded, feeds_bytes, num_classes, target_shape=None
             return fn.external_source(name=name, dtype=dali_type, ndim=ndim, batch=True)
         return fn.external_source(source=feed(name), dtype=dali_type, ndim=ndim, batch=True)
 
+    samples = external("samples", dali_types.UINT8)
     if options.masks is not None:  # images with their masks: no labels
-        encoded, mask = unpack_pairs(external("samples", dali_types.UINT8),
-                                     feeds_bytes=feeds_bytes)
+        encoded, mask = unpack_pairs(samples, feeds_bytes=feeds_bytes)
         label = None
     else:
-        label, encoded = unpack_samples(external("samples", dali_types.UINT8),
-                                        feeds_bytes=feeds_bytes, target_shape=target_shape)
+        label, encoded = unpack_samples(samples, feeds_bytes=feeds_bytes,
+                                        target_shape=target_shape)
     random = external("random", dali_types.FLOAT) if random_columns(options) else None
     draws = unpack_random(random, options)  # {part name: its columns}
-    images, mirror = _decode_and_resize(options, encoded, draws.get("crop"))
+    if cached:
+        images, mirror, cached_masks, cache_outputs = _cached(
+            options, samples, external("cached", dali_types.UINT8), draws, feeds_bytes,
+            target_shape)
+    else:
+        images, mirror = _decode_and_resize(options, encoded, draws.get("crop"))
     recipe = options.recipe
     if recipe is not None:  # after the flip, on the uint8 HWC crop
         images = recipe.apply(draws["recipe"], fn.flip(images, horizontal=mirror),
@@ -116,7 +132,7 @@ def define(options, *, feed, padded, feeds_bytes, num_classes, target_shape=None
     )
     outputs = [images]
     if options.masks is not None:
-        outputs.append(_masks(options, encoded, mask, draws))
+        outputs.append(cached_masks if cached else _masks(options, encoded, mask, draws))
     if options.boxes is not None:  # placed in NumPy (`annotations.placement`), passed through
         outputs.extend(unpack_boxes(random, options))
     if options.label_mode == "categorical":
@@ -142,7 +158,75 @@ def define(options, *, feed, padded, feeds_bytes, num_classes, target_shape=None
         outputs.append(weights)
     if options.device == "gpu":
         outputs[1:] = [out.gpu() for out in outputs[1:]]
+    if cached:
+        outputs += cache_outputs
     return tuple(outputs)
+
+
+def _cached(options, samples, cached, draws, feeds_bytes, target_shape):
+    """`_decode_and_resize` (and `_masks`) with the decoded-image cache
+    (`dalipipe.cache`): the images, the flip, the masks (None without `masks`), and
+    the cache's outputs `[stored images, original sizes, slots]`.
+
+    A stored sample's image comes from `cached`; the others are read and decoded (in
+    the branch, so that a stored sample opens no file) and resized to
+    `cache.stored_shape`: `image_size` for the whole-image workloads, whose stored
+    image is the output before normalization; with `augment`, a larger square, from
+    which the crop window, drawn on the original size, is resized in one step (the
+    same window in relative coordinates), for stored and decoded samples alike. With
+    `masks`, each mask, resized alike with nearest-neighbour sampling, is stored as
+    a last channel of its image.
+    """
+    import nvidia.dali.math as dmath
+    from nvidia.dali import fn, types as dali_types
+
+    name, always_antialias = INTERPOLATION_FILTERS[options.interpolation]
+    resize = dict(interp_type=getattr(dali_types, name),
+                  antialias=options.antialias or always_antialias)
+    side, channels = stored_shape(options)[0], options.channels
+    with_masks = options.masks is not None
+
+    def decoded():  # read in the branch: only where not stored
+        if with_masks:
+            encoded, mask = unpack_pairs(samples, feeds_bytes=feeds_bytes)
+        else:
+            _, encoded = unpack_samples(samples, feeds_bytes=feeds_bytes,
+                                        target_shape=target_shape)
+        shape = fn.peek_image_shape(encoded, dtype=dali_types.INT32)
+        if options.augment:
+            images = fn.resize(decode(options, encoded), size=[side, side], **resize)
+        else:
+            images = _decode_and_resize(options, encoded, None)[0]
+        if with_masks:
+            if options.augment:
+                masks = fn.resize(_decoded_masks(options, mask), size=[side, side],
+                                  **_nearest())
+            else:
+                masks = _whole_masks(options, encoded, mask)
+            images = fn.cat(images, masks, axis=2)
+        return images, fn.cat(shape[0:1], shape[1:2])
+
+    stored, sizes, slots = stored_or_decoded(cached, decoded, options)
+    images, masks = stored, None
+    if with_masks:
+        images, masks = stored[:, :, 0:channels], stored[:, :, channels:]
+    if not options.augment:
+        if with_masks:
+            masks = _moved_masks(options, masks)
+        return images, 0, masks, [stored, sizes, slots]
+    height = fn.cast(sizes[0], dtype=dali_types.FLOAT)
+    width = fn.cast(sizes[1], dtype=dali_types.FLOAT)
+    (x, y, crop_w, crop_h), mirror = sampling.CROP.apply(draws["crop"], height, width)
+    scale_y, scale_x = side / height, side / width
+    window = dict(roi_start=fn.stack(y * scale_y, x * scale_x),
+                  roi_end=fn.stack(dmath.min(y + crop_h, height) * scale_y,
+                                   dmath.min(x + crop_w, width) * scale_x),
+                  roi_relative=False)
+    if with_masks:
+        masks = _moved_masks(options, fn.resize(masks, size=options.image_size, **_nearest(),
+                                                **window), mirror, draws)
+    images = fn.resize(images, size=options.image_size, **resize, **window)
+    return images, mirror, masks, [stored, sizes, slots]
 
 
 def _decode_and_resize(options, encoded, crop):
@@ -338,33 +422,63 @@ def _masks(options, encoded, mask, draws):
     """
     from nvidia.dali import fn, types as dali_types
 
-    nearest = dict(interp_type=dali_types.INTERP_NN, antialias=False)
-
-    def decoded(window=None):
-        if window is None:
-            masks = fn.decoders.image(mask, output_type=dali_types.GRAY, device="cpu")
-        else:
-            x, y, width, height = window
-            masks = fn.decoders.image_slice(
-                mask, fn.stack(x, y), fn.stack(width, height), output_type=dali_types.GRAY,
-                normalized_anchor=False, normalized_shape=False, axis_names="WH", device="cpu")
-        return masks.gpu() if options.device == "gpu" else masks
-
     if options.augment:
         shape = fn.peek_image_shape(encoded, dtype=dali_types.FLOAT)
         window, mirror = sampling.CROP.apply(draws["crop"], shape[0], shape[1])
-        masks = fn.flip(fn.resize(decoded(window), size=options.image_size, **nearest),
-                        horizontal=mirror)
+        masks = fn.resize(_decoded_masks(options, mask, window), size=options.image_size,
+                          **_nearest())
+        return _moved_masks(options, masks, mirror, draws)
+    return _moved_masks(options, _whole_masks(options, encoded, mask, dali_types.INT32))
+
+
+def _nearest():
+    """`fn.resize`'s arguments for masks: nearest-neighbour sampling, no antialiasing
+    (ids only)."""
+    from nvidia.dali import types as dali_types
+
+    return dict(interp_type=dali_types.INTERP_NN, antialias=False)
+
+
+def _decoded_masks(options, mask, window=None):
+    """The masks' bytes `mask` decoded as one channel on the CPU (only `window`, x, y,
+    width and height in pixels, if given), then moved to the graph's device."""
+    from nvidia.dali import fn, types as dali_types
+
+    if window is None:
+        masks = fn.decoders.image(mask, output_type=dali_types.GRAY, device="cpu")
+    else:
+        x, y, width, height = window
+        masks = fn.decoders.image_slice(
+            mask, fn.stack(x, y), fn.stack(width, height), output_type=dali_types.GRAY,
+            normalized_anchor=False, normalized_shape=False, axis_names="WH", device="cpu")
+    return masks.gpu() if options.device == "gpu" else masks
+
+
+def _whole_masks(options, encoded, mask, dtype=None):
+    """The whole-image workloads' masks at `image_size`: stretched, in the image's
+    central window, or letterboxed with `mask_fill_value` (cast to `dtype` first, if
+    given); uint8 without `dtype`."""
+    from nvidia.dali import fn
+
+    nearest = _nearest()
+    if options.pad_to_aspect_ratio:
+        return _letterbox(_decoded_masks(options, mask), encoded, options, nearest,
+                          fill_value=options.mask_fill_value, dtype=dtype)
+    if options.crop_to_aspect_ratio or options.central_fraction < 1:
+        nearest.update(_central_window(encoded, options))
+    return fn.resize(_decoded_masks(options, mask), size=options.image_size, **nearest)
+
+
+def _moved_masks(options, masks, mirror=None, draws=None):
+    """Masks at `image_size` flipped with `mirror` and moved by the recipe (with
+    `augment`), as int32 in the output's layout."""
+    from nvidia.dali import fn, types as dali_types
+
+    if mirror is not None:
+        masks = fn.flip(masks, horizontal=mirror)
         if options.recipe is not None:
             masks = options.recipe.apply_to_masks(draws["recipe"], masks, options.image_size,
                                                   options.mask_fill_value)
-    elif options.pad_to_aspect_ratio:
-        masks = _letterbox(decoded(), encoded, options, nearest,
-                           fill_value=options.mask_fill_value, dtype=dali_types.INT32)
-    else:
-        if options.crop_to_aspect_ratio or options.central_fraction < 1:
-            nearest.update(_central_window(encoded, options))
-        masks = fn.resize(decoded(), size=options.image_size, **nearest)
     masks = fn.cast(masks, dtype=dali_types.INT32)
     if options.data_format == "channels_first":
         masks = fn.transpose(masks, perm=[2, 0, 1])

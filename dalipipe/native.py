@@ -14,7 +14,7 @@ import re
 
 import numpy as np
 
-from dalipipe import checks, tfrecord
+from dalipipe import cache, checks, tfrecord
 
 # DALI's decoder errors: a sample it cannot decode, a header nvImageCodec cannot read.
 _DECODE_FAILURE = re.compile(r"Failed to decode sample #(\d+)|nvImageCodec failure")
@@ -41,6 +41,7 @@ class Runner:
                              "`random` of `ImagePipeline.epoch_inputs`. Received: random=None")
         inputs = {
             "samples": np.asarray(sample_ids),
+            "cached": np.asarray(sample_ids),
             "random": np.zeros((count, self.image_pipeline.num_random), np.float32)
             if random is None else np.asarray(random, np.float32),
             "weights": np.ones(count, np.float32)
@@ -62,12 +63,17 @@ class Runner:
         self.position = dict.fromkeys(inputs, 0)
         self.pipe.reset()
         self.finished = False
+        store = self.image_pipeline.cache
+        if store is not None:
+            store.pass_ended()  # what other processes stored meanwhile
         returned = 0
         while True:
             try:
                 outputs = self.pipe.run()
             except StopIteration:
                 self.finished = True
+                if store is not None:
+                    store.pass_ended()
                 return
             except RuntimeError as e:
                 self.pipe = None  # DALI's pipeline is no longer valid: the next run builds one
@@ -76,6 +82,10 @@ class Runner:
                     raise
                 raise RuntimeError(message) from e
             returned += 1
+            if store is not None:  # the cache's outputs: stored, then dropped
+                *outputs, images, sizes, slots = outputs
+                store.fill(lambda: cache.host_array(images), lambda: cache.host_array(sizes),
+                           cache.host_array(slots))
             if not copy_to_host:
                 yield tuple(outputs)
                 continue
@@ -160,6 +170,8 @@ class Runner:
                 raise StopIteration
             self.position[name] = i + 1
             batch = self.batches[name][i]
+            if name == "cached":
+                return self.image_pipeline.cache.rows(batch)
             return self.image_pipeline.load_samples(batch) if name == "samples" else batch
 
         return next_batch

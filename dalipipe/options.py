@@ -24,6 +24,7 @@ from typing import Any, Optional
 import numpy as np
 
 from dalipipe.annotations.settings import check_dense
+from dalipipe.cache import check_option as check_cache
 from dalipipe.decoder_settings import DECODER_ARGUMENTS, check_decoder
 from dalipipe.devices import default_num_threads
 from dalipipe.keras_config import IMAGE_DATA_FORMATS, keras_image_data_format
@@ -151,6 +152,8 @@ class Options:
     decoder: Optional[Mapping] = option(None, data=False)
     check: Optional[str] = option("structure", data=False)
     on_bad_file: str = option("raise", data=False)
+    # The decoded-image cache (`dalipipe.cache`): it changes no pixel.
+    cache: Any = option(None, data=False)
 
     @classmethod
     def names(cls, *, pipeline=False):
@@ -356,6 +359,7 @@ class Options:
                 f"`augment=True` for a crop and a flip. Received: color_mode={self.color_mode!r}"
             )
         self._check_masks()
+        check_cache(self)  # `cache`: dalipipe.cache
         self._check_mix()
         self._check_label_columns()
         self._check_class_names()

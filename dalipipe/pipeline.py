@@ -17,7 +17,7 @@ import os
 
 import numpy as np
 
-from dalipipe import checks, feed, graph, sampling, sources, tfrecord
+from dalipipe import cache, checks, feed, graph, sampling, sources, tfrecord
 from dalipipe.annotations.inputs import index_with_boxes, index_with_masks
 from dalipipe.annotations.placement import box_table, keep_a_box, place_boxes
 from dalipipe.calls import first_argument, warn
@@ -269,6 +269,10 @@ class ImagePipeline:
             self.input_names += ("weights",)
         self.output_dtypes, self.output_shapes = self._outputs()
         self._read_in_python = self.index.refs is None and remote.read_in_python(self.file_paths)
+        # The decoded-image cache, or None: a `"cached"` input, three more graph outputs.
+        self.cache = cache.open_cache(self)
+        if self.cache is not None:
+            self.input_names += ("cached",)
         self._runner = None
 
     def _outputs(self):
@@ -341,7 +345,9 @@ class ImagePipeline:
             ValueError: when `batch_size` is not a multiple of `num_replicas`.
         """
         sharding = _check_sharding(self.options, replica_ids, num_replicas)
-        return ImagePipeline(self.index, self.options, sharding, device_id)
+        shard = ImagePipeline(self.index, self.options, sharding, device_id)
+        shard.cache = self.cache  # the shards of one process fill one cache
+        return shard
 
     def positions(self):
         """Which samples of an epoch's order this pipeline loads, and their weights.
@@ -519,16 +525,18 @@ class ImagePipeline:
             prefetch_queue_depth=self.options.prefetch_queue_depth,
             # RGBA decoding and the recipes choose per sample.
             enable_conditionals=self.options.color_mode == "rgba"
-            or self.options.recipe is not None,
+            or self.options.recipe is not None or self.cache is not None,
         )
         def image_graph():
             outputs = graph.define(
                 self.options, feed=feed, padded=self.sharding is not None,
                 feeds_bytes=self.feeds_bytes,
                 num_classes=len(self.class_names) if self.class_names else 0,
-                target_shape=self.target_shape,
+                target_shape=self.target_shape, cached=self.cache is not None,
             )
-            return outputs if order is None else tuple(outputs[i] for i in order)
+            # With the cache, its three outputs come last (`cache.stored_or_decoded`).
+            outputs, stored = outputs[:len(self.output_dtypes)], outputs[len(self.output_dtypes):]
+            return (outputs if order is None else tuple(outputs[i] for i in order)) + stored
 
         return image_graph()
 

@@ -7,6 +7,7 @@ transformations on a GPU, is `dalipipe.tf_keras_dataset`; the device choice is
 `dalipipe.devices`.
 """
 
+import numpy as np
 import tensorflow as tf
 
 from dalipipe import dali_hooks
@@ -31,6 +32,13 @@ def make_tf_dataset(source, options, placement, strategy=None):
     GPU, where the check decodes and the pipeline runs (a strategy's replicas then
     each run on their own, `distribute`).
     """
+    if options.cache is not None and placement.device == "gpu":
+        raise ValueError(
+            '`cache` on format "tf" runs on the CPU only for now (its fill is a `tf.data` '
+            'map, and no CPU op may follow a GPU-placed DALI dataset); use format '
+            '"pydataset" or "grain", or `device="cpu"`. '
+            f"Received: cache={options.cache!r}, device='gpu'"
+        )
     result = split_source(source, options, placement)
     wrap = to_dataset if strategy is None else (lambda p: distribute(p, strategy))
     if isinstance(result, tuple):
@@ -195,6 +203,9 @@ def _dali_dataset(feed, numbers, batch_size, *, join, device):
     with tf.device(device):
         dtypes = tuple(tf.as_dtype(image_pipeline.output_dtypes[i]) for i in order)
         shapes = tuple(tf.TensorShape(image_pipeline.output_shapes[i]) for i in order)
+        if image_pipeline.cache is not None:  # its images, sizes and slots, last
+            dtypes += (tf.uint8, tf.int32, tf.int32)
+            shapes += _cache_shapes(image_pipeline)
         pipeline = image_pipeline.build_dali_pipeline(batch_size=batch_size, order=order)
         dataset = dali_tf.experimental.DALIDatasetWithInputs(
             pipeline=pipeline,
@@ -214,7 +225,34 @@ def _dali_dataset(feed, numbers, batch_size, *, join, device):
     # builds its own from the serialized graph. Release this one's threads and GPU
     # state now rather than when the dataset is collected.
     dali_hooks.shut_down(pipeline)
+    if image_pipeline.cache is not None:
+        dataset = strip_cache_outputs(dataset, image_pipeline.cache)
     return dataset
+
+
+def _cache_shapes(image_pipeline):
+    """The shapes of the cache's three outputs: uint8 stored images, int32 sizes and
+    slots (`cache.stored_or_decoded`)."""
+    shapes = [(None, *image_pipeline.cache.shape[1:]), (None, 2), (None,)]
+    return tuple(tf.TensorShape(s[1:] if image_pipeline.unbatched else s) for s in shapes)
+
+
+def strip_cache_outputs(dataset, store):
+    """`dataset` (DALI's, whose last three outputs are the cache's) without them, each
+    batch's decoded images given to `store.fill` first (a `tf.numpy_function`: on the
+    CPU only)."""
+    def fill(images, sizes, slots):
+        store.fill(images, sizes, slots)
+        return np.int64(0)
+
+    @tf.autograph.experimental.do_not_convert
+    def strip(*outputs):
+        done = tf.numpy_function(fill, list(outputs[-3:]), tf.int64, stateful=True)
+        with tf.control_dependencies([done]):
+            kept = tuple(tf.identity(out) for out in outputs[:-3])
+        return kept
+
+    return dataset.map(strip)
 
 
 def _plain_options():

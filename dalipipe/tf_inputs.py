@@ -128,6 +128,7 @@ class EpochFeed:
             "samples": (tf.uint8, [None] if per_record else [None, None]),
             "random": (tf.float32, [None, self.image_pipeline.num_random]),
             "weights": (tf.float32, [None]),
+            "cached": (tf.uint8, [None, None]),
         }[name]
         begin = self.current if join else self.start
 
@@ -202,6 +203,14 @@ class EpochFeed:
 
     def weights(self, k, number):
         return self._inputs(self._epoch(k))[2][self._rows(number)]
+
+    def cached(self, k, number):
+        """The `"cached"` batch `number` of pass `k`, from the decoded-image cache
+        (`cache.ImageCache.rows`)."""
+        store = self.image_pipeline.cache
+        if int(number) == 0:
+            store.pass_ended()  # what the last pass stored, kept for other processes
+        return store.rows(self._inputs(self._epoch(k))[0][self._rows(number)])
 
 
 def _records(flat, lengths):

@@ -15,6 +15,7 @@ MODE `single`: `fit` with a metric that counts every sample it sees, `evaluate`,
 MODE `targets`: a table's raw and multi-hot targets.
 MODE `recipes`: `fit` with each augmentation recipe and each batch mixing, and
 their first pass against the native epoch.
+MODE `cache`: the decoded-image cache (`cache=`) in both native formats.
 MODE `grain`: `grain_job.py`'s `fit`, `evaluate` and `predict` on Grain datasets.
 MODE `fits`: `epochs_job.py`'s epochs that `fit` trains on; MODE `rule`: its epoch
 rule, in the "pydataset" and "grain" formats. MODE `plain_run`:
@@ -305,7 +306,49 @@ def plain_run(tagged_dir):
             return f.read()
 
 
-MODES = {"single": single, "data_parallel": data_parallel, "targets": targets,
+def cache(tagged_dir):
+    """Per format and `cache` ("memory", a folder): whether each of two passes equals
+    the native epoch without the cache (every output, exactly) and the image files
+    each opened; then the samples that `fit` counts in two epochs."""
+    import tempfile
+
+    from helpers import FileOpens
+
+    folders = [os.path.join(tagged_dir, name) for name in CLASSES]
+    native = dalipipe.make_dali_pipeline(tagged_dir, seed=7, **OPTIONS)
+    wanted = [[[np.asarray(t) for t in batch] for batch in native.epoch(e)] for e in range(2)]
+    result = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for format in ("pydataset", "grain"):
+            for kept in ("memory", folder):
+                dataset = dalipipe.make_dali_dataset(tagged_dir, seed=7, cache=kept,
+                                                     format=format, **OPTIONS)
+                equal, opens = [], []
+                for epoch in range(2):
+                    with FileOpens(folders) as opened:
+                        batches = ([dataset[i] for i in range(len(dataset))]
+                                   if format == "pydataset" else list(dataset))
+                    opens.append(sum(opened.counts.values()))
+                    got = [[ops.convert_to_numpy(t) for t in batch] for batch in batches]
+                    equal.append(len(got) == len(wanted[epoch]) and all(
+                        np.array_equal(a, b) for g, w in zip(got, wanted[epoch])
+                        for a, b in zip(g, w)))
+                name = f"{format}-{'memory' if kept == 'memory' else 'folder'}"
+                result[name] = {"equal": equal, "opens": opens}
+        model = tag_model()
+        dataset = dalipipe.make_dali_dataset(tagged_dir, seed=7, cache=folder, **OPTIONS)
+        result["fit_counts"] = _fit_counts(model, dataset)
+    result["tensorflow_loaded"] = "tensorflow" in sys.modules
+    return result
+
+
+def _fit_counts(model, dataset):
+    counts = EpochCounts()
+    model.fit(dataset, epochs=2, verbose=0, callbacks=[counts])
+    return counts.epochs
+
+
+MODES = {"single": single, "cache": cache, "data_parallel": data_parallel, "targets": targets,
          "torch_distributed": torch_distributed, "recipes": recipes, "grain": grain,
          "fits": fits, "plain_run": plain_run, "rule": rule}
 

@@ -342,3 +342,26 @@ def test_rounds_are_combined_into_the_median_round():
     table = report.markdown(_report(rounds))
     assert "### segmentation" in table and "× tf_data_keras_layers" in table
     assert "| dalipipe_cpu | 200 | 2.50 |" in table and "int32, ids [0, 1]" in table
+
+
+def test_the_loaders_that_keep_decoded_images_run_and_total_their_epochs(tmp_path):
+    from dalipipe import make_sample_dataset, sources
+
+    make_sample_dataset(tmp_path, num_images=6, num_classes=2)
+    index = sources.index_source(str(tmp_path))
+    for name in loaders.CACHED_LOADERS:
+        assert loaders.unsupported(name, "train") is not None
+        task = dict(loader=name, workload="stretch", files=index.file_paths,
+                    labels=index.labels.tolist(), batch_size=4, threads=1, seed=0, runs=2)
+        r = harness.measure(task)
+        assert r["images"] == 6 and len(r["run_s"]) == 2, name
+        assert r["total_s"] == pytest.approx(r["first_epoch_s"] + sum(r["run_s"])), name
+        assert "mean_abs_error_vs_pil" not in r, name  # shuffled: no quality figure
+        assert r["settings"], name
+    assert r["settings"].startswith("make_dali_dataset(") and "cache=" in r["settings"]
+    assert r["cache_disk_mb"] >= 6 * 224 * 224 * 3 / 1e6  # the folder cache's file
+    markdown = report.markdown(dict(
+        machine=dict(cpu="cpu", cores=2, gpu=None, versions={}, python="3"),
+        config=dict(batch_size=4, threads=1, runs=2), loaders={},
+        dataset=dict(images=6, mean_width=1, mean_height=1, mean_bytes=1024), results=[r]))
+    assert "Creation plus 3 epochs (s): `dalipipe_cache_folder`" in markdown

@@ -246,7 +246,7 @@ def test_every_option_declares_once_whether_it_changes_the_data():
     assert Options.data_names() == tuple(f.name for f in fields if f.metadata["data"])
     settings = set(Options.names()) - set(Options.data_names())
     assert settings == {"format", "verbose", "device", "num_threads", "prefetch_queue_depth",
-                        "decoder", "check", "on_bad_file"}
+                        "decoder", "check", "on_bad_file", "cache"}
     assert set(Options.names()) - set(Options.names(pipeline=True)) == {"format"}
 
 

@@ -204,7 +204,7 @@ def test_only_the_tensorflow_side_imports_tensorflow():
     on_import = {"dalipipe.tf_dataset", "dalipipe.tf_inputs", "dalipipe.tf_keras_dataset",
                  "dalipipe.tf_hooks", "dalipipe.cli", "dalipipe.doctor",
                  "dalipipe.bench.harness", "dalipipe.bench.loaders",
-                 "dalipipe.bench.keras_segmentation"}
+                 "dalipipe.bench.keras_segmentation", "dalipipe.bench.cached_loaders"}
     importers = importers_of("tensorflow")
     assert importers <= on_import | {"dalipipe.devices"}, importers - on_import
     top_level = importers_of("tensorflow", top_level_only=True)

@@ -5,7 +5,9 @@ memory belong to that loader alone; a quick run (`dalipipe bench --quick`, whose
 figures are not for comparing) runs each loader's workloads in turn in one process
 (`measure_in_turn`), so that every code path runs with one process start per loader.
 In each measurement: one warm-up epoch, then `runs` timed epochs; images/s is the
-median. A loader with GPU work gives a `synchronize` that waits for it, called before
+median, and `total_s` is creation plus every epoch (the figure for the loaders that
+keep decoded images, whose warm-up epoch fills them: `--runs 4` gives five epochs).
+A loader with GPU work gives a `synchronize` that waits for it, called before
 every timer read. CPU seconds count the process, its
 threads and its child processes (PyDataset's and DataLoader's workers).
 
@@ -179,6 +181,8 @@ def measure(task):
         count += len(images)
     if count != len(files):
         raise RuntimeError(f"{task['loader']} gave {count} images for {len(files)} files")
+    synchronize()
+    result["first_epoch_s"] = time.perf_counter() - start  # creation and the warm-up epoch
     cpu_before = cpu_seconds()
     times = []
     for _ in range(task["runs"]):
@@ -194,14 +198,17 @@ def measure(task):
         run_s=times,
         images_per_s=len(files) / statistics.median(times),
         cpu_s_per_1000=1000 * cpu / (len(files) * task["runs"]),
+        total_s=result["first_epoch_s"] + sum(times),  # creation and 1 + runs epochs
     )
-    if task["workload"] in ("eval", "stretch"):
+    if task["workload"] in ("eval", "stretch") and loader.ordered:
         n = min(QUALITY_IMAGES, len(first))
         got = first[:n] * np.asarray(loaders_lib._STD) + np.asarray(loaders_lib._MEAN)
         reference = pil_reference((loader.file_paths or files)[:n], task["workload"])
         result["mean_abs_error_vs_pil"] = float(np.abs(got - reference).mean())
     # Memory of the loader alone, before the training measurement adds a model.
     result["peak_rss_mb"], result["peak_rss_child_mb"] = peak_rss_mb()
+    if loader.measures is not None:
+        result.update(loader.measures())
     if on_gpu:
         result.update(_gpu_memory_fields(memory_before))
     if loader.rebuild is not None and task.get("rebuild", True):

@@ -29,8 +29,9 @@ batches (in file order for `"eval"`; `(images, boxes, labels)` on detection);
 `note` what it does instead where it cannot do the workload's exact work (Keras's
 directory loader on train and eval).
 `LOADERS` maps the names to them, with the PIL, PyTorch and Keras segmentation
-loaders (`pil_loaders`, `torch_loaders`, `keras_segmentation`) imported only when
-asked for; `unavailable(name)` says what a loader lacks on this machine.
+loaders (`pil_loaders`, `torch_loaders`, `keras_segmentation`) and those that keep
+decoded images across epochs (`CACHED_LOADERS`, stretch only: `cached_loaders`)
+imported only when asked for; `unavailable(name)` says what a loader lacks on this machine.
 
 Above 400 lines: the TensorFlow and dalipipe loaders of the image-level workloads are
 written here side by side, so that they can be read doing the same work.
@@ -66,10 +67,14 @@ class Loader:
         settings: how the loader is called on this workload (its arguments), or
             None for its `DESCRIPTIONS` line.
         note: None, or what it does instead where it cannot do the workload's work.
+        ordered: whether the first batch holds the first files (`file_paths`, else
+            those given); False for a loader that shuffles, which has no quality figure.
+        measures: None, or a callable giving more result fields once the epochs have
+            run (e.g. the disk a cache uses).
     """
 
     def __init__(self, epoch, dataset=None, *, synchronize=None, to_numpy=None, rebuild=None,
-                 file_paths=None, settings=None, note=None):
+                 file_paths=None, settings=None, note=None, ordered=True, measures=None):
         self.epoch = epoch
         self.dataset = dataset
         self.synchronize = synchronize
@@ -78,6 +83,8 @@ class Loader:
         self.file_paths = file_paths
         self.settings = settings
         self.note = note
+        self.ordered = ordered
+        self.measures = measures
 
 
 SIZE = 224
@@ -308,14 +315,14 @@ def dalipipe_options(workload, labels=None):
 
 
 def make_dalipipe(files, labels, *, workload, batch_size, threads, seed, device="cpu",
-                  antialias=True):
-    """`make_dali_dataset` with the workload's options."""
+                  antialias=True, **options):
+    """`make_dali_dataset` with the workload's options, and `options` (e.g. `cache`)."""
     from dalipipe import make_dali_dataset
 
     arguments = dict(image_size=(SIZE, SIZE), batch_size=batch_size, shuffle=False,
                      device=device, num_threads=threads, antialias=antialias,
                      normalization="imagenet")
-    arguments.update(dalipipe_options(workload, labels))
+    arguments.update(dalipipe_options(workload, labels), **options)
     if workload in DENSE_WORKLOADS:
         del arguments["normalization"]  # 0-255, as the segmentation peers give
     else:
@@ -414,6 +421,8 @@ def _imported_on_call(module, name):
     return make
 
 
+# The loaders that keep decoded images across epochs (`cached_loaders`): stretch only.
+CACHED_LOADERS = ("keras_tutorial", "dalipipe_cache_memory", "dalipipe_cache_folder")
 LOADERS = {
     "python_generator": _imported_on_call("dalipipe.bench.pil_loaders", "make_python_generator"),
     "pydataset": _imported_on_call("dalipipe.bench.pil_loaders", "make_pydataset"),
@@ -432,6 +441,8 @@ LOADERS = {
     "dalipipe_native_gpu_on_device": make_dalipipe_native_gpu_on_device,
     "torch_dataloader": _imported_on_call("dalipipe.bench.torch_loaders", "make_torch_dataloader"),
     "torchvision_gpu": _imported_on_call("dalipipe.bench.torch_loaders", "make_torchvision_gpu"),
+    **{name: _imported_on_call("dalipipe.bench.cached_loaders", f"make_{name}")
+       for name in CACHED_LOADERS},
 }
 DESCRIPTIONS = {
     "python_generator": "PIL in a Python loop, a chunk of 1,000 images at a time (1 core)",
@@ -459,6 +470,10 @@ DESCRIPTIONS = {
                         "the CPU, NCHW to host",
     "torchvision_gpu": "batched torchvision decode_jpeg(device='cuda'), crop, resize and "
                        "normalize on the GPU, NCHW left there",
+    "keras_tutorial": "TensorFlow's tutorial pipeline: image_dataset_from_directory, then "
+                      ".cache().shuffle(1000).prefetch(AUTOTUNE)",
+    "dalipipe_cache_memory": "make_dali_dataset(cache='memory', shuffle=True, antialias=False)",
+    "dalipipe_cache_folder": "make_dali_dataset(cache=<a folder>, shuffle=True, antialias=False)",
 }
 # What each loader (and DALI's decode-only ceiling, `harness.decode_ceiling`) needs
 # beyond NumPy and PIL: packages, or "dali_gpu" / "torch_cuda" for a CUDA GPU that
@@ -481,6 +496,9 @@ REQUIREMENTS = {
     "dalipipe_native_gpu_on_device": ("nvidia.dali", "dali_gpu"),
     "torch_dataloader": ("torch", "torchvision"),
     "torchvision_gpu": ("torch", "torchvision", "torch_cuda"),
+    "keras_tutorial": ("tensorflow",),
+    "dalipipe_cache_memory": ("nvidia.dali", "tensorflow"),
+    "dalipipe_cache_folder": ("nvidia.dali", "tensorflow"),
 }
 
 
@@ -495,6 +513,8 @@ def unsupported(name, workload):
                 "Keras's segmentation loaders)")
     if workload not in DENSE_WORKLOADS and name in SEGMENTATION_ONLY:
         return "a segmentation loader: images with masks only"
+    if name in CACHED_LOADERS and workload != "stretch":
+        return "a loader that keeps decoded images: the tutorial's workload only, stretch"
     return None
 
 

@@ -353,6 +353,10 @@ def markdown(report):
                 f"{value} | {_cell(r.get('note') or '')} |"
             )
         lines.append("")
+        totals = [r for r in rows if "total_s" in r]
+        if any(r["loader"] in loaders_lib.CACHED_LOADERS for r in totals):
+            lines += [f"Creation plus {config['runs'] + 1} epochs (s): " + ", ".join(
+                f"`{r['loader']}` {r['total_s']:.2f}" for r in totals) + ".", ""]
         settings = [r for r in rows if r.get("settings")]
         if settings:
             lines += ["Settings:", ""]
