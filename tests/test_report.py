@@ -115,3 +115,19 @@ def test_reads_count_in_the_owners_thread_only():
     found = times.snapshot()
     assert (found.taken, found.elsewhere) == (1, 1)
     assert 0.5 <= found.wait < 5.0
+
+
+@pytest.mark.slow
+def test_the_cost_benchmark_runs_and_writes_its_json(tmp_path):
+    pytest.importorskip("torch")
+    from benchmarks import report_cost
+
+    out = tmp_path / "cost.json"
+    assert report_cost.main(["--images", "24", "--rounds", "1", "--epochs", "1",
+                             "--image-size", "32", "--batch-size", "8", "--out", str(out)]) == 0
+    import json
+
+    found = json.loads(out.read_text())
+    assert [run["report"] for run in found["runs"]] == ["without", "with"]
+    assert len(found["runs"][1]["input_wait"]) == 1 and not found["runs"][0]["input_wait"]
+    assert set(found["summary"]) == {"images_per_s", "cost_percent", "input_wait"}
