@@ -102,20 +102,14 @@ def summary(runs):
 
 def measure(source, *, report, epochs, image_size, batch_size):
     """`fit` of a small network on `source` in this process, with the report or not."""
-    import keras
-
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import dalipipe
+    from feed_wait import small_network
 
     dataset = dalipipe.make_dali_dataset(source, image_size=(image_size, image_size),
                                          batch_size=batch_size, device="cpu", seed=0,
                                          verbose=False)
-    model = keras.Sequential([
-        keras.Input((image_size, image_size, 3)), keras.layers.Rescaling(1 / 255),
-        keras.layers.Conv2D(32, 3, strides=2, activation="relu"),
-        keras.layers.Conv2D(64, 3, strides=2, activation="relu"),
-        keras.layers.GlobalAveragePooling2D(),
-        keras.layers.Dense(len(dataset.class_names))])
-    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model = small_network(image_size, len(dataset.class_names))
     callbacks = [dalipipe.InputReport()] if report else []
     model.fit(dataset, epochs=1, verbose=0, callbacks=callbacks)  # warm-up
     started = time.perf_counter()
