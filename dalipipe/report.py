@@ -132,6 +132,9 @@ class InputReport(keras.callbacks.Callback):
 
     Args:
         threshold: the share above which the line is printed. Defaults to 0.1.
+
+    Raises:
+        ValueError: for a `threshold` outside [0, 1].
     """
 
     def __init__(self, threshold=0.1):
@@ -211,8 +214,10 @@ class InputReport(keras.callbacks.Callback):
         share = min(max(times.wait / wall, 0.0), 1.0) if wall > 0 else 0.0
         if logs is not None:
             logs["input_wait"] = share
-        if share > self.threshold and self.params.get("verbose"):
-            print(("\n" if self.params.get("verbose") == 1 else "")
+        verbose = self.params.get("verbose")
+        if share > self.threshold and verbose:
+            # After the progress bar's line (`verbose=1` or "auto"), which has no end yet.
+            print(("\n" if verbose in (1, "auto") else "")
                   + explain(share, times, self._pipeline.options), flush=True)
 
     def on_train_end(self, logs=None):

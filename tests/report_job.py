@@ -2,9 +2,10 @@
 MODE `report` on torch and JAX.
 
 For each format (`"pydataset"`, `"grain"`): a model made slow on purpose (a 40 ms
-sleep after each step), with validation, `steps_per_execution=2` (JAX; 1 on torch, which takes no other) and a `CSVLogger`
-after the report; and a trivial model fed by one DALI thread decoding larger JPEGs
-(input-bound), with a callback that times the gaps between steps on its own.
+sleep after each step), with validation, a backup callback (dalipipe's
+`BackupAndRestore` or Keras's), `steps_per_execution=2` (JAX; torch takes 1 only)
+and a `CSVLogger` after the report; and a trivial model fed by one DALI thread
+decoding larger JPEGs (input-bound), with `Gaps`, which measures the wait on its own.
 """
 
 import csv
@@ -143,9 +144,14 @@ def report_job(tagged_dir):
             train = dalipipe.make_dali_dataset(tagged_dir, seed=7, format=format,
                                                **dict(OPTIONS, batch_size=4))
             log = os.path.join(folder, f"{format}.csv")
+            backup = os.path.join(folder, f"backup-{format}")
+            # dalipipe's BackupAndRestore takes the "pydataset" format; Keras's, Grain's.
+            backups = dalipipe.BackupAndRestore(backup, train) if format == "pydataset" \
+                else keras.callbacks.BackupAndRestore(backup)
             history = small_model((12, 12, 3), steps_per_execution=per_execution).fit(
                 train, validation_data=train, epochs=3, verbose=0,
-                callbacks=[dalipipe.InputReport(), Sleep(SLEEP * per_execution), keras.callbacks.CSVLogger(log)])
+                callbacks=[backups, dalipipe.InputReport(), Sleep(SLEEP * per_execution),
+                           keras.callbacks.CSVLogger(log)])
             with open(log) as f:
                 logged = [float(row["input_wait"]) for row in csv.DictReader(f)]
             bound = dalipipe.make_dali_dataset(
