@@ -8,7 +8,9 @@ and a `CSVLogger` after the report; and a trivial model fed by one DALI thread
 decoding larger JPEGs (input-bound), with `Gaps`, which measures the wait on its own.
 """
 
+import contextlib
 import csv
+import io
 import os
 import tempfile
 import time
@@ -158,9 +160,13 @@ def report_job(tagged_dir):
                 big, format=format, image_size=(128, 128), batch_size=8, num_threads=1,
                 verbose=False, device="cpu", seed=3)
             gaps = Gaps(format)
-            bound_history = small_model((128, 128, 3)).fit(
-                bound, epochs=3, verbose=0, callbacks=[dalipipe.InputReport(), gaps])
+            printed = io.StringIO()
+            with contextlib.redirect_stdout(printed):
+                bound_history = small_model((128, 128, 3)).fit(
+                    bound, epochs=3, verbose=2, callbacks=[dalipipe.InputReport(), gaps])
             result[format] = {"slow": history.history["input_wait"], "logged": logged,
                               "bound": bound_history.history["input_wait"],
-                              "gaps": gaps.shares, "calls": gaps.calls}
+                              "gaps": gaps.shares, "calls": gaps.calls,
+                              "lines": [line for line in printed.getvalue().splitlines()
+                                        if line.startswith("input_wait")]}
     return result

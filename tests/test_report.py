@@ -44,6 +44,11 @@ def test_input_wait_on_the_backend(backend, backend_jobs):
         assert measures, found
         for measure in measures:
             assert np.allclose(found["bound"], measure, atol=0.05), (format, found)
+        # `fit(verbose=2)` prints the line of each epoch above 0.1: DALI's graph, one
+        # thread, is the slowest stage.
+        assert len(found["lines"]) == sum(share > 0.1 for share in found["bound"]), found
+        for line in found["lines"]:
+            assert "Per batch the feed spent reading inputs" in line and " Try " in line
 
 
 def fit_warnings(dataset, callbacks, **kwargs):
