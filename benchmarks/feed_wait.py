@@ -146,8 +146,6 @@ def summary(runs):
 
 def measure(source, *, read_ahead, epochs, image_size, batch_size):
     """`fit` of a small network on `source` in this process (torch backend)."""
-    import keras
-
     import dalipipe
     from dalipipe import passes
 
@@ -167,13 +165,7 @@ def measure(source, *, read_ahead, epochs, image_size, batch_size):
                 waited[0] += time.perf_counter() - start
 
     dataset.__class__ = Timed
-    model = keras.Sequential([
-        keras.Input((image_size, image_size, 3)), keras.layers.Rescaling(1 / 255),
-        keras.layers.Conv2D(32, 3, strides=2, activation="relu"),
-        keras.layers.Conv2D(64, 3, strides=2, activation="relu"),
-        keras.layers.GlobalAveragePooling2D(),
-        keras.layers.Dense(len(dataset.class_names))])
-    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model = small_network(image_size, len(dataset.class_names))
     model.fit(dataset, epochs=1, verbose=0)  # warm-up
     waited[0] = 0.0
     start = time.perf_counter()
@@ -182,6 +174,20 @@ def measure(source, *, read_ahead, epochs, image_size, batch_size):
     images = epochs * len(dataset.file_paths)
     return {"images_per_s": images / seconds, "wait_share": waited[0] / seconds,
             "seconds": seconds, "images": images}
+
+
+def small_network(image_size, num_classes):
+    """The small convolutional network these benchmarks train, compiled."""
+    import keras
+
+    model = keras.Sequential([
+        keras.Input((image_size, image_size, 3)), keras.layers.Rescaling(1 / 255),
+        keras.layers.Conv2D(32, 3, strides=2, activation="relu"),
+        keras.layers.Conv2D(64, 3, strides=2, activation="relu"),
+        keras.layers.GlobalAveragePooling2D(),
+        keras.layers.Dense(num_classes)])
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
 
 
 if __name__ == "__main__":

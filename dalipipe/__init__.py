@@ -27,18 +27,23 @@ from dalipipe.pipeline import ImagePipeline, make_dali_pipeline  # noqa: E402
 from dalipipe.recipes import AutoAugment, RandAugment, TrivialAugmentWide  # noqa: E402
 from dalipipe.sample_data import make_sample_dataset  # noqa: E402
 
-__all__ = ["AutoAugment", "BackupAndRestore", "CutMix", "ImagePipeline", "MixUp",
-           "RandAugment", "TrivialAugmentWide", "make_dali_dataset", "make_dali_pipeline",
+__all__ = ["AutoAugment", "BackupAndRestore", "CutMix", "ImagePipeline", "InputReport",
+           "MixUp", "RandAugment", "TrivialAugmentWide", "make_dali_dataset", "make_dali_pipeline",
            "make_sample_dataset"]
 __version__ = "0.1.0"
 
 
 def __getattr__(name):
-    # `BackupAndRestore` is a Keras callback: Keras is imported on its first use only.
+    # `BackupAndRestore` and `InputReport` are Keras callbacks: Keras is imported on
+    # their first use only.
     if name == "BackupAndRestore":
         from dalipipe.resume import BackupAndRestore
 
         return BackupAndRestore
+    if name == "InputReport":
+        from dalipipe.report import InputReport
+
+        return InputReport
     raise AttributeError(f"module 'dalipipe' has no attribute {name!r}")
 
 

@@ -125,8 +125,8 @@ def steps_per_epoch(epoch_iterator):
 
 
 def trained_dataset(epoch_iterator, default):
-    """The dataset that `fit`'s epoch iterator reads (the TensorFlow adapter's
-    `_dataset`, the `PyDataset` adapter's `py_dataset`), else `default`."""
+    """The dataset that `fit`'s epoch iterator reads (the TensorFlow and Grain
+    adapters' `_dataset`, the `PyDataset` adapter's `py_dataset`), else `default`."""
     adapter = getattr(epoch_iterator, "data_adapter", None)
     return getattr(adapter, "_dataset", getattr(adapter, "py_dataset", default))
 

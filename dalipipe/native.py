@@ -11,6 +11,7 @@ a file DALI decodes too, and is named when it is the one rejected.
 """
 
 import re
+import time
 
 import numpy as np
 
@@ -32,6 +33,7 @@ class Runner:
         self.position = {}
         self.pipe = None
         self.finished = True  # whether the last run was read to its end
+        self.load_seconds = 0.0  # spent giving DALI its inputs (`dalipipe.report`)
 
     def run(self, sample_ids, random=None, weights=None, *, copy_to_host=True):
         """See `ImagePipeline.run` (a generator: nothing runs before the first batch)."""
@@ -170,9 +172,15 @@ class Runner:
                 raise StopIteration
             self.position[name] = i + 1
             batch = self.batches[name][i]
+            if name not in ("samples", "cached"):
+                return batch
+            started = time.perf_counter()
             if name == "cached":
-                return self.image_pipeline.cache.rows(batch)
-            return self.image_pipeline.load_samples(batch) if name == "samples" else batch
+                found = self.image_pipeline.cache.rows(batch)
+            else:
+                found = self.image_pipeline.load_samples(batch)
+            self.load_seconds += time.perf_counter() - started
+            return found
 
         return next_batch
 

@@ -35,12 +35,14 @@ batch. No TensorFlow.
 import atexit
 import queue
 import threading
+import time
 import weakref
 
 import numpy as np
 
 from dalipipe import dali_hooks, native
 from dalipipe.annotations.elements import element
+from dalipipe.report import FeedTimes
 
 
 class Cursor:
@@ -123,6 +125,10 @@ class PassStream:
         backend: the Keras backend whose tensors the batches are (see `converter`).
         read_ahead: the batches prepared ahead; 0 runs DALI in the caller's thread.
             Defaults to `READ_AHEAD`.
+
+    Attributes:
+        times: where the time of the reads and of the feed goes (`report.FeedTimes`,
+            which `dalipipe.InputReport` reads).
     """
 
     def __init__(self, image_pipeline, backend, read_ahead=None):
@@ -135,6 +141,7 @@ class PassStream:
         self._runner = native.Runner(image_pipeline)
         self._feed = [None]  # the pass under way's `_Feed`, stopped when this is collected
         self._at = None  # (epoch, step) of the batch the feed gives next
+        self.times = FeedTimes()
         weakref.finalize(self, _Feed.stop_held, self._feed)
 
     def read(self, epoch, step):
@@ -145,12 +152,14 @@ class PassStream:
             RuntimeError: when DALI gives fewer batches than the pass has, or more
                 (raised by the read of the pass's last step).
         """
+        started, restarted = time.perf_counter(), 0.0
         steps = self.image_pipeline.steps
         if self._feed[0] is None or self._at != (epoch, step):
             self.close()
             inputs = self.image_pipeline.epoch_inputs(epoch, start_batch=step)
+            restarted = time.perf_counter() - started
             self._feed[0] = _Feed(self._runner, inputs, self._convert, steps - step,
-                                  self.read_ahead)
+                                  self.read_ahead, self.times)
         try:
             batch = self._feed[0].next()
             if step + 1 == steps:
@@ -161,7 +170,9 @@ class PassStream:
         self._at = (epoch, step + 1)
         if step + 1 == steps:
             self.close()
-        return element(tuple(self._receive(t) for t in batch), self.image_pipeline.options)
+        batch = element(tuple(self._receive(t) for t in batch), self.image_pipeline.options)
+        self.times.read(started, restarted)
+        return batch
 
     def close(self, wait=None):
         """Ends the pass under way, dropping what was read ahead. A feed that does not
@@ -203,11 +214,15 @@ def _register_exit():
 class _Feed:
     """`count` batches of a `native.Runner`'s run of `inputs`, each converted by
     `convert`: in a background thread `depth` batches ahead, or in the caller's
-    thread (`depth=0`). DALI's run must end with them: `finish` says whether it did.
+    thread (`depth=0`), timed in `times` (a `report.FeedTimes`). DALI's run must end
+    with them: `finish` says whether it did.
     """
 
-    def __init__(self, runner, inputs, convert, count, depth):
-        self._batches = self._produce(runner.run(*inputs, copy_to_host=False), convert, count)
+    def __init__(self, runner, inputs, convert, count, depth, times=None):
+        times = FeedTimes() if times is None else times
+        self._batches = self._produce(
+            times.run(runner, runner.run(*inputs, copy_to_host=False)), times.copy(convert),
+            count)
         self._runner = runner
         self._depth = depth
         self.abandoned = False  # whether `stop` left the thread running

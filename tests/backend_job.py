@@ -20,6 +20,7 @@ MODE `grain`: `grain_job.py`'s `fit`, `evaluate` and `predict` on Grain datasets
 MODE `fits`: `epochs_job.py`'s epochs that `fit` trains on; MODE `rule`: its epoch
 rule, in the "pydataset" and "grain" formats. MODE `plain_run`:
 `epochs_job.py`'s run, never killed; its records.
+MODE `report`: `report_job.py`'s `dalipipe.InputReport` runs.
 MODE `torch_distributed` (with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set): one
 process of a `torch.distributed` group reads two passes of its shard, in the
 "pydataset" and the "grain" formats. The images are
@@ -282,6 +283,12 @@ def grain(tagged_dir):
     return grain_job(tagged_dir)
 
 
+def report(tagged_dir):
+    from report_job import report_job
+
+    return report_job(tagged_dir)
+
+
 def fits(tagged_dir):
     import epochs_job
 
@@ -350,7 +357,7 @@ def _fit_counts(model, dataset):
 
 MODES = {"single": single, "cache": cache, "data_parallel": data_parallel, "targets": targets,
          "torch_distributed": torch_distributed, "recipes": recipes, "grain": grain,
-         "fits": fits, "plain_run": plain_run, "rule": rule}
+         "fits": fits, "plain_run": plain_run, "rule": rule, "report": report}
 
 
 def run_modes(modes, tagged_dir):

@@ -102,6 +102,22 @@ def test_steps_per_epoch_and_the_trained_dataset_are_fits():
         assert found[1] == (None, dataset)
 
 
+def test_the_trained_dataset_of_a_grain_fit_is_its_dataset():
+    # `dalipipe.InputReport` finds a "grain" dataset's times through it.
+    grain = pytest.importorskip("grain")
+    found = []
+
+    def look(callback):
+        iterator, _ = keras_hooks.fit_locals()
+        found.append(keras_hooks.trained_dataset(iterator, "not found"))
+
+    x, y = data()
+    dataset = grain.MapDataset.source([(x[i], y[i]) for i in range(40)]).batch(8)
+    dataset = dataset.to_iter_dataset()
+    small_model().fit(dataset, epochs=1, verbose=0, callbacks=[OnBegin(look)])
+    assert found == [dataset]
+
+
 def test_set_epoch_steps_makes_the_next_epochs_that_long(capsys):
     # Set when an epoch begins, before the progress bar of the epoch is made (which
     # reads the target again when it finalizes, at the epoch's end).

@@ -223,9 +223,9 @@ def test_devices_sharding_and_keras_config_import_no_framework_on_import(package
 def test_the_package_shows_its_public_names_only():
     import dalipipe
 
-    public = ["AutoAugment", "BackupAndRestore", "CutMix", "ImagePipeline", "MixUp",
-              "RandAugment", "TrivialAugmentWide", "make_dali_dataset", "make_dali_pipeline",
-              "make_sample_dataset"]
+    public = ["AutoAugment", "BackupAndRestore", "CutMix", "ImagePipeline", "InputReport",
+              "MixUp", "RandAugment", "TrivialAugmentWide", "make_dali_dataset",
+              "make_dali_pipeline", "make_sample_dataset"]
     assert sorted(dalipipe.__all__) == public
     assert [n for n in dir(dalipipe) if not n.startswith("_")] == public
     for name in public:
