@@ -17,7 +17,8 @@ import os
 
 import numpy as np
 
-from dalipipe import checks, feed, graph, sampling, sources, tfrecord
+from dalipipe import checks, feed, graph, sampling, sources
+from dalipipe.ranges import read as ranges, tar
 from dalipipe.annotations.inputs import index_with_boxes, index_with_masks
 from dalipipe.annotations.placement import box_table, keep_a_box, place_boxes
 from dalipipe.calls import first_argument, warn
@@ -134,7 +135,7 @@ def _index_images(source, options, device_id):
         _print_found(index)
     if options.check is not None:
         verdicts = checks.check_index(index, check=options.check,
-                                      read_records=tfrecord.load_encoded,
+                                      read_records=ranges.load_encoded,
                                       verbose=options.verbose, device=options.device,
                                       device_id=device_id)
         index = checks.apply_policy(index, verdicts, on_bad_file=options.on_bad_file,
@@ -178,7 +179,10 @@ def _check_sharding(options, replica_ids, num_replicas):
 
 def _print_found(index):
     """Keras's "Found N files belonging to K classes." (records for TFRecord files)."""
-    what = "files" if index.refs is None else f"records in {len(index.tfrecord_files)} TFRecord files"
+    what = "files" if index.refs is None else (
+        f"samples in {len(index.tfrecord_files)} tar shards"
+        if tar.is_tar_path(index.tfrecord_files[0])
+        else f"records in {len(index.tfrecord_files)} TFRecord files")
     if index.labels is None or index.class_names is None:
         print(f"Found {len(index)} {what}.")
     else:
@@ -478,7 +482,7 @@ class ImagePipeline:
                 used = np.unique(refs[:, 0])
                 checks.verify_unchanged([index.tfrecord_files[i] for i in used],
                                         index.stamps[used], check=None)
-            payloads = tfrecord.load_encoded(index.tfrecord_files, refs)
+            payloads = ranges.load_encoded(index.tfrecord_files, refs)
         else:
             payloads = self._read_files([self.file_paths[i] for i in sample_ids], sample_ids)
         masks = None if index.mask_paths is None else [index.mask_paths[i] for i in sample_ids]
