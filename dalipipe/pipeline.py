@@ -17,8 +17,8 @@ import os
 
 import numpy as np
 
-from dalipipe import checks, feed, graph, sampling, sources
-from dalipipe.ranges import read as ranges, tar
+from dalipipe import checks, feed, graph, sources
+from dalipipe.ranges import order as ranges_order, read as ranges, tar
 from dalipipe.annotations.inputs import index_with_boxes, index_with_masks
 from dalipipe.annotations.placement import box_table, keep_a_box, place_boxes
 from dalipipe.calls import first_argument, warn
@@ -66,6 +66,7 @@ def split_source(source, options, placement):
     options = options.replace(device=placement.device, num_threads=placement.num_threads)
     options = options.resolved()
     if options.masks is not None or options.boxes is not None:
+        tar.refuse_dense(source, options.masks, options.boxes)
         dense = index_with_masks if options.masks is not None else index_with_boxes
         index, sizes = dense(source, options, device_id=device_id)
         options = decoder_hints(options.replace(label_mode=None), sizes)
@@ -365,7 +366,8 @@ class ImagePipeline:
         """The inputs of epoch `epoch`: `(sample_ids, random, weights)`, NumPy arrays.
 
         `sample_ids`: int64 indices into `file_paths`, in loading order (see
-        `sampling.epoch_order` and `positions`); `random`: float32
+        `sampling.epoch_order`, for objects read in large ranges
+        `ranges.order.stream_order`, and `positions`); `random`: float32
         `(len(sample_ids), num_random)`, the draws of the crop, the recipe and the
         mixing (`feed.draw_random`); `weights`: float32 `(len(sample_ids),)`, or
         None unless the pipeline is a shard. They depend on `seed` and `epoch` only:
@@ -380,8 +382,8 @@ class ImagePipeline:
         """
         start_batch = self.check_start_batch(start_batch)
         options = self.options
-        order = sampling.epoch_order(options.seed, epoch, len(self.file_paths),
-                                     shuffle=options.shuffle)
+        order = ranges_order.epoch_order(self.index, options.seed, epoch,
+                                         shuffle=options.shuffle)
         positions, weights = self.positions()
         random = feed.draw_random(options, epoch, positions, batch_size=self.batch_size)
         first = start_batch * self.batch_size * self.batches_per_step

@@ -13,6 +13,7 @@ Samples are named `"<shard>#<image member>"`, so that a damaged one is named by
 shard and member.
 """
 
+import fnmatch
 import glob
 import json
 import os
@@ -75,8 +76,9 @@ def tar_files(source):
             return None
         paths = []
         for path in expand_braces(text):
-            if not is_remote(path) and any(c in path for c in "*?["):
-                matched = sorted(glob.glob(os.path.expanduser(path)))
+            if any(c in path for c in "*?["):
+                matched = _glob_objects(path) if is_remote(path) else \
+                    sorted(glob.glob(os.path.expanduser(path)))
                 if not matched:
                     raise ValueError(f"No tar shard matches the pattern {path!r}. "
                                      f"Received: source={text!r}")
@@ -99,6 +101,20 @@ def tar_files(source):
                     f"source with {len(source)} paths")
 
 
+def _glob_objects(pattern):
+    """The URIs of the objects that a pattern matches (one listing of the folder
+    before its first wildcard)."""
+    from dalipipe import storage
+
+    first = min(pattern.index(c) for c in "*?[" if c in pattern)
+    folder = pattern[:pattern.rindex("/", 0, first) + 1]
+    try:
+        listed = storage.list_objects(folder)
+    except ValueError:  # an empty prefix: no match
+        return []
+    return sorted(u for u in (folder + o.key for o in listed) if fnmatch.fnmatchcase(u, pattern))
+
+
 def _checked(paths, received):
     paths = [p if is_remote(p) else os.path.abspath(os.path.expanduser(p)) for p in paths]
     for path in paths:
@@ -109,6 +125,17 @@ def _checked(paths, received):
         raise ValueError(f"A tar shard is named more than once: {repeated[:5]}. "
                          f"Received: {received}")
     return paths
+
+
+def refuse_dense(source, masks, boxes):
+    """ValueError when `source` is tar shards: their masks and boxes are not read yet."""
+    if tar_files(source) is None:
+        return
+    given = f"masks={masks!r}" if masks is not None else f"boxes={boxes!r}"
+    raise ValueError(
+        "Masks and boxes from tar shards are not supported yet: train on labels, or give "
+        "the images as a folder or a table with `masks` or `boxes`. "
+        f"Received: {given} with source={source!r}")
 
 
 class Shards(NamedTuple):
@@ -165,7 +192,7 @@ def _shard_index(shard):
 
         def read():
             with storage.open_object(shard, buffer_size=8 << 20) as f:
-                return _read_index(shard, f)
+                return _read_index(shard, f, info.size)
     else:
         info = os.stat(shard)
         signature = {"version": _INDEX_VERSION, "path": shard, "size": info.st_size,
@@ -173,20 +200,28 @@ def _shard_index(shard):
 
         def read():
             with open(shard, "rb", buffering=1 << 20) as f:
-                return _read_index(shard, f)
+                return _read_index(shard, f, info.st_size)
     return cached_scan("tar-index", shard, signature, read)
 
 
-def _read_index(shard, fileobj):
+def _read_index(shard, fileobj, size):
     """{"samples": [[key, image member, offset, size, cls text, json], ...]} of a shard
-    read in order (`fileobj` a file or a streamed object)."""
+    read in order (`fileobj` a file or a streamed object of `size` bytes).
+
+    Raises:
+        ValueError: for a shard cut short (it lacks the end-of-archive blocks, or a
+            member runs past its end), naming the shard and the last member found:
+            the samples after it are lost, as for a truncated TFRecord file.
+    """
     samples, order = {}, []
+    last, end = None, 0
     try:
         archive = tarfile.open(fileobj=fileobj, mode="r|")
     except tarfile.TarError as e:
         raise ValueError(f"Not an uncompressed tar file ({e}): {shard!r}") from None
     try:
         for member in _members(archive, shard):
+            last, end = member.name, member.offset_data + -(-member.size // 512) * 512
             if not member.isfile():
                 continue
             folder, base = posixpath.split(member.name)
@@ -202,8 +237,14 @@ def _read_index(shard, fileobj):
             elif suffix in ("cls", "json"):
                 data = archive.extractfile(member).read()
                 sample[suffix] = _small_member(shard, member.name, suffix, data)
+    except _Cut:
+        end = size + 1  # a header or data read past the end
     finally:
         archive.close()
+    if size < end + 1024:  # a tar file ends with two zero blocks
+        raise ValueError(
+            f"Truncated tar shard ({size} bytes): it ends inside or after the member "
+            f"{last!r}, so the samples after it are lost: {shard!r}")
     found = []
     for key in order:
         images = samples[key]["images"]
@@ -218,14 +259,19 @@ def _read_index(shard, fileobj):
     return {"samples": found}
 
 
+class _Cut(Exception):
+    """A tar file read past its end."""
+
+
 def _members(archive, shard):
-    """The members of a streamed tar file; one cut short ends the walk (its range runs
-    past the shard's end, and reading it names it)."""
+    """The members of a streamed tar file; `_Cut` where it ends inside one."""
     while True:
         try:
             member = archive.next()
-        except tarfile.ReadError:
-            return
+        except tarfile.ReadError as e:
+            if "unexpected end" in str(e):
+                raise _Cut() from None
+            raise ValueError(f"Corrupt tar shard ({e}): {shard!r}") from None
         except tarfile.TarError as e:
             raise ValueError(f"Corrupt tar shard ({e}): {shard!r}") from None
         if member is None:
