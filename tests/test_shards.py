@@ -238,3 +238,12 @@ def test_shards_in_s3_are_read_in_large_ranges(shards, s3_server):
     # Resuming mid-epoch takes the rest of the same order.
     whole = pipe.epoch_inputs(1)[0]
     assert pipe.epoch_inputs(1, start_batch=3)[0].tolist() == whole[48:].tolist()
+
+
+@pytest.mark.slow
+def test_torch_distributed_processes_read_disjoint_shares_of_shards(shards, tmp_path):
+    """`test_backends.py`'s two `torch.distributed` processes, on the shards: disjoint
+    shares that cover every sample once per epoch, equal steps, padding of weight 0."""
+    from test_backends import test_torch_distributed_processes_read_their_shards as run
+
+    run(brace(shards), tmp_path)
