@@ -247,3 +247,12 @@ def test_torch_distributed_processes_read_disjoint_shares_of_shards(shards, tmp_
     from test_backends import test_torch_distributed_processes_read_their_shards as run
 
     run(brace(shards), tmp_path)
+
+
+@pytest.mark.slow
+def test_a_killed_fit_resumes_exactly_on_shards(shards, tmp_path):
+    """`test_resume.py`'s run killed mid-epoch (SIGKILL after step 5 of epoch 2) and
+    started again with `BackupAndRestore`: its steps are the uninterrupted run's."""
+    from test_resume import check_resumed
+
+    check_resumed("tensorflow", brace(shards), tmp_path, "at:2,5")
