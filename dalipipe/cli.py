@@ -195,7 +195,8 @@ def build_parser():
     check.add_argument("source",
                        help="a directory of class folders (the images make_dali_dataset reads: "
                             "those in its class folders, or, without subfolders, its own), a "
-                            "CSV file, or TFRecord files (a glob pattern)")
+                            "CSV file, TFRecord files (a glob pattern), or tar shards (a "
+                            "brace or glob pattern)")
     check.add_argument("--path-column", default="path",
                        help="a CSV's column of image paths (default: %(default)s)")
     check.add_argument("--full", action="store_true", help="also decode every image")
@@ -304,13 +305,14 @@ def _install_plugin(args):
 
 
 def _check(args):
-    from dalipipe import checks, tfrecord
+    from dalipipe import checks
+    from dalipipe.ranges import read as ranges
 
     level = "full" if args.full else "structure"
     started = time.perf_counter()
     if args.masks is None:
         index = _training_index(args.source, path_column=args.path_column)
-        verdicts = checks.check_index(index, check=level, read_records=tfrecord.load_encoded,
+        verdicts = checks.check_index(index, check=level, read_records=ranges.load_encoded,
                                       verbose=True)
     else:
         from dalipipe.annotations.inputs import judge_pairs

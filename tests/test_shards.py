@@ -76,6 +76,39 @@ def test_a_brace_pattern_a_glob_and_a_list_give_the_samples_and_their_labels(sha
     assert sources.index_source(brace(shards), labels=None).labels is None
 
 
+def test_the_tar_index_is_cached_not_written_beside_the_shards(shards, tmp_path, monkeypatch):
+    folder = tmp_path / "copy"
+    folder.mkdir()
+    copies = [shutil.copy2(s, folder) for s in shards]
+    before = sorted(os.listdir(folder))
+    first = sources.index_source(str(folder / "train-*.tar"))
+    assert sorted(os.listdir(folder)) == before
+    cached = glob.glob(str(tmp_path / "cache" / "tar-index" / "*.json"))
+    assert len(cached) == 4
+    # A second index reads the cache only; a changed shard is read again.
+    opened = []
+    original = tar._read_index
+    monkeypatch.setattr(tar, "_read_index",
+                        lambda *args: opened.append(args[0]) or original(*args))
+    again = sources.index_source(str(folder / "train-*.tar"))
+    assert opened == [] and again.file_paths == first.file_paths
+    os.utime(copies[2], ns=(0, 0))
+    sources.index_source(str(folder / "train-*.tar"))
+    assert opened == [copies[2]]
+
+
+def test_dalipipe_check_names_a_damaged_member(shards, tmp_path, capsys):
+    from dalipipe.cli import main
+
+    for shard in shards:
+        shutil.copy2(shard, tmp_path)
+    rewritten(shards[2], tmp_path, lambda name, data: data[:-30]
+              if name == "00000070.png" else data)
+    assert main(["check", str(tmp_path / "train-{000000..000003}.tar")]) == 1
+    printed = capsys.readouterr().out
+    assert "1 of 121 files are bad" in printed and "train-000002.tar#00000070.png" in printed
+
+
 def write_tar(path, members):
     with tarfile.open(path, "w") as out:
         for name, data in members:
