@@ -18,6 +18,7 @@ from dalipipe import make_dali_pipeline, sources
 from dalipipe.ranges import order, read, tar
 from dalipipe.ranges.write import write_webdataset
 from helpers import CLASSES, NUM_TAGGED, tag_of
+from test_storage import gcs_emulator  # noqa: F401 (a fixture)
 
 OPTIONS = dict(image_size=(12, 12), batch_size=16, normalization=None, device="cpu",
                verbose=False)
@@ -289,3 +290,19 @@ def test_a_killed_fit_resumes_exactly_on_shards(shards, tmp_path):
     from test_resume import check_resumed
 
     check_resumed("tensorflow", brace(shards), tmp_path, "at:2,5")
+
+
+def test_shards_in_gcs_are_read_by_a_glob(gcs_emulator, shards):  # noqa: F811
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage as gcs
+
+    client = gcs.Client(project="test", credentials=AnonymousCredentials(),
+                        client_options={"api_endpoint": os.environ["DALI_GCS_ENDPOINT_URL"]})
+    for shard in shards:
+        client.bucket("photos").blob(f"wds/{os.path.basename(shard)}").upload_from_filename(shard)
+    pipe = make_dali_pipeline("gs://photos/wds/train-*.tar", seed=3, **OPTIONS)
+    assert pipe.index.tfrecord_files == [f"gs://photos/wds/{os.path.basename(s)}" for s in shards]
+    for epoch in (0, 1):
+        found, _ = rows(pipe, epoch)
+        assert sorted(t for t, _ in found) == list(range(NUM_TAGGED))
+        assert all(label == tag % 3 for tag, label in found)
