@@ -2,7 +2,7 @@
 
 DALI's TensorFlow plugin builds a Python pipeline only to read its inputs, and DALI
 offers no public call that releases a pipeline's threads and device state before it
-is collected; its `auto_aug.auto_augment` picks a sub-policy per sample from its own
+is collected, nor one that spares a pipeline its shutdown at exit; its `auto_aug.auto_augment` picks a sub-policy per sample from its own
 random numbers, and the tables that its `apply_auto_augment` reads (which
 `dalipipe.recipes.AutoAugment` reads with the epoch's numbers) are private. What
 dalipipe needs of DALI's internals is done here only, so that a
@@ -18,6 +18,18 @@ def shut_down(pipeline):
     when it is collected (`Pipeline._shutdown`, which DALI's `atexit` handler calls
     for the pipelines still alive). The pipeline cannot run afterwards."""
     pipeline._shutdown()
+
+
+def left_at_exit(pipeline):
+    """Leaves `pipeline` out of the shutdown that DALI's `atexit` handler does of the
+    pipelines still alive (`Pipeline._pipes`, a set of weak references): a pipeline
+    whose run waits on a stalled input (a read in storage) would hold the exiting
+    process until that input returns."""
+    import weakref
+
+    from nvidia.dali.pipeline import Pipeline
+
+    Pipeline._pipes.discard(weakref.ref(pipeline))
 
 
 def auto_augment_tables(policy):

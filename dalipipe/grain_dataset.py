@@ -18,7 +18,7 @@ except ImportError as e:
         f"Install it with: {pip_extra('grain')}"
     ) from e
 
-from dalipipe import passes
+from dalipipe import keras_hooks, passes
 from dalipipe.fingerprint import differences, fingerprint
 
 
@@ -34,12 +34,18 @@ class DALIGrainDataset(grain.IterDataset):
     `output="dict"` (`dalipipe.annotations.elements`).
 
     Each iterator is one pass, `steps` batches, then `StopIteration`. The epoch
-    of an iterator is taken at its first batch (`dalipipe.passes`): `n` when `n`
-    passes have been read to their `StopIteration` before it. So the batches that
-    Keras's Grain adapter reads up front to learn the structure, and any pass left
-    before its end, start no epoch: the next iterator loads the same one. DALI
-    runs one pass at a time: an iterator read after another one restarts its pass
-    at its next batch.
+    of an iterator is taken at its first batch, by the rule of `dalipipe.passes`:
+    a training pass (`fit`'s, or one read outside Keras) loads the training
+    cursor's epoch, `n` when `n` training passes have been read to their
+    `StopIteration` before it, and read to its end it moves the cursor on;
+    `fit(initial_epoch=k)` with `k > 0` starts at epoch `k`; `evaluate`, `predict`
+    and validation passes load the cursor's epoch and move nothing. So the batches
+    that Keras's Grain adapter reads up front to learn the structure, and any pass
+    left before its end, start no epoch: the next iterator loads the same one. (On
+    TensorFlow, Keras reads Grain datasets in `tf.data`'s threads, where the loop
+    is not known: every pass there counts as a training pass.) DALI runs one pass
+    at a time: an iterator read after another one restarts its pass at its next
+    batch.
 
     Several devices: under `torch.distributed` or a Keras `DataParallel`
     distribution, each process loads its shard of every global batch, as the
@@ -93,17 +99,21 @@ class DALIGrainIterator(grain.DatasetIterator):
         self._dataset = dataset
         self._epoch = None  # taken at the first batch, unless `set_state` gives it
         self._batch = 0
+        self._counts = True  # whether the pass read whole moves the cursor
 
     def _position(self):
         epoch = self._dataset.next_epoch if self._epoch is None else self._epoch
         return epoch, self._batch
 
     def __next__(self):
+        if self._epoch is None:
+            self._epoch, _, self._counts = self._dataset.cursor.start_pass(
+                keras_hooks.keras_loop())
         epoch, batch = self._position()
         if batch >= self._dataset.image_pipeline.steps:
-            self._dataset.cursor.read_whole(epoch)
+            if self._counts:
+                self._dataset.cursor.read_whole(epoch)
             raise StopIteration
-        self._epoch = epoch
         result = self._dataset.stream.read(epoch, batch)
         self._batch += 1
         return result

@@ -16,6 +16,7 @@ Checked on Keras 3.11 and 3.15: the range `pyproject.toml` gives, which
 """
 
 import sys
+from typing import NamedTuple
 
 import keras
 
@@ -45,6 +46,70 @@ def fit_locals():
         if frame.f_code.co_name == "fit" and isinstance(iterator, EpochIterator):
             return iterator, frame.f_locals.get("callbacks")
         frame = frame.f_back
+    return None
+
+
+class KerasLoop(NamedTuple):
+    """The Keras `fit`, `evaluate` or `predict` running in a thread (`keras_loop`).
+
+    Attributes:
+        kind: `"fit"`, `"evaluate"` or `"predict"` (a validation pass inside `fit`
+            is `"evaluate"`).
+        call: for `"fit"`, its epoch iterator (one per `fit` call; None until it is
+            made), else None.
+        initial_epoch: for `"fit"` once its epochs run (after `on_train_begin`), the
+            epoch it started at: its `initial_epoch`, or the one a backup callback
+            set (`model._initial_epoch`); else None.
+    """
+
+    kind: str
+    call: object = None
+    initial_epoch: int | None = None
+
+
+_LOOPS = ("fit", "evaluate", "predict")
+
+
+def keras_loop():
+    """The innermost Keras `fit`, `evaluate` or `predict` running in this thread, as a
+    `KerasLoop`, or None outside them.
+
+    Found by walking up the stack to the first frame of one of those methods of a
+    Keras `Trainer` (a model). Every backend's `fit` names its epoch iterator
+    `epoch_iterator`, its running epoch `epoch`, and its first epoch `initial_epoch`
+    (reassigned to `self._initial_epoch or initial_epoch` before its first epoch).
+    """
+    from keras.src.trainers.trainer import Trainer
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name in _LOOPS:
+            names = frame.f_locals
+            if isinstance(names.get("self"), Trainer):
+                if frame.f_code.co_name != "fit":
+                    return KerasLoop(frame.f_code.co_name)
+                started = "epoch" in names
+                return KerasLoop("fit", names.get("epoch_iterator"),
+                                 int(names["initial_epoch"] or 0) if started else None)
+        frame = frame.f_back
+    return None
+
+
+def py_dataset_pass():
+    """The frame of Keras's `PyDatasetAdapter` generator that calls the caller of this
+    function (a `PyDataset`'s `num_batches` or `__getitem__`), or None when anything
+    else calls it (a user's read, Keras's peek at the element spec).
+
+    One generator of Keras's is one pass over the dataset: it reads `num_batches`
+    as it starts (at its first `next()`), then item after item in the thread that
+    reads it (the training thread on torch and JAX, `tf.data`'s on TensorFlow).
+    """
+    from keras.src.trainers.data_adapters.py_dataset_adapter import PyDatasetAdapter
+
+    frame = sys._getframe(2)
+    if frame is not None and frame.f_code in (PyDatasetAdapter._finite_generator.__code__,
+                                              PyDatasetAdapter._infinite_generator.__code__):
+        return frame
     return None
 
 

@@ -1,14 +1,24 @@
 """The epoch: which pass over a dataset loads which epoch, from which step, and the
 stream of one pass.
 
-Every output format follows one rule, kept by `Cursor`: the next pass to start
-loads epoch `e` from step `s` (what `ImagePipeline.epoch(e, start_batch=s)`
-loads), `(0, 0)` at first or what `set_position` says; a pass read to its end
-moves the cursor to `(e + 1, 0)`, and a pass left before its end does not move
-it, so the next pass loads the same epoch again. So pass `n` read whole loads
-`epoch(n)`, whatever Keras reads on the side: the batches it reads up front to
-build a model or learn the structure, the iterators it makes and never reads,
-and its peeks at the element spec start and count nothing.
+Every output format follows one rule, kept by `Cursor`, the dataset's training
+cursor `(epoch, step)`: `(0, 0)` at first or what `set_position` says.
+
+- A training pass (one of `fit`'s, or one read outside Keras) loads epoch `e` from
+  step `s` (what `ImagePipeline.epoch(e, start_batch=s)` loads). Read to its end, it
+  moves the cursor to `(e + 1, 0)`; left before its end, it moves nothing, and the
+  next pass loads the same epoch again.
+- `fit(initial_epoch=k)` with `k > 0` (or a backup callback's resumed epoch `k`)
+  puts the cursor at `(k, 0)` when its first epoch starts, unless the cursor is
+  already in epoch `k` (a position set for it: `dalipipe.BackupAndRestore`'s);
+  otherwise a new `fit` goes on where the last pass ended.
+- `evaluate`, `predict` and validation passes (the same dataset as
+  `validation_data` too) load the cursor's epoch from its first step and never
+  move the cursor.
+
+So pass `n` read whole loads `epoch(n)`, whatever Keras reads on the side: the
+batches it reads up front to build a model or learn the structure, the iterators
+it makes and never reads, and its peeks at the element spec start and count nothing.
 
 "Read to its end" is the end each protocol has: a `keras.utils.PyDataset`'s
 `len()`-th item, a Python iterator's StopIteration (`format="grain"`), and on
@@ -22,13 +32,14 @@ any `(epoch, step)` asked for, restarting the pass there when it is not the next
 batch. No TensorFlow.
 """
 
+import atexit
 import queue
 import threading
 import weakref
 
 import numpy as np
 
-from dalipipe import native
+from dalipipe import dali_hooks, native
 from dalipipe.annotations.elements import element
 
 
@@ -38,6 +49,7 @@ class Cursor:
     def __init__(self, image_pipeline):
         self.image_pipeline = image_pipeline
         self._epoch, self._start = 0, 0
+        self._fit = None  # a weak reference to the epoch iterator of the last `fit` seen
         self._lock = threading.Lock()
 
     @property
@@ -55,6 +67,29 @@ class Cursor:
         epoch, batch = self.image_pipeline.check_position(epoch, batch)
         with self._lock:
             self._epoch, self._start = epoch, batch
+
+    def start_pass(self, loop):
+        """Where a pass that starts now loads from, and whether it counts (the rule
+        of the module's doc): `(epoch, step, counts)`.
+
+        Args:
+            loop: the Keras loop that reads the pass (`keras_hooks.KerasLoop`: its
+                `kind`, its `call` and its `initial_epoch`), or None outside Keras.
+        """
+        with self._lock:
+            if loop is not None and loop.kind != "fit":
+                return self._epoch, 0, False
+            if loop is not None and loop.initial_epoch is not None and loop.call is not None \
+                    and not self._seen(loop.call):
+                self._fit = weakref.ref(loop.call)
+                if loop.initial_epoch > 0 and self._epoch != loop.initial_epoch:
+                    epoch, _ = self.image_pipeline.check_position(loop.initial_epoch, 0)
+                    self._epoch, self._start = epoch, 0
+            return self._epoch, self._start, True
+
+    def _seen(self, call):
+        """Whether `call` is the `fit` whose first epoch already set the cursor."""
+        return self._fit is not None and self._fit() is call
 
     def read_whole(self, epoch):
         """Records that a pass of epoch `epoch` was read to its end: the next pass is
@@ -104,7 +139,12 @@ class PassStream:
 
     def read(self, epoch, step):
         """Step `step` of epoch `epoch`, a tuple of the backend's tensors (see the
-        adapters for their shapes and dtypes)."""
+        adapters for their shapes and dtypes).
+
+        Raises:
+            RuntimeError: when DALI gives fewer batches than the pass has, or more
+                (raised by the read of the pass's last step).
+        """
         steps = self.image_pipeline.steps
         if self._feed[0] is None or self._at != (epoch, step):
             self.close()
@@ -113,29 +153,67 @@ class PassStream:
                                   self.read_ahead)
         try:
             batch = self._feed[0].next()
-        except BaseException:
-            self.close()
+            if step + 1 == steps:
+                self._feed[0].finish()  # DALI's run ends with the pass: checked here
+        except BaseException as e:
+            self.close(wait=0 if isinstance(e, KeyboardInterrupt) else STOP_WAIT)
             raise
         self._at = (epoch, step + 1)
         if step + 1 == steps:
             self.close()
         return element(tuple(self._receive(t) for t in batch), self.image_pipeline.options)
 
-    def close(self):
-        """Ends the pass under way, dropping what was read ahead."""
-        _Feed.stop_held(self._feed)
+    def close(self, wait=None):
+        """Ends the pass under way, dropping what was read ahead. A feed that does not
+        stop within `wait` seconds (defaults to `STOP_WAIT`; a read stalled in
+        storage) is left to its thread, with its DALI pipeline: the next pass builds
+        another."""
+        feed = self._feed[0]
+        _Feed.stop_held(self._feed, STOP_WAIT if wait is None else wait)
+        if feed is not None and feed.abandoned:
+            # A pass left before its end builds DALI's pipeline again anyway.
+            self._runner = native.Runner(self.image_pipeline)
         self._at = None
+
+
+# How long stopping a pass waits for its feed thread, in seconds; a feed still
+# running then (a read stalled in storage) is left to its daemon thread.
+STOP_WAIT = 0.3
+_FEEDS = weakref.WeakSet()  # the feeds with a thread, stopped as the process exits
+_EXIT = []  # whether `_stop_at_exit` is registered
+
+
+def _stop_at_exit():
+    """Stops every feed as the process exits, before DALI shuts its pipelines down
+    (its `atexit` handler, registered before this one, runs after it): the
+    pipeline of a feed left to its thread is left out of that shutdown, which would
+    wait for the stalled read (`dali_hooks.left_at_exit`)."""
+    for feed in list(_FEEDS):
+        feed.stop()
+
+
+def _register_exit():
+    if not _EXIT:
+        import nvidia.dali.pipeline  # noqa: F401  (registers DALI's handler first)
+
+        atexit.register(_stop_at_exit)
+        _EXIT.append(True)
 
 
 class _Feed:
     """`count` batches of a `native.Runner`'s run of `inputs`, each converted by
     `convert`: in a background thread `depth` batches ahead, or in the caller's
-    thread (`depth=0`). DALI's run must end with them."""
+    thread (`depth=0`). DALI's run must end with them: `finish` says whether it did.
+    """
 
     def __init__(self, runner, inputs, convert, count, depth):
         self._batches = self._produce(runner.run(*inputs, copy_to_host=False), convert, count)
+        self._runner = runner
         self._depth = depth
+        self.abandoned = False  # whether `stop` left the thread running
         if depth:
+            _register_exit()
+            _FEEDS.add(self)
             self._queue = queue.Queue(maxsize=depth)
             self._stopped = threading.Event()
             self._thread = threading.Thread(target=self._run, name="dalipipe-feed",
@@ -144,18 +222,48 @@ class _Feed:
 
     @staticmethod
     def _produce(stream, convert, count):
-        for number, outputs in enumerate(stream):
-            if number == count:
-                raise RuntimeError("DALI gave more batches than the epoch has")
+        given = 0
+        for outputs in stream:
+            if given == count:
+                raise RuntimeError(
+                    f"DALI gave more batches than the pass has ({count}): its inputs and "
+                    "the pass disagree. Please report it, with the dataset's options.")
+            given += 1
             yield convert(outputs)
+        if given < count:
+            raise RuntimeError(
+                f"DALI gave {given} batches where the pass has {count}: its run ended early. "
+                "Please report it, with the dataset's options.")
 
     def next(self):
+        """The next batch; raises the error that stopped the feed, or RuntimeError
+        when the pass has no more batches."""
         if not self._depth:
-            return next(self._batches)
+            try:
+                return next(self._batches)
+            except StopIteration:
+                raise RuntimeError("The pass has no more batches") from None
         kind, value = self._queue.get()
         if kind == "error":
             raise value
+        if kind == "end":
+            self._queue.put(("end", None))  # for a `next` after it
+            raise RuntimeError("The pass has no more batches")
         return value
+
+    def finish(self):
+        """Waits for DALI's run to end after the pass's last batch.
+
+        Raises:
+            RuntimeError: when DALI gives another batch, or the error that stopped it.
+        """
+        if not self._depth:
+            for _ in self._batches:  # `_produce` raises on another batch
+                pass
+            return
+        kind, value = self._queue.get()
+        if kind == "error":
+            raise value
 
     def _run(self):
         try:
@@ -164,6 +272,8 @@ class _Feed:
                     return
         except BaseException as e:  # raised by the `next` that would take the batch
             self._put(("error", e))
+            return
+        self._put(("end", None))
 
     def _put(self, item):
         """Puts `item` in the queue unless the feed is stopped first; whether it did."""
@@ -175,19 +285,30 @@ class _Feed:
                 pass
         return False
 
-    def stop(self):
-        """Stops the pass (a pass left before its end builds DALI's pipeline again)."""
+    def stop(self, wait=STOP_WAIT):
+        """Stops the pass (a pass left before its end builds DALI's pipeline again).
+        Waits `wait` seconds at most for the feed thread: one still running (a read
+        stalled in storage) is left, never joined, with its DALI pipeline, and
+        `abandoned` is True."""
+        if self.abandoned:
+            return
         if self._depth:
             self._stopped.set()
-            self._thread.join()
+            self._thread.join(wait)
+            if self._thread.is_alive():
+                self.abandoned = True
+                if self._runner.pipe is not None:  # DALI's shutdown at exit would wait
+                    dali_hooks.left_at_exit(self._runner.pipe)
+                return
+            _FEEDS.discard(self)
         self._batches.close()
 
     @staticmethod
-    def stop_held(held):
+    def stop_held(held, wait=STOP_WAIT):
         """Stops the feed in the list `held`, if any, and empties it."""
         feed, held[0] = held[0], None
         if feed is not None:
-            feed.stop()
+            feed.stop(wait)
 
 
 def _batch_converter(convert, unbatched):

@@ -16,7 +16,7 @@ from `dalipipe.devices`.
 import keras
 import numpy as np
 
-from dalipipe import passes
+from dalipipe import keras_hooks, passes
 from dalipipe.keras_config import keras_backend
 
 
@@ -45,27 +45,28 @@ class DALIPyDataset(keras.utils.PyDataset):
     with samples of weight 0). Without labels an item is `(images,)`. With
     `batch_size=None`, items are single samples without the batch dimension.
 
-    Epochs (`dalipipe.passes`): inside Keras's `fit`, `evaluate` and `predict`
-    (between the `on_epoch_begin` and `on_epoch_end` that Keras calls), the items
-    come in the pass's order, whatever index Keras asks for: Keras asks for a
-    PyDataset's batches in a random order with `fit(shuffle=True)`, and the pass
-    is already a new permutation of the samples every epoch (with `shuffle=True`;
-    `file_paths` order otherwise, which is how `predict` reads it). Each new Keras
-    iterator (it reads `num_batches` first) starts a pass, and a pass read to its
-    `len()`-th item counts: pass `n` read whole loads what
-    `make_dali_pipeline(...).epoch(n)` loads, the same order and crops for a seed.
-    A pass left before its end, such as the batch that `fit` reads to build the
-    model, does not count: the next pass loads the same epoch. One pass runs on
-    over several epochs with `steps_per_epoch` smaller than `len()`, as Keras's
-    own iterators do. `set_position` numbers the next pass
-    (`dalipipe.BackupAndRestore` calls it at every epoch's start).
+    Epochs (`dalipipe.passes`): each pass that Keras's `fit`, `evaluate` or
+    `predict` starts (every Keras iterator of a `PyDataset` reads `num_batches` as
+    it starts) gives its items in the pass's order, whatever index Keras asks for:
+    Keras asks for a PyDataset's batches in a random order with `fit(shuffle=True)`,
+    and the pass is already a new permutation of the samples every epoch (with
+    `shuffle=True`; `file_paths` order otherwise, which is how `predict` reads it).
+    A training pass loads what `make_dali_pipeline(...).epoch(e, start_batch=s)`
+    loads at the training cursor `(e, s)`, and read to its `len()`-th item it moves
+    the cursor to `(e + 1, 0)`; a pass left before its end, such as the batch that
+    `fit` reads to build the model, does not count. `fit(initial_epoch=k)` with
+    `k > 0` starts at `(k, 0)`; `evaluate`, `predict` and validation passes load the
+    cursor's epoch whole and never move it. One pass runs on over several epochs
+    with `steps_per_epoch` smaller than `len()`, as Keras's own iterators do.
+    `set_position` moves the cursor (`dalipipe.BackupAndRestore` calls it at every
+    epoch's start). Reading `num_batches` or `len()` yourself changes nothing.
 
-    Outside Keras's loops, `ds[i]` is batch `i` of the next pass (what that pass
-    loads), restarting DALI's pass at `i` when it is not the batch after the last
-    one read. Reading `ds[0]`, `ds[1]`, ... to `ds[len(ds) - 1]` in order (as
-    `for batch in ds` does) reads the pass whole, and it counts as in Keras's
-    loops; a batch read out of that order starts and counts no pass. The items
-    are copies: they stay valid after the next one is read.
+    Any other read, `ds[i]` (also after a `fit` that raised), is batch `i` of the
+    next training pass (what that pass loads), restarting DALI's pass at `i` when it
+    is not the batch after the last one read. Reading `ds[0]`, `ds[1]`, ... to
+    `ds[len(ds) - 1]` in order (as `for batch in ds` does) reads the pass whole, and
+    it counts as a training pass; a batch read out of that order starts and counts
+    no pass. The items are copies: they stay valid after the next one is read.
 
     Attributes:
         class_names: the class names, or None without labels.
@@ -84,13 +85,14 @@ class DALIPyDataset(keras.utils.PyDataset):
         self.file_paths = list(image_pipeline.file_paths)
         self._cursor = passes.Cursor(image_pipeline)
         self._stream = passes.PassStream(image_pipeline, self.backend)
-        self._in_keras = False  # between Keras's on_epoch_begin and on_epoch_end
-        self._pass = None  # (epoch, first step, next step) of Keras's pass under way
-        self._new_reader = True
+        self._loop = None  # the Keras loop of the last `on_epoch_begin` (`keras_hooks`)
+        # Keras's passes under way: its generator's frame -> [epoch, next step, counts]
+        # (a training pass and a validation pass of `fit` may alternate).
+        self._keras = {}
+        self._outside = None  # (epoch, start, next step) of an in-order read outside Keras
 
     def __len__(self):
-        start = self._cursor.position[1] if self._pass is None else self._pass[1]
-        return self.image_pipeline.steps - start
+        return self.image_pipeline.steps - self._cursor.position[1]
 
     def set_position(self, epoch, batch=0):
         """Makes the next pass epoch `epoch` from step `batch` on (what
@@ -103,45 +105,69 @@ class DALIPyDataset(keras.utils.PyDataset):
             ValueError: for an `epoch` below 0 or a `batch` outside `[0, steps)`.
         """
         self._cursor.set_position(epoch, batch)
-        self._pass = None
+        self._keras.clear()
+        self._outside = None
 
     @property
     def num_batches(self):
-        """The batches per epoch, `len()`; every Keras iterator reads it first, so
-        that inside Keras's loops the next item starts a new pass (see above)."""
-        self._new_reader = True
+        """The batches of the next pass, `len()` (all of them for an `evaluate` or
+        `predict` pass, which Keras starts by reading it)."""
+        frame = keras_hooks.py_dataset_pass()
+        if frame is not None:
+            _, step, _ = self._start_keras_pass(frame)
+            return self.image_pipeline.steps - step
+        loop = keras_hooks.keras_loop()
+        if loop is not None and loop.kind != "fit":
+            return self.image_pipeline.steps  # an evaluation pass is whole
         return len(self)
 
+    def _start_keras_pass(self, frame):
+        """Starts the pass of Keras's generator `frame` (`Cursor.start_pass`)."""
+        state = list(self._cursor.start_pass(self._loop))
+        self._keras.pop(frame, None)
+        self._keras[frame] = state
+        while len(self._keras) > 2:  # the oldest, left
+            del self._keras[next(iter(self._keras))]
+        return state
+
     def on_epoch_begin(self):
-        self._in_keras = True
+        self._loop = keras_hooks.keras_loop()
 
     def on_epoch_end(self):
-        self._in_keras = False
+        self._loop = None
 
     def __getitem__(self, index):
+        frame = keras_hooks.py_dataset_pass()
+        if frame is not None:
+            # Keras's order is not the pass's: the pass's next batch, whatever the index.
+            state = self._keras.get(frame) or self._start_keras_pass(frame)
+            epoch, step, counts = state
+            state[1] = step + 1
+            if step + 1 == self.image_pipeline.steps:
+                self._keras.pop(frame, None)
+            return self._read(epoch, step, counts)
         if not isinstance(index, (int, np.integer)) or not 0 <= index < len(self):
             raise IndexError(
                 f"`index` must be an integer in [0, {len(self)}), the batches of an epoch. "
                 f"Received: index={index!r}"
             )
-        if self._in_keras:
-            # Keras's order is not the pass's: the pass's next batch, whatever the index.
-            if self._new_reader or self._pass is None:
-                self._new_reader = False
-                self._pass = (*self._cursor.position, self._cursor.position[1])
-        else:
-            epoch, start = self._cursor.position
-            step = start + int(index)
-            if self._pass is None or (self._pass[0], self._pass[2]) != (epoch, step):
-                if index:  # out of the pass's order: this batch alone
-                    self._pass = None
-                    return self._stream.read(epoch, step)
-                self._pass = (epoch, start, start)
-        epoch, start, step = self._pass
-        batch = self._stream.read(epoch, step)
-        self._pass = (epoch, start, step + 1)
+        epoch, start = self._cursor.position
+        step = start + int(index)
+        if self._outside is None or (self._outside[0], self._outside[2]) != (epoch, step):
+            if index:  # out of the pass's order: this batch alone
+                self._outside = None
+                return self._stream.read(epoch, step)
+            self._outside = (epoch, start, start)
+        self._outside = (epoch, start, step + 1)
         if step + 1 == self.image_pipeline.steps:
-            self._pass = None
+            self._outside = None
+        return self._read(epoch, step, True)
+
+    def _read(self, epoch, step, counts):
+        """Step `step` of epoch `epoch`; the last step of a pass that `counts` moves
+        the cursor on."""
+        batch = self._stream.read(epoch, step)
+        if counts and step + 1 == self.image_pipeline.steps:
             self._cursor.read_whole(epoch)
         return batch
 

@@ -55,11 +55,12 @@ class LazyIterator(iterator_ops.OwnedIterator):
     the element spec gives (`_element_spec`, `_flat_output_types`,
     `_flat_output_shapes`, `_get_next_call_count`), and defers `_create_iterator` to
     the first read of `_iterator_resource`, through which every use of the iterator
-    goes.
+    goes. `on_made()`, if given, is called just before it is made.
     """
 
-    def __init__(self, dataset):  # pylint: disable=super-init-not-called
+    def __init__(self, dataset, on_made=None):  # pylint: disable=super-init-not-called
         self._pending = dataset
+        self._on_made = on_made
         self._element_spec = dataset.element_spec
         self._flat_output_types = structure.get_flat_tensor_types(self._element_spec)
         self._flat_output_shapes = structure.get_flat_tensor_shapes(self._element_spec)
@@ -74,6 +75,8 @@ class LazyIterator(iterator_ops.OwnedIterator):
     def _iterator_resource(self):
         if self._pending is not None:
             dataset, self._pending = self._pending, None
+            if self._on_made is not None:
+                self._on_made()
             with tf.init_scope():  # eagerly, also when first used while tracing
                 self._create_iterator(dataset)
         return self._resource

@@ -4,9 +4,10 @@ An `EpochFeed` turns an `ImagePipeline`'s `epoch_inputs` into the `tf.data` inpu
 of DALI's `DALIDatasetWithInputs`, one per input of the graph (`"samples"`,
 `"random"`, `"weights"`). Each iteration of an input is one pass, and holds the
 batches of the epoch that the dataset's `passes.Cursor` gives when the pass starts
-(each iteration of every input of one DALI iterator gets the same epoch); the
-pass counts, and the cursor moves on, when DALI takes the inputs of its last
-batch. So the n-th pass over the dataset loads what the native
+(each iteration of every input of one DALI iterator gets the same epoch), by the
+rule of `dalipipe.passes`, for the Keras loop that made the pass's iterator
+(`iterator_made`); a training pass counts, and the cursor moves on, when DALI
+takes the inputs of its last batch. So the n-th pass over the dataset loads what the native
 `ImagePipeline.epoch(n)` loads, the inputs end with the epoch (DALI's dataset with
 them), and the shards of a distributed dataset split one common order.
 `feed_parts` says how an epoch is cut into DALI datasets.
@@ -67,6 +68,7 @@ class EpochFeed:
         cursor: the `passes.Cursor` that numbers the passes.
         pass_epochs: the epoch of each pass started, in order: one entry per DALI
             iterator that started its inputs (one DALI pipeline built per entry).
+        pass_counts: whether each pass started counts (a training pass).
     """
 
     def __init__(self, image_pipeline, *, gpu=None):
@@ -79,31 +81,43 @@ class EpochFeed:
             gpu=gpu)
         self.cursor = passes.Cursor(image_pipeline)
         self.pass_epochs = []
+        self.pass_counts = []
+        self.loops = collections.deque()  # of the iterators made whose passes have not started
         self.started = collections.Counter()
         self.epochs = collections.OrderedDict()
         self.lock = threading.Lock()
 
+    def iterator_made(self, loop):
+        """Records that an iterator of the dataset is made, in Keras loop `loop`
+        (`keras_hooks.keras_loop()`): its pass is the next one to start."""
+        with self.lock:
+            self.loops.append(loop)
+
     def start(self, name):
-        """The epoch of the pass that input `name` starts now: its k-th iteration is
-        pass k, whose epoch the cursor gives when its first input starts."""
+        """The number of the pass that input `name` starts now: its k-th iteration
+        is pass k, whose epoch the cursor gives when its first input starts."""
         with self.lock:
             k = self.started[name]
             self.started[name] += 1
             if k == len(self.pass_epochs):
-                self.pass_epochs.append(self.cursor.position[0])
-            return np.int64(self.pass_epochs[k])
+                loop = self.loops.popleft() if self.loops else None
+                epoch, _, counts = self.cursor.start_pass(loop)
+                self.pass_epochs.append(epoch)
+                self.pass_counts.append(counts)
+            return np.int64(k)
 
     def current(self, name):
-        """The epoch of the pass that input `name` started last."""
+        """The number of the pass that input `name` started last."""
         with self.lock:
-            return np.int64(self.pass_epochs[self.started[name] - 1])
+            return np.int64(self.started[name] - 1)
 
     def dataset(self, name, numbers=None, *, join=False):
         """Input `name` of the graph as a `tf.data.Dataset`: per iteration, the
         batches `numbers` (defaults to all) of one epoch, the next one, or with
         `join` the one that the input started last.
 
-        Its elements: for `"samples"`, `ImagePipeline.load_samples` of each batch
+        Its elements (computed from the pass's number and the batch's): for
+        `"samples"`, `ImagePipeline.load_samples` of each batch
         (one element per record for per-sample TFRecord records, `per_sample`);
         for `"random"` and `"weights"`, each batch's rows of `epoch_inputs`.
         """
@@ -123,25 +137,25 @@ class EpochFeed:
                 return tf.numpy_function(lambda: begin(name), [], tf.int64, stateful=True)
 
         @_plain
-        def batch(epoch, number):
+        def batch(k, number):
             # Placed explicitly: once a strategy has distributed other datasets, Keras's
             # own distribution of this one otherwise gives the op a malformed device.
-            # Not stateful: the same epoch and batch give the same rows (the stat calls
+            # Not stateful: the same k and batch give the same rows (the stat calls
             # in `load_samples` only raise).
             with tf.device("/cpu:0"):
                 if per_record:
-                    flat, lengths = tf.numpy_function(self.records, [epoch, number],
+                    flat, lengths = tf.numpy_function(self.records, [k, number],
                                                       (tf.uint8, tf.int64), stateful=False)
                     return tf.ensure_shape(flat, [None]), tf.ensure_shape(lengths, [None])
-                values = tf.numpy_function(getattr(self, name), [epoch, number], dtype,
+                values = tf.numpy_function(getattr(self, name), [k, number], dtype,
                                            stateful=False)
             return tf.ensure_shape(values, shape)
 
         numbers = tf.constant(list(numbers), tf.int64)
         batches = (
             tf.data.Dataset.range(1).map(start)
-            .flat_map(_plain(lambda epoch: tf.data.Dataset.from_tensor_slices(numbers).map(
-                _plain(lambda number: (epoch, number)))))
+            .flat_map(_plain(lambda k: tf.data.Dataset.from_tensor_slices(numbers).map(
+                _plain(lambda number: (k, number)))))
             .map(batch, num_parallel_calls=2, deterministic=True)
         )
         return batches.flat_map(_plain(_records)) if per_record else batches
@@ -154,34 +168,40 @@ class EpochFeed:
                     self.epochs.popitem(last=False)
             return self.epochs[epoch]
 
-    def _rows(self, epoch, number):
+    def _rows(self, number):
         size = self.image_pipeline.batch_size
         return slice(int(number) * size, (int(number) + 1) * size)
 
-    def _sample_ids(self, epoch, number):
-        if int(number) == self.image_pipeline.num_batches - 1:
-            # DALI takes the last batch of the pass: the pass counts.
-            self.cursor.read_whole(int(epoch))
-        return self._inputs(int(epoch))[0][self._rows(epoch, number)]
+    def _epoch(self, k):
+        with self.lock:
+            return self.pass_epochs[int(k)]
 
-    def samples(self, epoch, number):
-        """The `"samples"` batch as one dense array (`dalipipe.feed`): packed paths,
-        or the records padded to the batch's longest (`feed.pad_records`)."""
-        sample_ids = self._sample_ids(epoch, number)
+    def _sample_ids(self, k, number):
+        epoch = self._epoch(k)
+        if int(number) == self.image_pipeline.num_batches - 1 and self.pass_counts[int(k)]:
+            # DALI takes the last batch of a training pass: the pass counts.
+            self.cursor.read_whole(epoch)
+        return self._inputs(epoch)[0][self._rows(number)]
+
+    def samples(self, k, number):
+        """The `"samples"` batch `number` of pass `k` as one dense array
+        (`dalipipe.feed`): packed paths, or the records padded to the batch's longest
+        (`feed.pad_records`)."""
+        sample_ids = self._sample_ids(k, number)
         if not self.image_pipeline.feeds_bytes:
             return self.image_pipeline.load_samples(sample_ids)
         return feed.pad_records(*self.image_pipeline.load_records(sample_ids))
 
-    def records(self, epoch, number):
+    def records(self, k, number):
         """The `"samples"` batch as `(flat, lengths)` (`feed.pack_records`), which
         `_records` cuts into one element per sample."""
-        return self.image_pipeline.load_records(self._sample_ids(epoch, number))
+        return self.image_pipeline.load_records(self._sample_ids(k, number))
 
-    def random(self, epoch, number):
-        return self._inputs(int(epoch))[1][self._rows(epoch, number)]
+    def random(self, k, number):
+        return self._inputs(self._epoch(k))[1][self._rows(number)]
 
-    def weights(self, epoch, number):
-        return self._inputs(int(epoch))[2][self._rows(epoch, number)]
+    def weights(self, k, number):
+        return self._inputs(self._epoch(k))[2][self._rows(number)]
 
 
 def _records(flat, lengths):

@@ -16,6 +16,7 @@ dataset's view of DALI's graph (`DatasetOver`) rest on `tf.data` internals, whic
 import tensorflow as tf
 
 from dalipipe.annotations.elements import element
+from dalipipe.keras_hooks import keras_loop
 from dalipipe.tf_hooks import DatasetOver, LazyIterator
 
 # Instance methods of `tf.data.Dataset` whose ops run on the CPU only.
@@ -106,12 +107,15 @@ class KerasDataset(DatasetOver):
 
     def __iter__(self):
         """An iterator of the next pass, made (with its DALI pipeline) at its first
-        use: `LazyIterator`."""
-        if self._resumed is None:
-            return LazyIterator(self)
-        _, dataset = self._resumed
-        self._resumed = None
-        return iter(dataset)
+        use: `LazyIterator`. The Keras loop that makes it then (`fit`, `evaluate`,
+        `predict`, or none) says where its pass starts (`passes.Cursor.start_pass`)."""
+        dataset = self
+        if self._resumed is not None:
+            (_, dataset), self._resumed = self._resumed, None
+        feed = self._feed
+        if feed is None:
+            return LazyIterator(dataset)
+        return LazyIterator(dataset, on_made=lambda: feed.iterator_made(keras_loop()))
 
 
 def _cpu_transformation(name):

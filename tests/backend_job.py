@@ -17,7 +17,8 @@ MODE `recipes`: `fit` with each augmentation recipe and each batch mixing, and
 their first pass against the native epoch.
 MODE `grain`: `grain_job.py`'s `fit`, `evaluate` and `predict` on Grain datasets.
 MODE `shards`: the images as WebDataset tar shards: two passes and a `fit`.
-MODE `fits`: `epochs_job.py`'s epochs that `fit` trains on. MODE `plain_run`:
+MODE `fits`: `epochs_job.py`'s epochs that `fit` trains on; MODE `rule`: its epoch
+rule, in the "pydataset" and "grain" formats. MODE `plain_run`:
 `epochs_job.py`'s run, never killed; its records.
 MODE `torch_distributed` (with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set): one
 process of a `torch.distributed` group reads two passes of its shard, in the
@@ -318,6 +319,12 @@ def fits(tagged_dir):
     return epochs_job.fits(tagged_dir)
 
 
+def rule(tagged_dir):
+    import epochs_job
+
+    return {format: epochs_job.rule(tagged_dir, format) for format in ("pydataset", "grain")}
+
+
 def plain_run(tagged_dir):
     import tempfile
 
@@ -332,7 +339,7 @@ def plain_run(tagged_dir):
 
 MODES = {"single": single, "data_parallel": data_parallel, "targets": targets,
          "torch_distributed": torch_distributed, "recipes": recipes, "grain": grain,
-         "fits": fits, "plain_run": plain_run, "shards": shards}
+         "fits": fits, "plain_run": plain_run, "rule": rule, "shards": shards}
 
 
 def run_modes(modes, tagged_dir):

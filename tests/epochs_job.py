@@ -3,6 +3,9 @@
     KERAS_BACKEND=torch python epochs_job.py fits TAGGED_DIR OUT_JSON
     KERAS_BACKEND=jax python epochs_job.py run TAGGED_DIR RECORDS BACKUP_DIR [KILL]
 
+`rule` (the epoch rule of `dalipipe.passes`) is run by `backend_job.py`'s MODE
+`rule` on torch and JAX, and in pytest's process on TensorFlow.
+
 MODE `fits`: `fit` for 3 epochs with `shuffle=True` and False (the dataset's and
 `fit`'s), with and without `validation_data`, each on a new model (so that `fit`
 reads a batch up front to build it); writes, per case, which native epoch each
@@ -12,6 +15,10 @@ MODE `run`: `fit` for `EPOCHS` epochs with `validation_data` and a
 `ModelCheckpoint`, and `dalipipe.BackupAndRestore` every 3 steps unless KILL is
 `plain`; appends each step's samples to RECORDS (`resume_job.Recorder`), and with
 KILL `at:E,B` is killed with SIGKILL after step B of epoch E.
+
+MODE `interrupted` (`python epochs_job.py interrupted SOURCE`): `fit` on SOURCE
+(an `s3://` copy of TAGGED_DIR) for ever, saying "training" on stdout after its
+third step; the test stalls the storage and sends SIGINT.
 """
 
 import json
@@ -109,6 +116,81 @@ def fits(tagged_dir):
     return {"backend": keras.backend.backend(), "cases": cases}
 
 
+def trained_on(reads, natives):
+    """The native epoch each `fit` epoch of `reads` trained on (-1 for none)."""
+    return [next((e for e, rows in enumerate(natives) if same_samples(seen, rows)), -1)
+            for seen in reads.epochs]
+
+
+def rule(tagged_dir, format=None):
+    """The epoch rule (`dalipipe.passes`) in `format` (the backend's default):
+    which native epoch each `fit` epoch trains on, for the manual resume idiom
+    (`fit(initial_epoch=2)` on a new dataset and a built model), two `fit`s with
+    `evaluate` and `predict` between them, and the dataset as its own
+    `validation_data`; in the "pydataset" format, with a callback that reads
+    `num_batches` and `len()` after every step, and whether `ds[0]` and `ds[3]` are
+    batches 0 and 3 of `epoch(0)` after a `fit` that raised in its first epoch."""
+    options = dict(OPTIONS, format=format)
+    native = dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS)
+    natives = [native_rows(native, e) for e in range(6)]
+    result = {}
+
+    def fit(dataset, model, callbacks_extra=(), **kwargs):
+        reads = Reads()
+        model.fit(dataset, verbose=0, callbacks=[reads, *callbacks_extra], **kwargs)
+        return trained_on(reads, natives)
+
+    model = signature_model()
+    model.fit(dalipipe.make_dali_dataset(tagged_dir, **options), epochs=1, verbose=0)
+    result["resumed"] = fit(dalipipe.make_dali_dataset(tagged_dir, **options), model,
+                            epochs=4, initial_epoch=2)
+    dataset = dalipipe.make_dali_dataset(tagged_dir, **options)
+    first = fit(dataset, signature_model(), epochs=2)
+    model.evaluate(dataset, verbose=0)
+    model.predict(dataset, verbose=0)
+    result["two_fits"] = [first, fit(dataset, model, epochs=1)]
+    dataset = dalipipe.make_dali_dataset(tagged_dir, **options)
+    result["validation_itself"] = fit(dataset, signature_model(), epochs=3,
+                                      validation_data=dataset)
+    if format == "pydataset" or (format is None and keras.backend.backend() != "tensorflow"):
+        dataset = dalipipe.make_dali_dataset(tagged_dir, **options)
+        result["num_batches_read"] = fit(dataset, signature_model(), epochs=2,
+                                         callbacks_extra=[ReadsLength(dataset)])
+        dataset = dalipipe.make_dali_dataset(tagged_dir, **options)
+        try:
+            fit(dataset, signature_model(), epochs=1, callbacks_extra=[Raises(at=2)])
+        except RuntimeError:
+            pass
+        rows = [[tag_of(image), float(np.mean(image))]
+                for i in (0, 3) for image in ops.convert_to_numpy(dataset[i][0])]
+        result["items_after_a_raise"] = same_samples(rows, natives[0][:8] + natives[0][24:32])
+    return result
+
+
+class ReadsLength(keras.callbacks.Callback):
+    """Reads the dataset's `num_batches` and `len()` after every step, as a user's
+    callback may."""
+
+    def __init__(self, dataset):
+        super().__init__()
+        self.dataset = dataset
+
+    def on_train_batch_end(self, batch, logs=None):
+        assert self.dataset.num_batches == len(self.dataset) > 0
+
+
+class Raises(keras.callbacks.Callback):
+    """Raises RuntimeError after step `at` of the first epoch."""
+
+    def __init__(self, at):
+        super().__init__()
+        self.at = at
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == self.at:
+            raise RuntimeError("raised by the test")
+
+
 def run(tagged_dir, records, backup_dir, kill=""):
     """See MODE `run` above."""
     train, val = dalipipe.make_dali_dataset(tagged_dir, **OPTIONS, **SPLIT)
@@ -127,8 +209,25 @@ def run(tagged_dir, records, backup_dir, kill=""):
                     callbacks=[*callbacks, recorder])
 
 
+def interrupted(source):
+    """See MODE `interrupted` above: `fit` on `source`, saying "training" on stdout
+    after its third step, then going on until it is interrupted."""
+
+    class Says(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 2:
+                print("training", flush=True)
+
+    dataset = dalipipe.make_dali_dataset(source, **dict(OPTIONS, augment=False))
+    signature_model().fit(dataset, epochs=100, verbose=0, callbacks=[Says()])
+
+
 if __name__ == "__main__":
-    mode, tagged_dir, out, *rest = sys.argv[1:]
+    mode, tagged_dir, *rest = sys.argv[1:]
+    if mode == "interrupted":
+        interrupted(tagged_dir)
+        sys.exit(0)
+    out, *rest = rest
     if mode == "fits":
         with open(out, "w") as f:
             json.dump(fits(tagged_dir), f)

@@ -56,3 +56,21 @@ def test_auto_augment_tables_hold_each_sub_policy_stage_by_stage():
             if magnitude_bin is not None:
                 assert bins[row, stage] == magnitude_bin
             assert augmentations[stage][ids[row, stage]].name == augmentation.name
+
+
+def test_left_at_exit_takes_the_pipeline_out_of_dalis_exit_shutdown():
+    import weakref
+
+    from nvidia.dali import fn, pipeline_def
+    from nvidia.dali.pipeline import Pipeline
+
+    @pipeline_def(batch_size=2, num_threads=1, device_id=None)
+    def numbers():
+        return fn.random.uniform(shape=(2,))
+
+    pipeline = numbers()
+    pipeline.build()
+    assert weakref.ref(pipeline) in Pipeline._pipes  # what DALI's atexit handler shuts down
+    dali_hooks.left_at_exit(pipeline)
+    assert weakref.ref(pipeline) not in Pipeline._pipes
+    dali_hooks.shut_down(pipeline)

@@ -229,3 +229,85 @@ def test_py_dataset_batches_reads_an_epoch_with_the_datasets_workers():
         np.testing.assert_array_equal(got_x, x[i * 8:(i + 1) * 8])
         np.testing.assert_array_equal(got_y, y[i * 8:(i + 1) * 8])
     assert readers and threading.get_ident() not in readers  # the workers read
+
+
+class Watched(keras.utils.PyDataset):
+    """`STEPS` batches of `data()`, recording per Keras epoch (`on_epoch_begin`) the
+    Keras loop (`keras_loop`), and per read whether Keras's adapter reads it as a
+    pass (`py_dataset_pass`), and which pass (one per adapter generator)."""
+
+    def __init__(self):
+        super().__init__()
+        self.loops, self.reads, self.frames = [], [], []
+
+    def __len__(self):
+        return STEPS
+
+    @property
+    def num_batches(self):
+        self.reads.append(("num_batches", self._frame(keras_hooks.py_dataset_pass())))
+        return STEPS
+
+    def _frame(self, frame):
+        if frame is None:
+            return None
+        if frame not in self.frames:
+            self.frames.append(frame)
+        return self.frames.index(frame)
+
+    def on_epoch_begin(self):
+        loop = keras_hooks.keras_loop()
+        self.loops.append(None if loop is None else (loop.kind, loop.initial_epoch))
+        if loop is not None and loop.kind == "fit" and loop.call is not None:
+            self.call = loop.call
+
+    def __getitem__(self, i):
+        self.reads.append(("item", self._frame(keras_hooks.py_dataset_pass())))
+        x, y = data()
+        return x[i * 8:(i + 1) * 8], y[i * 8:(i + 1) * 8]
+
+
+def test_keras_loop_names_the_running_loop_and_fits_initial_epoch():
+    """`fit` (`None` as its initial epoch while it builds the model, before its
+    epochs), the validation inside it and `evaluate` and `predict`; a backup
+    callback's `model._initial_epoch` wins over `initial_epoch`."""
+    from keras.src.trainers.epoch_iterator import EpochIterator
+
+    dataset = Watched()
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.SGD(0.01), loss="mse")
+    model.fit(dataset, epochs=3, initial_epoch=1, validation_data=dataset, verbose=0)
+    assert isinstance(dataset.call, EpochIterator)
+    # On torch and JAX, `fit` first builds the metrics from a batch (initial epoch None).
+    building = [("fit", None)] * (keras.backend.backend() != "tensorflow")
+    assert dataset.loops == [*building, ("fit", 1), ("evaluate", None), ("fit", 1),
+                             ("evaluate", None)]
+    dataset.loops.clear()
+    recorder = OnBegin(lambda callback: keras_hooks.set_initial_epoch(callback.model, 2))
+    model.fit(dataset, epochs=3, verbose=0, callbacks=[recorder])
+    model.evaluate(dataset, verbose=0)
+    model.predict(dataset, verbose=0)
+    assert dataset.loops == [("fit", 2), ("evaluate", None), ("predict", None)]
+    dataset.loops.clear()
+    small = Watched()
+    small_model().fit(small, epochs=1, verbose=0)  # built here (on torch and JAX, from a batch)
+    assert small.loops == [*building, ("fit", 0)]
+    assert keras_hooks.keras_loop() is None  # outside them
+
+
+def test_py_dataset_pass_is_keras_s_generator_of_one_pass():
+    """Each pass of Keras's reads `num_batches` from its generator before its items;
+    other reads (`len`, a user's) are not a pass's."""
+    if keras.backend.backend() == "tensorflow":
+        pytest.skip("on TensorFlow, Keras first reads items to learn the element spec")
+    dataset = Watched()
+    model = small_model()
+    model.fit(dataset, epochs=2, verbose=0)  # built first: one item read of a pass left
+    passes = [r for r in dataset.reads if r[1] is not None]
+    firsts = [i for i, r in enumerate(passes) if r[0] == "num_batches"]
+    assert [r[1] for r in passes] == sorted(r[1] for r in passes)
+    assert len(firsts) == 3 and all(passes[i + 1][0] == "item" for i in firsts)
+    assert [len([r for r in passes if r == ("item", p)]) for p in range(3)] == [1, STEPS, STEPS]
+    dataset.reads.clear()
+    dataset.num_batches, dataset[0]  # a user's reads
+    assert dataset.reads == [("num_batches", None), ("item", None)]

@@ -64,23 +64,26 @@ def test_pydataset_items_outside_keras_are_the_batches_of_their_index(tagged_dir
 
 
 def test_keras_s_pydataset_reads_ignore_the_index_and_a_pass_left_does_not_count(tagged_dir):
-    """Between Keras's `on_epoch_begin` and `on_epoch_end`, the pass's order whatever
-    index is asked; a pass left before its end (as `fit`'s look-ahead read is) is
-    loaded again by the next."""
+    """Read by Keras's own PyDataset adapter, with `shuffle=True` (indices in a random
+    order): the pass's order; a pass left before its end (as `fit`'s look-ahead
+    read is) is loaded again by the next."""
+    import itertools
+
+    from keras.src.trainers.data_adapters.py_dataset_adapter import PyDatasetAdapter
+
     pipeline = dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS)
     dataset = dalipipe.make_dali_dataset(tagged_dir, format="pydataset", **OPTIONS)
 
-    def keras_pass(indices):
-        dataset.on_epoch_begin()
-        assert dataset.num_batches == STEPS
-        batches = [dataset[i] for i in indices]
-        dataset.on_epoch_end()
+    def keras_pass(count=None):
+        adapter = PyDatasetAdapter(dataset, shuffle=True)
+        adapter.on_epoch_begin()
+        batches = list(itertools.islice(adapter.get_numpy_iterator(), count))
+        adapter.on_epoch_end()
         return tags(batches)
 
-    assert keras_pass([7]) == tags(pipeline.epoch(0))[:1]  # left: it does not count
-    backwards = list(range(STEPS))[::-1]
-    assert keras_pass(backwards) == tags(pipeline.epoch(0))
-    assert keras_pass(backwards) == tags(pipeline.epoch(1))
+    assert keras_pass(1) == tags(pipeline.epoch(0))[:1]  # left: it does not count
+    assert keras_pass() == tags(pipeline.epoch(0))
+    assert keras_pass() == tags(pipeline.epoch(1))
 
 
 def test_tensorflow_builds_one_pipeline_per_pass_read(tagged_dir):
@@ -106,7 +109,7 @@ def test_tensorflow_builds_one_pipeline_per_pass_read(tagged_dir):
         signature_model().fit(train, validation_data=val, epochs=3, verbose=0,
                               callbacks=[reads])
         assert train._feed.pass_epochs == [0, 1, 2], nested
-        assert val._feed.pass_epochs == [0, 1, 2], nested
+        assert val._feed.pass_epochs == [0, 0, 0], nested  # validation moves no cursor
         for epoch, seen in enumerate(reads.epochs):
             assert same_samples(seen, native_rows(train_pipe, epoch)), (nested, epoch)
         del spare
@@ -119,6 +122,115 @@ def test_a_tensorflow_pass_left_before_its_end_does_not_count(tagged_dir):
         break
     assert tags(dataset) == tags(pipeline.epoch(0))
     assert tags(dataset) == tags(pipeline.epoch(1))
+
+
+RULE = {"resumed": [2, 3], "two_fits": [[0, 1], [2]], "validation_itself": [0, 1, 2]}
+PYDATASET_RULE = {**RULE, "num_batches_read": [0, 1], "items_after_a_raise": True}
+
+
+@pytest.mark.parametrize("format", ["tf", "pydataset"])
+def test_the_epoch_rule_on_tensorflow(tagged_dir, format):
+    """`fit(initial_epoch=2)` on a new dataset trains epochs 2 and 3 on `epoch(2)`
+    and `epoch(3)`; a second `fit` goes on where the first ended, `evaluate` and
+    `predict` between them and validation passes on the dataset itself move
+    nothing; a callback reading `num_batches` mid-epoch restarts nothing, and
+    `ds[i]` after a `fit` that raised is batch `i` (`epochs_job.rule`)."""
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("Keras's backend here is not TensorFlow")
+    from epochs_job import rule
+
+    assert rule(tagged_dir, format) == (PYDATASET_RULE if format == "pydataset" else RULE)
+
+
+def test_evaluate_reads_a_whole_pass_and_moves_nothing_after_set_position(tagged_dir):
+    """Mid-epoch (`set_position(1, 10)`): `evaluate` reads every batch of `epoch(1)`,
+    and the next training pass still starts at step 10."""
+    import keras
+
+    from epochs_job import signature_model
+
+    dataset = dalipipe.make_dali_dataset(tagged_dir, format="pydataset", **OPTIONS)
+    dataset.set_position(1, 10)
+
+    class Steps(keras.callbacks.Callback):
+        steps = 0
+
+        def on_test_batch_end(self, batch, logs=None):
+            Steps.steps += 1
+
+    signature_model().evaluate(dataset, verbose=0, callbacks=[Steps()])
+    assert Steps.steps == STEPS
+    assert len(dataset) == STEPS - 10
+    pipeline = dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS)
+    assert tags([dataset[0]]) == tags(pipeline.epoch(1, start_batch=10))[:1]
+
+
+@pytest.mark.slow
+@pytest.mark.backend_job("rule")
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_the_epoch_rule_on_torch_and_jax(backend, backend_jobs):
+    """As on TensorFlow, in the "pydataset" and "grain" formats."""
+    result = backend_jobs(backend, "rule")
+    assert result == {"pydataset": PYDATASET_RULE, "grain": RULE}
+
+
+def feed_of(tagged_dir, count, depth):
+    """A `_Feed` of the last 3 batches of `epoch(0)`, told that the pass has `count`."""
+    from dalipipe import native, passes
+
+    pipeline = dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS)
+    convert = passes._batch_converter(passes.converter("numpy", False), False)
+    return passes._Feed(native.Runner(pipeline), pipeline.epoch_inputs(0, start_batch=STEPS - 3),
+                        convert, count, depth)
+
+
+def within(seconds, function):
+    """`function()`'s error, raised in a daemon thread; fails when it takes longer
+    than `seconds` (a read blocked for ever)."""
+    import threading
+
+    found = []
+
+    def call():
+        try:
+            function()
+        except BaseException as e:  # the error is what the test checks
+            found.append(e)
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still blocked after {seconds} s"
+    return found[0] if found else None
+
+
+@pytest.mark.parametrize("depth", [0, 2])
+def test_a_pass_whose_dali_run_gives_fewer_or_more_batches_raises(tagged_dir, depth):
+    """DALI ends its run after 3 batches: a pass of 4 raises at its 4th read rather
+    than wait for ever; a pass of 2 raises at its end (`finish`, which
+    `PassStream.read` calls at a pass's last step)."""
+    feed = feed_of(tagged_dir, 4, depth)
+
+    def four():
+        for _ in range(4):
+            feed.next()
+
+    error = within(60, four)
+    assert isinstance(error, RuntimeError) and "DALI gave 3 batches where the pass has 4" \
+        in str(error), error
+    feed = feed_of(tagged_dir, 2, depth)
+
+    def two():
+        feed.next(), feed.next()
+        feed.finish()
+
+    error = within(60, two)
+    assert isinstance(error, RuntimeError) and "DALI gave more batches than the pass has (2)" \
+        in str(error), error
+    feed = feed_of(tagged_dir, 3, depth)
+    assert within(60, lambda: [feed.next() for _ in range(3)] and feed.finish()) is None
 
 
 def run_job(backend, *args):
@@ -206,3 +318,50 @@ def test_the_feed_reads_ahead_in_its_own_thread_and_raises_at_the_batch(tmp_path
     with pytest.raises(RuntimeError, match=f"{victim} changed after the check"):
         for i in range(10 - depth, 11):
             dataset[i]
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_fit_with_stalled_reads_exits_without_waiting_for_them(
+        s3_server, tagged_dir, tmp_path):
+    """`fit` on torch from `s3://`, the S3 server suspended (SIGSTOP: connections
+    complete in the kernel, nothing answers) once training runs: Ctrl-C (SIGINT)
+    ends the process while the server stays suspended, the stalled reads left to
+    daemon threads. (A process that waited on them would never end here. It ends in
+    2-7 s on a loaded 2-core machine, most of it DALI's and Python's teardown; the
+    bound below leaves room for that noise.)"""
+    import signal
+    import time
+
+    pytest.importorskip("torch")
+    client = s3_server.client()
+    client.create_bucket(Bucket="stalled")
+    for root, _, files in os.walk(tagged_dir):
+        for name in files:
+            path = os.path.join(root, name)
+            client.put_object(Bucket="stalled", Key=f"tagged/{os.path.relpath(path, tagged_dir)}",
+                              Body=open(path, "rb").read())
+    environ = child_env(KERAS_BACKEND="torch", CUDA_VISIBLE_DEVICES="")
+    errors = tmp_path / "stderr.txt"
+    with open(errors, "w") as stderr:
+        process = subprocess.Popen([sys.executable, JOB, "interrupted", "s3://stalled/tagged/"],
+                                   env=environ, cwd=TESTS, stdout=subprocess.PIPE,
+                                   stderr=stderr, text=True)
+    try:
+        assert process.stdout.readline() == "training\n", errors.read_text()[-4000:]
+        s3_server.process.send_signal(signal.SIGSTOP)
+        time.sleep(3)  # the batches read ahead are taken: training waits on the reads
+        assert process.poll() is None
+        process.send_signal(signal.SIGINT)
+        start = time.monotonic()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            pass
+        took = time.monotonic() - start
+        assert process.poll() is not None, "the process waits on the stalled reads"
+        assert took < 20, f"the process took {took:.1f} s to exit after SIGINT"
+        assert "KeyboardInterrupt" in errors.read_text()
+    finally:
+        s3_server.process.send_signal(signal.SIGCONT)
+        process.kill()
+        process.wait()

@@ -40,6 +40,7 @@ import hashlib
 import io
 import os
 import posixpath
+import queue
 import threading
 from typing import Callable, NamedTuple, Sequence
 
@@ -318,14 +319,50 @@ _CLIENTS_LOCK = threading.Lock()
 _POOLS = {}
 
 
+class _DaemonPool:
+    """Daemon threads, `size` at most, that run the calls submitted: unlike
+    `concurrent.futures`' pool, whose threads the process joins as it exits, a
+    read stalled in storage does not hold the process (after Ctrl-C) until its
+    timeouts end."""
+
+    def __init__(self, size, name):
+        self._size, self._name = size, name
+        self._work = queue.SimpleQueue()
+        self._threads = []
+        self._lock = threading.Lock()
+
+    def submit(self, function, *args):
+        """`function(*args)`, run on one of the threads: its `concurrent.futures.Future`."""
+        future = concurrent.futures.Future()
+        self._work.put((future, function, args))
+        with self._lock:
+            if len(self._threads) < self._size:
+                thread = threading.Thread(target=self._run, daemon=True,
+                                          name=f"{self._name}_{len(self._threads)}")
+                thread.start()
+                self._threads.append(thread)
+        return future
+
+    def _run(self):
+        while True:
+            future, function, args = self._work.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                result = function(*args)
+            except BaseException as e:  # the caller's `result()` raises it
+                future.set_exception(e)
+            else:
+                future.set_result(result)
+
+
 def _pool():
-    """This process's pool of `MAX_WORKERS` threads (made once; a forked child, whose
-    copy of the parent's pool has no threads, makes its own)."""
+    """This process's pool of `MAX_WORKERS` daemon threads (made once; a forked child,
+    whose copy of the parent's pool has no threads, makes its own)."""
     pid = os.getpid()
     with _CLIENTS_LOCK:
         if pid not in _POOLS:
-            _POOLS[pid] = (concurrent.futures.ThreadPoolExecutor(
-                MAX_WORKERS, thread_name_prefix="dalipipe-storage"), MAX_WORKERS)
+            _POOLS[pid] = (_DaemonPool(MAX_WORKERS, "dalipipe-storage"), MAX_WORKERS)
         return _POOLS[pid]
 
 
