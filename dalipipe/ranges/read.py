@@ -85,6 +85,9 @@ def _read_object_range(uri, offset, size):
         _chunks[key] = (start, data)
         _read_at[key] = _total[0]
         _total[0] += len(data)
+        if len(_read_at) > 4 * CACHE_BYTES // CHUNK:  # forget the chunks of past passes
+            for old in [k for k, at in _read_at.items() if _total[0] - at >= 2 * CACHE_BYTES]:
+                del _read_at[old]
         held = sum(len(d) for _, d in _chunks.values())
         while held > CACHE_BYTES and len(_chunks) > 1:
             _, (_, dropped) = _chunks.popitem(last=False)
