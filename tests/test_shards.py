@@ -250,6 +250,36 @@ def test_stream_order_takes_every_sample_once_shard_by_shard():
     assert max(len(set(b)) for b in batches.tolist()) <= 3
 
 
+def test_objects_are_read_by_chunk_and_a_straggler_alone(monkeypatch):
+    """One GET per chunk read in order; a range whose chunk left the cache within the
+    pass is read alone; one past twice the cache (the next pass) by its chunk."""
+    from dalipipe import storage
+
+    calls = []
+
+    def read_object(uri, offset=0, size=None):
+        calls.append((offset, size))
+        return bytes((offset + i) % 251 for i in range(size))
+
+    monkeypatch.setattr(storage, "read_object", read_object)
+    monkeypatch.setattr(read, "CHUNK", 1000)
+    monkeypatch.setattr(read, "CACHE_BYTES", 3000)
+    read.forget_chunks()
+    uri = ["s3://b/x.tar"]
+    found = read.read_ranges(uri, [(0, o, 10) for o in range(0, 5000, 100)])
+    assert found == [bytes((o + i) % 251 for i in range(10)) for o in range(0, 5000, 100)]
+    assert calls == [(c * 1000, 1000) for c in range(5)]
+    calls.clear()
+    assert read.read_ranges(uri, [(0, 5, 10), (0, 5990, 30)]) == [
+        bytes(range(5, 15)), bytes((5990 + i) % 251 for i in range(30))]
+    assert calls == [(5, 10), (5000, 1020)]  # a straggler; a range over two chunks
+    read.read_ranges(uri, [(0, o, 10) for o in range(6000, 12000, 500)])
+    calls.clear()
+    read.read_ranges(uri, [(0, 5, 10)])
+    assert calls == [(0, 1000)]
+    read.forget_chunks()
+
+
 def test_shards_in_s3_are_read_in_large_ranges(shards, s3_server):
     client = s3_server.client()
     client.create_bucket(Bucket=BUCKET)
