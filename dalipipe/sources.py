@@ -24,7 +24,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from dalipipe import tfrecord
-from dalipipe.ranges import tar
+from dalipipe.ranges import order as ranges_order, tar
 from dalipipe.calls import warn
 from dalipipe.folders import LocalTree
 from dalipipe.options import is_inferred
@@ -227,6 +227,9 @@ def split_index(index, *, validation_split, subset, seed, shuffle):
     kept in order; the last `int(validation_split * len(index))` of them form the
     validation part. The same `seed` thus gives the same parts as Keras, and two
     calls with the same `seed` give disjoint parts.
+    Each part of tar shards in object storage (`ranges.order.reads_in_streams`) is
+    then put in the shards' order, so that a pass without `shuffle` reads them in
+    large ranges.
 
     Returns:
         A list of one `Index` for `subset="training"` or `"validation"`, of two
@@ -249,7 +252,10 @@ def split_index(index, *, validation_split, subset, seed, shuffle):
                 f"`validation_split={validation_split}` leaves the {name} subset of "
                 f"{n} samples empty. Use more samples or another `validation_split`."
             )
-        result.append(index.take(parts[name]))
+        part = parts[name]
+        if ranges_order.reads_in_streams(index):  # objects: each part in the shards' order
+            part = part[np.lexsort((index.refs[part, 1], index.refs[part, 0]))]
+        result.append(index.take(part))
     return result
 
 

@@ -299,6 +299,15 @@ def test_shards_in_s3_are_read_in_large_ranges(shards, s3_server):
         assert sorted(t for t, _ in found) == list(range(NUM_TAGGED))
         assert all(label == tag % 3 for tag, label in found)
     assert first != second
+    # A validation part is in the shards' order, read in large ranges.
+    training, validation = make_dali_pipeline(uri, seed=3, validation_split=0.25,
+                                              subset="both", **OPTIONS)
+    assert sorted(training.file_paths + validation.file_paths) == sorted(pipe.file_paths)
+    assert validation.file_paths == sorted(validation.file_paths)
+    read.forget_chunks()
+    since = s3_server.log_size()
+    assert len([image for images, _ in validation.epoch(0) for image in images]) == 30
+    assert len(s3_server.object_gets(BUCKET, since)) == 4
     # Resuming mid-epoch takes the rest of the same order.
     whole = pipe.epoch_inputs(1)[0]
     assert pipe.epoch_inputs(1, start_batch=3)[0].tolist() == whole[48:].tolist()
