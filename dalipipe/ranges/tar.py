@@ -13,6 +13,7 @@ Samples are named `"<shard>#<image member>"`, so that a damaged one is named by
 shard and member.
 """
 
+import collections
 import fnmatch
 import glob
 import json
@@ -112,15 +113,19 @@ def _glob_objects(pattern):
         listed = storage.list_objects(folder)
     except ValueError:  # an empty prefix: no match
         return []
-    return sorted(u for u in (folder + o.key for o in listed) if fnmatch.fnmatchcase(u, pattern))
+    depth = pattern.count("/")  # a wildcard stays in its folder, as a local glob's does
+    return sorted(u for u in (folder + o.key for o in listed)
+                  if u.count("/") == depth and fnmatch.fnmatchcase(u, pattern))
 
 
 def _checked(paths, received):
+    """`paths` made absolute, each an existing file (objects are found when indexed)
+    and named once."""
     paths = [p if is_remote(p) else os.path.abspath(os.path.expanduser(p)) for p in paths]
     for path in paths:
         if not is_remote(path) and not os.path.isfile(path):
             raise ValueError(f"No such tar shard: {path!r}. Received: {received}")
-    repeated = sorted({p for p in paths if paths.count(p) > 1})
+    repeated = sorted(p for p, count in collections.Counter(paths).items() if count > 1)
     if repeated:
         raise ValueError(f"A tar shard is named more than once: {repeated[:5]}. "
                          f"Received: {received}")
