@@ -345,3 +345,18 @@ def test_shards_in_gcs_are_read_by_a_glob(gcs_emulator, shards):  # noqa: F811
         found, _ = rows(pipe, epoch)
         assert sorted(t for t, _ in found) == list(range(NUM_TAGGED))
         assert all(label == tag % 3 for tag, label in found)
+
+
+def test_the_bench_loader_reads_the_files_as_shards(tagged_dir):
+    from dalipipe.bench import loaders
+
+    index = sources.index_source(tagged_dir)
+    files, labels = index.file_paths[:20], index.labels[:20]
+    made = loaders.LOADERS["dalipipe_shards_cpu"](files, labels, workload="stretch",
+                                                   batch_size=8, threads=1, seed=0)
+    peer = loaders.LOADERS["dalipipe_cpu"](files, labels, workload="stretch", batch_size=8,
+                                           threads=1, seed=0)
+    for (images, found), (want_images, want) in zip(made.epoch(), peer.epoch()):
+        np.testing.assert_array_equal(np.asarray(images), np.asarray(want_images))
+        np.testing.assert_array_equal(np.asarray(found), np.asarray(want))
+    assert "source=" in made.settings and loaders.unavailable("dalipipe_shards_cpu") is None

@@ -308,8 +308,9 @@ def dalipipe_options(workload, labels=None):
 
 
 def make_dalipipe(files, labels, *, workload, batch_size, threads, seed, device="cpu",
-                  antialias=True):
-    """`make_dali_dataset` with the workload's options."""
+                  antialias=True, source=None):
+    """`make_dali_dataset` with the workload's options; on `source` (the same images
+    with their labels, as tar shards: `shard_loaders`) instead of `files` if given."""
     from dalipipe import make_dali_dataset
 
     arguments = dict(image_size=(SIZE, SIZE), batch_size=batch_size, shuffle=False,
@@ -318,10 +319,13 @@ def make_dalipipe(files, labels, *, workload, batch_size, threads, seed, device=
     arguments.update(dalipipe_options(workload, labels))
     if workload in DENSE_WORKLOADS:
         del arguments["normalization"]  # 0-255, as the segmentation peers give
-    else:
+    elif source is None:
         arguments["labels"] = list(labels)
-    dataset = make_dali_dataset(list(files), seed=seed, verbose=False, **arguments)
+    dataset = make_dali_dataset(list(files) if source is None else source, seed=seed,
+                                verbose=False, **arguments)
     arguments.pop("labels", None)
+    if source is not None:
+        arguments = {"source": source, **arguments}
     return Loader(lambda: iter(dataset), dataset, settings=_call("make_dali_dataset", arguments))
 
 
@@ -432,6 +436,8 @@ LOADERS = {
     "dalipipe_native_gpu_on_device": make_dalipipe_native_gpu_on_device,
     "torch_dataloader": _imported_on_call("dalipipe.bench.torch_loaders", "make_torch_dataloader"),
     "torchvision_gpu": _imported_on_call("dalipipe.bench.torch_loaders", "make_torchvision_gpu"),
+    "dalipipe_shards_cpu": _imported_on_call("dalipipe.bench.shard_loaders",
+                                             "make_dalipipe_shards"),
 }
 DESCRIPTIONS = {
     "python_generator": "PIL in a Python loop, a chunk of 1,000 images at a time (1 core)",
@@ -459,6 +465,8 @@ DESCRIPTIONS = {
                         "the CPU, NCHW to host",
     "torchvision_gpu": "batched torchvision decode_jpeg(device='cuda'), crop, resize and "
                        "normalize on the GPU, NCHW left there",
+    "dalipipe_shards_cpu": "make_dali_dataset(device='cpu') on the files written as "
+                           "WebDataset tar shards (once, in the cache folder)",
 }
 # What each loader (and DALI's decode-only ceiling, `harness.decode_ceiling`) needs
 # beyond NumPy and PIL: packages, or "dali_gpu" / "torch_cuda" for a CUDA GPU that
@@ -481,6 +489,7 @@ REQUIREMENTS = {
     "dalipipe_native_gpu_on_device": ("nvidia.dali", "dali_gpu"),
     "torch_dataloader": ("torch", "torchvision"),
     "torchvision_gpu": ("torch", "torchvision", "torch_cuda"),
+    "dalipipe_shards_cpu": ("nvidia.dali", "tensorflow"),
 }
 
 
