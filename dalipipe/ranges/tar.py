@@ -14,6 +14,7 @@ shard and member.
 """
 
 import collections
+import concurrent.futures
 import fnmatch
 import glob
 import json
@@ -30,6 +31,7 @@ from dalipipe.ranges.read import is_remote, read_ranges
 
 IMAGE_SUFFIXES = ("jpg", "jpeg", "png", "webp", "bmp", "tif", "tiff", "jp2", "ppm", "pgm", "pbm",
                   "pnm")
+INDEX_WORKERS = 8  # objects indexed at once
 _INDEX_VERSION = 1  # bump when what `_read_index` caches changes
 _BRACE = re.compile(r"\{([^{}]*)\}")
 
@@ -165,7 +167,8 @@ class Shards(NamedTuple):
 
 
 def scan(shards, verbose=False):
-    """The samples of tar shards (`Shards`), each shard indexed once and cached.
+    """The samples of tar shards (`Shards`), each shard indexed once and cached; an
+    object is streamed whole to be indexed, `INDEX_WORKERS` at a time.
 
     Raises:
         ValueError: naming the shard (and the sample) that is not a tar file, or
@@ -174,9 +177,13 @@ def scan(shards, verbose=False):
     from dalipipe.utils import progress
 
     refs, names, cls, meta = [], [], [], []
-    with progress(len(shards), "tar shards indexed", enabled=verbose) as bar:
-        for number, shard in enumerate(shards):
-            found = _shard_index(shard)["samples"]
+    with progress(len(shards), "tar shards indexed", enabled=verbose) as bar, \
+            concurrent.futures.ThreadPoolExecutor(INDEX_WORKERS) as pool:
+        # Objects are indexed `INDEX_WORKERS` at a time (each one streamed whole).
+        indexes = pool.map(_shard_index, shards) if any(map(is_remote, shards)) \
+            else map(_shard_index, shards)
+        for number, (shard, index) in enumerate(zip(shards, indexes)):
+            found = index["samples"]
             refs += [(number, offset, size) for _, _, offset, size, _, _ in found]
             names += [f"{shard}#{member}" for _, member, _, _, _, _ in found]
             cls += [c for *_, c, _ in found]
