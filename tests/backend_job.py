@@ -17,6 +17,7 @@ MODE `recipes`: `fit` with each augmentation recipe and each batch mixing, and
 their first pass against the native epoch.
 MODE `cache`: the decoded-image cache (`cache=`) in both native formats.
 MODE `grain`: `grain_job.py`'s `fit`, `evaluate` and `predict` on Grain datasets.
+MODE `shards`: the images as WebDataset tar shards: two passes and a `fit`.
 MODE `fits`: `epochs_job.py`'s epochs that `fit` trains on; MODE `rule`: its epoch
 rule, in the "pydataset" and "grain" formats. MODE `plain_run`:
 `epochs_job.py`'s run, never killed; its records.
@@ -277,6 +278,37 @@ def recipes(tagged_dir):
     return result
 
 
+def shards(tagged_dir):
+    """`tagged_dir` written as WebDataset tar shards and read back by a brace pattern:
+    two passes' rows `[tag, label]` (labels from the `.json` field "class"), whether
+    each equals the native epoch, and `fit`'s per-tag counts."""
+    import tempfile
+
+    from dalipipe import sources
+    from dalipipe.ranges.write import write_webdataset
+
+    index = sources.index_source(tagged_dir)
+    with tempfile.TemporaryDirectory() as folder:
+        write_webdataset(index.file_paths, index.labels, index.class_names, folder, num_shards=4)
+        pattern = os.path.join(folder, "train-{000000..000003}.tar")
+        options = dict(OPTIONS, seed=5, labels="class")
+        train = dalipipe.make_dali_dataset(pattern, **options)
+        native = dalipipe.make_dali_pipeline(pattern, **options)
+        result = {"class_names": train.class_names, "len": len(train)}
+        for epoch in (0, 1):
+            batches = [train[i] for i in range(len(train))]
+            rows = [[tag, int(label)] for images, labels in batches
+                    for tag, label in zip(tag_of_batch(images), ops.convert_to_numpy(labels))]
+            want = [tag_of(image) for batch, _ in native.epoch(epoch) for image in batch]
+            result[f"pass_{epoch}_rows"] = rows
+            result[f"pass_{epoch}_equals_native"] = [r[0] for r in rows] == want
+        counts = EpochCounts()
+        tag_model().fit(train, epochs=1, verbose=0, callbacks=[counts])
+        result["fit_counts"] = counts.epochs
+    result["tensorflow_loaded"] = "tensorflow" in sys.modules
+    return result
+
+
 def grain(tagged_dir):
     from grain_job import grain_job
 
@@ -357,7 +389,8 @@ def _fit_counts(model, dataset):
 
 MODES = {"single": single, "cache": cache, "data_parallel": data_parallel, "targets": targets,
          "torch_distributed": torch_distributed, "recipes": recipes, "grain": grain,
-         "fits": fits, "plain_run": plain_run, "rule": rule, "report": report}
+         "fits": fits, "plain_run": plain_run, "rule": rule, "report": report,
+         "shards": shards}
 
 
 def run_modes(modes, tagged_dir):
