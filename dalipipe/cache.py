@@ -189,8 +189,8 @@ def open_cache(image_pipeline):
         return None
     if image_pipeline.feeds_bytes or any(map(is_remote, image_pipeline.file_paths)):
         raise ValueError(
-            "`cache` keeps the images of local image files; TFRecord files and object "
-            f"storage are not supported with it yet. Received: cache={cache!r}"
+            "`cache` keeps the images of local image files; TFRecord files, tar shards "
+            f"and object storage are not supported with it yet. Received: cache={cache!r}"
         )
     n = len(image_pipeline.file_paths)
     shape = (n, *stored_shape(image_pipeline.options))
