@@ -278,6 +278,7 @@ def test_dataset_and_fit_from_a_prefix(bucket, indexed_dir):
     assert len(history.history["loss"]) == 2 and np.isfinite(history.history["loss"]).all()
 
 
+@pytest.mark.slow  # a subprocess; test_dataset_and_fit_from_a_prefix is the quick one
 def test_fit_from_a_prefix_on_torch(bucket, tagged_dir, tmp_path):
     """`backend_job.py single` on Keras's torch backend, from a copy of `tagged_dir`
     in the bucket: what `test_backends.py` asks of the local folder, and each pass's
@@ -339,6 +340,7 @@ except RuntimeError as e:
 """
 
 
+@pytest.mark.slow  # three fresh interpreters
 @pytest.mark.parametrize("first, outcome", [
     ("tensorflow", "read 8"),  # dalipipe loads DALI's TLS library so that it keeps its own
     ("nvidia.dali,tensorflow", "read 8"),
@@ -411,6 +413,7 @@ except Exception as e:  # RuntimeError (native), InternalError (TensorFlow and f
 STOPPED_SERVER_BOUND = 60  # seconds: DALI's S3 client fails within 2 s (refused) or 10 s (silent)
 
 
+@pytest.mark.slow  # waits out timeouts; test_storage's bounded failure is the quick one
 @pytest.mark.parametrize("reader", ["native", "tensorflow",
                                     pytest.param("fit", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("how, named", [
