@@ -85,6 +85,7 @@ def test_sample_data_is_deterministic(tmp_path):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
 
+@pytest.mark.slow  # a training run in a subprocess
 def test_demo_trains_and_reports_without_tensorflows_start_up_lines(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "dalipipe", "demo", "--directory", str(tmp_path),

@@ -268,6 +268,7 @@ def test_a_gpu_placed_dataset_refuses_cpu_transformations(indexed_dir):
     assert ds.prefetch(1).element_spec == ds.element_spec  # prefetch runs on a GPU too
 
 
+@pytest.mark.slow  # fresh interpreters
 def test_import_sets_memory_growth_unless_set_or_too_late(tmp_path):
     import subprocess
     import sys

@@ -305,11 +305,13 @@ def check_resumed(backend, tagged_dir, tmp_path, kill):
     return start, left
 
 
+@pytest.mark.slow  # killed and rerun processes
 def test_a_run_killed_at_a_random_step_of_epoch_2_resumes_exactly(tagged_dir, tmp_path):
     batch = random.Random().randrange(3, STEPS)  # after the epoch's first backup
     check_resumed("tensorflow", tagged_dir, tmp_path, f"at:2,{batch}")
 
 
+@pytest.mark.slow  # killed and rerun processes
 def test_a_run_killed_during_a_backup_write_resumes_from_the_previous_one(tagged_dir,
                                                                           tmp_path):
     # Backups every 3 steps: the 12th is written after step 4 of epoch 2 (global 36),
