@@ -78,7 +78,8 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         backup_dir: the folder of the backups, created if needed; it must be
             writable (checked now) and used by this callback only.
         dataset: the training dataset, as `make_dali_dataset` returned it (a
-            `tf.data.Dataset` of the "tf" format or a `DALIPyDataset`).
+            `tf.data.Dataset` of the "tf" format or a `DALIPyDataset`), or its
+            `map` (`MappedPyDataset`); `fit` trains on it, or on the dataset it maps.
         save_freq: `"epoch"` (a backup at the end of every epoch), an integer `N`
             (also every `N` steps) or False (never).
         delete_checkpoint: delete `backup_dir` when `fit` ends. Defaults to True.
@@ -194,12 +195,13 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                 f"{self.steps} steps. Received: steps_per_epoch={steps_per_epoch}"
             )
         trained = keras_hooks.trained_dataset(iterator, self.dataset)
-        if trained is not self.dataset:
+        if _source(trained) is not _source(self.dataset):
             raise ValueError(
                 "`fit` must train on the `dataset` given to `dalipipe.BackupAndRestore`, "
-                "untransformed (Keras's `fit(class_weight=...)` maps it: use "
-                "`make_dali_dataset(class_weight=...)` instead). Received: fit's data "
-                f"{trained!r}, the callback's {self.dataset!r}"
+                "untransformed or through its own `map` (format \"pydataset\": "
+                "`dataset.map(fn)`, not a `PyDataset` of yours around it; Keras's "
+                "`fit(class_weight=...)` maps it: use `make_dali_dataset(class_weight=...)` "
+                f"instead). Received: fit's data {trained!r}, the callback's {self.dataset!r}"
             )
         if self._backup is not None:
             if self.model.optimizer is not None and not self.model.optimizer.built:
@@ -340,6 +342,13 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                         group = f[f"{position}/{name}"]
                         arrays[name] = [group[str(i)][()] for i in range(len(group))]
             keras_hooks.set_callback_state(callback, entry["state"], arrays)
+
+
+def _source(dataset):
+    """The dataset that `dataset` maps (`DALIPyDataset.map`), else `dataset`."""
+    from dalipipe.py_dataset import source_of
+
+    return source_of(dataset)
 
 
 def _has_state_protocol(callback):
