@@ -20,7 +20,7 @@ MODE `fits`: `epochs_job.py`'s epochs that `fit` trains on; MODE `rule`: its epo
 rule, in the "pydataset" and "grain" formats. MODE `plain_run`:
 `epochs_job.py`'s run, never killed; its records.
 MODE `map`: `fit` through `DALIPyDataset.map` and through a user's `PyDataset`
-wrapping the dataset (`map_fits`).
+wrapping the dataset (`map_fits`). MODE `unet`: `dense_recipes_job.py`'s U-Net.
 MODE `torch_distributed` (with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set): one
 process of a `torch.distributed` group reads two passes of its shard, in the
 "pydataset" and the "grain" formats. The images are
@@ -361,9 +361,19 @@ def map_mode(tagged_dir):
     return map_fits(tagged_dir)
 
 
+def unet(tagged_dir):
+    import tempfile
+
+    from dense_recipes_job import mean_iou_rises
+
+    with tempfile.TemporaryDirectory() as folder:
+        return mean_iou_rises(folder, "pydataset")
+
+
 MODES = {"single": single, "data_parallel": data_parallel, "targets": targets,
          "torch_distributed": torch_distributed, "recipes": recipes, "grain": grain,
-         "fits": fits, "plain_run": plain_run, "rule": rule, "map": map_mode}
+         "fits": fits, "plain_run": plain_run, "rule": rule, "map": map_mode,
+         "unet": unet}
 
 
 def run_modes(modes, tagged_dir):

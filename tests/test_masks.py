@@ -247,6 +247,33 @@ def test_bad_pairs_are_named(dense, tmp_path, check):
         make_dali_pipeline(source, masks=folder, **{**options, "on_bad_file": "skip"})
 
 
+@pytest.mark.parametrize("on_bad_file", ["raise", "skip"])
+def test_trimaps_with_three_names_say_the_files_are_sound_and_the_remedies(dense, tmp_path,
+                                                                          on_bad_file):
+    """Oxford-Pets' trimaps hold 1, 2 and 3: three names are a mismatch of names,
+    not damaged files; the error names the ids and both remedies."""
+    images, masks = copy_dense(dense, tmp_path)
+    for image, mask in zip(images, masks):
+        width, height = Image.open(tmp_path / "images" / image).size
+        ids = np.ones((height, width), np.uint8)
+        ids[: height // 2] = 2
+        ids[:, : width // 3] = 3
+        Image.fromarray(ids).save(tmp_path / "masks" / mask)
+    source, folder = str(tmp_path / "images"), str(tmp_path / "masks")
+    options = {**OPTIONS, "class_names": ["pet", "background", "border"],
+               "on_bad_file": on_bad_file}
+    with pytest.raises(ValueError) as raised:
+        make_dali_pipeline(source, masks=folder, **options)
+    message = str(raised.value)
+    assert "cannot be loaded" not in message
+    assert message.startswith("The masks are sound, but 3 of 3 hold class ids outside "
+                              "`class_names` (3 names: ids 0..2). Ids found in those masks: "
+                              "1, 2, 3; outside the names: 3.")
+    assert "4 names for ids 0..3" in message
+    assert "pass no `class_names` and subtract 1 from the masks with `map`" in message
+    assert "masks - 1" in message and "class_names=['pet', 'background', 'border']" in message
+
+
 @pytest.mark.parametrize("check", ["structure", "full"])
 def test_a_mask_dali_s_decoder_rejects_is_named_by_the_check(dense, tmp_path, check):
     """PIL decodes a PNG whose IDAT checksum is wrong, DALI's decoder does not: the
