@@ -15,7 +15,7 @@ from dalipipe.install import import_dali_tf
 from dalipipe.pipeline import split_source
 from dalipipe.sharding import check_global_batch, has_targets
 from dalipipe.tf_inputs import EpochFeed
-from dalipipe.tf_keras_dataset import KerasDataset, keras_structure
+from dalipipe.tf_keras_dataset import KerasDataset, keras_structure, output_shapes
 
 dali_tf = import_dali_tf()
 
@@ -194,7 +194,7 @@ def _dali_dataset(feed, numbers, batch_size, *, join, device):
     _, order = keras_structure(image_pipeline)  # Keras's element, flat
     with tf.device(device):
         dtypes = tuple(tf.as_dtype(image_pipeline.output_dtypes[i]) for i in order)
-        shapes = tuple(tf.TensorShape(image_pipeline.output_shapes[i]) for i in order)
+        shapes = tuple(tf.TensorShape(output_shapes(image_pipeline)[i]) for i in order)
         pipeline = image_pipeline.build_dali_pipeline(batch_size=batch_size, order=order)
         dataset = dali_tf.experimental.DALIDatasetWithInputs(
             pipeline=pipeline,

@@ -21,6 +21,7 @@ rule, in the "pydataset" and "grain" formats. MODE `plain_run`:
 `epochs_job.py`'s run, never killed; its records.
 MODE `map`: `fit` through `DALIPyDataset.map` and through a user's `PyDataset`
 wrapping the dataset (`map_fits`). MODE `unet`: `dense_recipes_job.py`'s U-Net.
+MODE `kerashub`: `kerashub_job.py`'s KerasHub models on format "grain".
 MODE `torch_distributed` (with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set): one
 process of a `torch.distributed` group reads two passes of its shard, in the
 "pydataset" and the "grain" formats. The images are
@@ -361,6 +362,12 @@ def map_mode(tagged_dir):
     return map_fits(tagged_dir)
 
 
+def kerashub(tagged_dir):
+    from kerashub_job import kerashub_fits
+
+    return kerashub_fits("grain")
+
+
 def unet(tagged_dir):
     import tempfile
 
@@ -373,7 +380,7 @@ def unet(tagged_dir):
 MODES = {"single": single, "data_parallel": data_parallel, "targets": targets,
          "torch_distributed": torch_distributed, "recipes": recipes, "grain": grain,
          "fits": fits, "plain_run": plain_run, "rule": rule, "map": map_mode,
-         "unet": unet}
+         "unet": unet, "kerashub": kerashub}
 
 
 def run_modes(modes, tagged_dir):
