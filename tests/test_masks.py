@@ -247,6 +247,21 @@ def test_bad_pairs_are_named(dense, tmp_path, check):
         make_dali_pipeline(source, masks=folder, **{**options, "on_bad_file": "skip"})
 
 
+def test_masks_without_class_names_are_named_by_the_ids_seen(dense, tmp_path):
+    """As Keras names classes by their folders: strings, id i being `class_names[i]`."""
+    images, masks = copy_dense(dense, tmp_path)
+    for image, mask, top in zip(images, masks, (3, 1, 255)):
+        width, height = Image.open(tmp_path / "images" / image).size
+        ids = np.ones((height, width), np.uint8)
+        ids[0] = top
+        Image.fromarray(ids).save(tmp_path / "masks" / mask)
+    source, folder = str(tmp_path / "images"), str(tmp_path / "masks")
+    options = {**OPTIONS, "class_names": None}
+    pipeline = make_dali_pipeline(source, masks=folder, mask_fill_value=255, **options)
+    assert pipeline.class_names == ["0", "1", "2", "3"]
+    assert len(make_dali_pipeline(source, masks=folder, **options).class_names) == 256
+
+
 @pytest.mark.parametrize("on_bad_file", ["raise", "skip"])
 def test_trimaps_with_three_names_say_the_files_are_sound_and_the_remedies(dense, tmp_path,
                                                                           on_bad_file):

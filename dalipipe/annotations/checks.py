@@ -51,7 +51,7 @@ JPEG_EXTENSIONS = (".jpg", ".jpeg", ".jpe", ".jfif")
 
 
 def mask_verdicts(pairs, *, class_names=None, mask_fill_value=None, sizes=None, check=None,
-                  verbose=False, outside=None):
+                  verbose=False, outside=None, seen=None):
     """What is wrong with each image's mask.
 
     Args:
@@ -70,6 +70,7 @@ def mask_verdicts(pairs, *, class_names=None, mask_fill_value=None, sizes=None, 
         outside: a dict, or None: given, it gets `{image: ids}` for each image
             whose mask is sound but holds ids outside `class_names`, `ids` the
             sorted ids of the mask (for `class_ids_error`).
+        seen: a set, or None: given, it gets the ids of every sound mask.
 
     Returns:
         A list of `Verdict`, one per image of `pairs`, in its order.
@@ -93,7 +94,7 @@ def mask_verdicts(pairs, *, class_names=None, mask_fill_value=None, sizes=None, 
                 continue
             if sniff(found) == "jpeg":
                 jpegs.append(mask)
-            reason, ids = _mask_reason(found, mask, size, class_names, mask_fill_value)
+            reason, ids = _mask_reason(found, mask, size, class_names, mask_fill_value, seen)
             if ids is not None and outside is not None:
                 outside[image] = ids
             verdicts.append(Verdict(image, reason, size))
@@ -128,13 +129,22 @@ def _size_or_none(data, path):
         return None
 
 
-def _mask_reason(data, mask, size, class_names, mask_fill_value):
+def _mask_reason(data, mask, size, class_names, mask_fill_value, seen=None):
     """`(reason, ids)`: what is wrong with a mask (None when sound), and its sorted
-    ids when the only fault is ids outside `class_names` (else None)."""
+    ids when the only fault is ids outside `class_names` (else None). A sound
+    mask's ids are added to `seen` (a set), if given."""
     try:
         ids = read_mask(data, mask)
     except MaskError as e:
         return f"its mask {mask!r} {e.reason}", None
+    reason, outside = _id_reason(ids, mask, size, class_names, mask_fill_value)
+    if reason is None and seen is not None and ids.size:
+        seen.update(np.flatnonzero(np.bincount(ids.ravel().astype(np.intp))).tolist())
+    return reason, outside
+
+
+def _id_reason(ids, mask, size, class_names, mask_fill_value):
+    """`_mask_reason` of a mask's ids, `(height, width)`."""
     reasons = []
     if ids.size and ids.max() > MAX_MASK_ID:
         reasons.append(f"its mask {mask!r} holds the class id {int(ids.max())}: ids above "
