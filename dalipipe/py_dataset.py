@@ -17,6 +17,7 @@ import keras
 import numpy as np
 
 from dalipipe import keras_hooks, passes
+from dalipipe.annotations.elements import check_dict_fits
 from dalipipe.calls import warn
 from dalipipe.keras_config import keras_backend
 
@@ -139,7 +140,15 @@ class DALIPyDataset(keras.utils.PyDataset):
         return state
 
     def on_epoch_begin(self):
+        self._begin_epoch(mapped=False)
+
+    def _begin_epoch(self, *, mapped):
+        """Keras's `on_epoch_begin`, on this dataset or its `map` (`mapped`): a
+        Keras loop reading the dicts of `output="dict"` itself is refused
+        (`check_dict_fits`)."""
         self._loop = keras_hooks.keras_loop()
+        if self._loop is not None and not mapped:
+            check_dict_fits(self._loop.kind, self.image_pipeline.options)
 
     def on_epoch_end(self):
         self._loop = None
@@ -249,7 +258,7 @@ class MappedPyDataset(keras.utils.PyDataset):
         self.dataset.set_position(epoch, batch)
 
     def on_epoch_begin(self):
-        self.dataset.on_epoch_begin()
+        self.dataset._begin_epoch(mapped=True)
 
     def on_epoch_end(self):
         self.dataset.on_epoch_end()

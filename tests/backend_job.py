@@ -354,7 +354,8 @@ def map_fits(tagged_dir, epochs=3):
         want = [b for batches in native for b in batches]
         found[how] = {"native": seen[-len(want):] == want, "differ": native[0] != native[1],
                       "cursor": list(dataset._cursor.position)}
-    found["map"]["devices"] = sorted(devices)
+        if how == "map":
+            found[how]["devices"] = sorted(devices)
     return found
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dalipipe import AutoAugment, RandAugment, TrivialAugmentWide, make_dali_pipeline
+from dalipipe import AutoAugment, RandAugment, TrivialAugmentWide, make_dali_dataset, make_dali_pipeline
 from dalipipe.annotations.masks import read_mask
 from dalipipe.annotations.sample import MASK_CLASS_NAMES, SHAPE_COLOURS, SHAPES
 from dalipipe.sample_data import make_dense_sample_dataset
@@ -245,6 +245,21 @@ def test_bad_pairs_are_named(dense, tmp_path, check):
         make_dali_pipeline(source, masks=folder, **options)
     with pytest.raises(ValueError, match="All 3 files are bad"):
         make_dali_pipeline(source, masks=folder, **{**options, "on_bad_file": "skip"})
+
+
+def test_output_dict_read_by_fit_is_refused_and_fits_through_map(dense):
+    keras = pytest.importorskip("keras")
+    dataset = make_dali_dataset(os.path.join(dense, "images"), masks=os.path.join(dense, "masks"),
+                                output="dict", format="pydataset", **OPTIONS)
+    model = keras.Sequential([keras.Input((*SIZE, 3)), keras.layers.Conv2D(4, 1)])
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    message = (r'`output="dict"` gives the dicts of Keras\'s preprocessing layers \(\{"images", '
+               r'"segmentation_masks"\}\), which `fit` reads as inputs without targets.*'
+               r'd\["segmentation_masks"\]')
+    with pytest.raises(ValueError, match=message):
+        model.fit(dataset, epochs=1, verbose=0)
+    pairs = dataset.map(lambda d: (d["images"], d["segmentation_masks"]))
+    model.fit(pairs, epochs=1, verbose=0)
 
 
 def test_masks_without_class_names_are_named_by_the_ids_seen(dense, tmp_path):
