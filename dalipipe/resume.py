@@ -194,8 +194,10 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                 "the dataset: `steps_per_epoch` must be None or its "
                 f"{self.steps} steps. Received: steps_per_epoch={steps_per_epoch}"
             )
+        from dalipipe.py_dataset import source_of  # the dataset a `map` maps
+
         trained = keras_hooks.trained_dataset(iterator, self.dataset)
-        if _source(trained) is not _source(self.dataset):
+        if source_of(trained) is not source_of(self.dataset):
             raise ValueError(
                 "`fit` must train on the `dataset` given to `dalipipe.BackupAndRestore`, "
                 "untransformed or through its own `map` (format \"pydataset\": "
@@ -342,13 +344,6 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                         group = f[f"{position}/{name}"]
                         arrays[name] = [group[str(i)][()] for i in range(len(group))]
             keras_hooks.set_callback_state(callback, entry["state"], arrays)
-
-
-def _source(dataset):
-    """The dataset that `dataset` maps (`DALIPyDataset.map`), else `dataset`."""
-    from dalipipe.py_dataset import source_of
-
-    return source_of(dataset)
 
 
 def _has_state_protocol(callback):

@@ -1,14 +1,14 @@
 """`DALIPyDataset.map` (`dalipipe.py_dataset.MappedPyDataset`), and a user's own
 `PyDataset` wrapping a `DALIPyDataset`, on the backend of pytest's process (the
-torch and JAX runs: `backend_job.py`'s mode `map`, `test_backends.py`)."""
+torch and JAX runs: `map_job.py`, by `backend_job.py`'s mode `map`)."""
 
 import keras
 import numpy as np
 import pytest
 
 import dalipipe
-from backend_job import MAP_OPTIONS as OPTIONS
-from backend_job import Minus1, map_fits
+from map_job import MAP_OPTIONS as OPTIONS
+from map_job import Minus1, map_fits
 from dalipipe.py_dataset import MappedPyDataset
 from helpers import tag_of
 
