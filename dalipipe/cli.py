@@ -183,8 +183,9 @@ def build_parser():
                        help="threads or workers per loader (default: every usable core)")
     bench.add_argument("--quick", action="store_true",
                        help="a smoke run, about two minutes on two cores: 64 images in "
-                            "batches of at most 16, the stretch workload, each loader once (a warm-up and one timed "
-                            "epoch; with several workloads, a loader's run in turn in one "
+                            "batches of at most 16, the stretch workload, each loader once "
+                            "(a warm-up and one timed epoch; with several workloads, a "
+                            "loader's run in turn in one "
                             "process), to see that every loader runs; its figures are too "
                             "small to compare loaders")
     bench.set_defaults(func=_bench)

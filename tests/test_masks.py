@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dalipipe import AutoAugment, RandAugment, TrivialAugmentWide, make_dali_dataset, make_dali_pipeline
+from dalipipe import (AutoAugment, RandAugment, TrivialAugmentWide, make_dali_dataset,
+                      make_dali_pipeline)
 from dalipipe.annotations.masks import read_mask
 from dalipipe.annotations.sample import MASK_CLASS_NAMES, SHAPE_COLOURS, SHAPES
 from dalipipe.sample_data import make_dense_sample_dataset

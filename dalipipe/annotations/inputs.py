@@ -65,8 +65,9 @@ def index_with_masks(source, options, *, device_id=0):
 
     Returns:
         `(index, sizes)`: a `sources.Index` without labels, whose `class_names` are
-        `options.class_names` (without them, the ids seen, `id_names`) and whose `mask_paths` are the 8-bit greyscale PNGs
-        the graph reads (`greyscale_masks`); and the `(width, height)` of the images
+        `options.class_names` (without them, the ids seen: `id_names`) and whose
+        `mask_paths` are the 8-bit greyscale PNGs the graph reads
+        (`greyscale_masks`); and the `(width, height)` of the images
         the image check read (for the GPU decoder's hints), empty without it.
 
     Raises:
