@@ -175,7 +175,7 @@ def build_parser():
                             "the four image-level workloads (default: all; with --quick, "
                             "stretch)")
     bench.add_argument("--batch-size", type=int, default=64,
-                       help="images per batch (default: %(default)s)")
+                       help="images per batch (default: %(default)s; with --quick, at most 16)")
     bench.add_argument("--runs", type=int, default=3,
                        help="timed epochs after the warm-up epoch; each result's total_s "
                             "is creation plus all the epochs, 5 with --runs 4 "
@@ -191,9 +191,10 @@ def build_parser():
     bench.add_argument("--threads", type=int, default=None,
                        help="threads or workers per loader (default: every usable core)")
     bench.add_argument("--quick", action="store_true",
-                       help="a smoke run, about two minutes on two cores: 64 images, the "
-                            "stretch workload, each loader once (a warm-up and one timed "
-                            "epoch; with several workloads, a loader's run in turn in one "
+                       help="a smoke run, about two minutes on two cores: 64 images in "
+                            "batches of at most 16, the stretch workload, each loader once "
+                            "(a warm-up and one timed epoch; with several workloads, a "
+                            "loader's run in turn in one "
                             "process), to see that every loader runs; its figures are too "
                             "small to compare loaders")
     bench.set_defaults(func=_bench)

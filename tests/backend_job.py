@@ -22,6 +22,9 @@ MODE `fits`: `epochs_job.py`'s epochs that `fit` trains on; MODE `rule`: its epo
 rule, in the "pydataset" and "grain" formats. MODE `plain_run`:
 `epochs_job.py`'s run, never killed; its records.
 MODE `report`: `report_job.py`'s `dalipipe.InputReport` runs.
+MODE `map`: `fit` through `DALIPyDataset.map` and through a user's `PyDataset`
+wrapping the dataset (`map_job.py`). MODE `unet`: `dense_recipes_job.py`'s U-Net.
+MODE `kerashub`: `kerashub_job.py`'s KerasHub models on format "grain".
 MODE `torch_distributed` (with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set): one
 process of a `torch.distributed` group reads two passes of its shard, in the
 "pydataset" and the "grain" formats. The images are
@@ -387,10 +390,31 @@ def _fit_counts(model, dataset):
     return counts.epochs
 
 
+def map_mode(tagged_dir):
+    from map_job import map_fits
+
+    return map_fits(tagged_dir)
+
+
+def kerashub(tagged_dir):
+    from kerashub_job import kerashub_fits
+
+    return kerashub_fits("grain")
+
+
+def unet(tagged_dir):
+    import tempfile
+
+    from dense_recipes_job import mean_iou_rises
+
+    with tempfile.TemporaryDirectory() as folder:
+        return mean_iou_rises(folder, "pydataset")
+
+
 MODES = {"single": single, "cache": cache, "data_parallel": data_parallel, "targets": targets,
          "torch_distributed": torch_distributed, "recipes": recipes, "grain": grain,
          "fits": fits, "plain_run": plain_run, "rule": rule, "report": report,
-         "shards": shards}
+         "shards": shards, "map": map_mode, "unet": unet, "kerashub": kerashub}
 
 
 def run_modes(modes, tagged_dir):

@@ -318,7 +318,7 @@ def test_the_cache_on_the_backend(backend, backend_jobs):
 
 def test_tfrecord_sources_are_refused_for_now(tagged_tfrecords):
     with pytest.raises(ValueError, match=r"`cache` keeps the images of local image files; "
-                                         r"TFRecord files .* not supported"):
+                                         r"TFRecord files, tar shards .* not supported"):
         dalipipe.make_dali_pipeline(tagged_tfrecords, cache="memory", **OPTIONS)
 
 

@@ -60,7 +60,8 @@ def test_start_batch_gives_the_rest_of_the_epoch(tagged_dir, augment):
 @pytest.mark.parametrize("kind", ["masks", "boxes"])
 def test_start_batch_gives_the_rest_of_an_epoch_of_masks_or_boxes(dense, kind):  # noqa: F811
     targets = (dict(masks=os.path.join(dense, "masks")) if kind == "masks"
-               else dict(boxes=os.path.join(dense, "instances.json"), max_boxes=6))
+               else dict(boxes=os.path.join(dense, "instances.json"), max_boxes=6,
+                         bounding_box_format="xyxy"))
     pipeline = dalipipe.make_dali_pipeline(os.path.join(dense, "images"), **DENSE, **targets)
     whole = list(pipeline.epoch(2))
     rest = list(pipeline.epoch(2, start_batch=1))

@@ -298,7 +298,7 @@ def dalipipe_options(workload, labels=None):
     `labels` the mask paths, all in one folder: `masks=` that folder; for detection,
     `labels` the COCO JSON: `boxes=` it)."""
     if workload == "detection":
-        return dict(boxes=labels, augment=True, box_crop=True,
+        return dict(boxes=labels, bounding_box_format="xyxy", augment=True, box_crop=True,
                     image_size=(DETECTION_SIZE, DETECTION_SIZE))
     if workload == "segmentation":
         return dict(masks=os.path.dirname(os.path.abspath(labels[0])), augment=True,
