@@ -316,7 +316,7 @@ def _install_plugin(args):
 
 def _check(args):
     from dalipipe import checks
-    from dalipipe.ranges import read as ranges
+    from dalipipe.ranges import samples as ranges
 
     level = "full" if args.full else "structure"
     started = time.perf_counter()

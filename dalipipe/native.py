@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from dalipipe import cache, checks
-from dalipipe.ranges import read as ranges
+from dalipipe.ranges import samples as ranges
 
 # DALI's decoder errors: a sample it cannot decode, a header nvImageCodec cannot read.
 _DECODE_FAILURE = re.compile(r"Failed to decode sample #(\d+)|nvImageCodec failure")

@@ -18,7 +18,7 @@ import os
 import numpy as np
 
 from dalipipe import cache, checks, feed, graph, sources
-from dalipipe.ranges import order as ranges_order, read as ranges, tar
+from dalipipe.ranges import order as ranges_order, samples as ranges, tar
 from dalipipe.annotations.inputs import index_with_boxes, index_with_masks
 from dalipipe.annotations.placement import box_table, keep_a_box, place_boxes
 from dalipipe.calls import first_argument, warn

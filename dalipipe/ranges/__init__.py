@@ -6,7 +6,8 @@ One owner per job, for both kinds:
 - `cache`: what was found in a shard (a tar index, TFRecord labels), cached per
   shard in dalipipe's cache folder, never beside the shard;
 - `read`: the reader of ranges (`read_ranges`: `os.pread` locally, large ranged
-  GETs of objects) and `load_encoded`, each sample's encoded image;
+  GETs of objects);
+- `samples`: `load_encoded`, each sample's encoded image, of either kind;
 - `order`: the order of an epoch that reads objects in large ranges (shards in a
   new order per epoch, samples mixed in a seeded buffer);
 - `tar`: which sources are tar shards, their index, labels and members;
