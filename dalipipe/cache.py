@@ -2,8 +2,10 @@
 later epochs without opening, decoding or resizing their files. Both sides of its
 format live here: the fill, the read, and the graph's `"cached"` input.
 
-What is stored. Per sample (its index in `file_paths`), one row: the original image's
-int32 height and width, then uint8 HWC pixels of `stored_shape`:
+What is stored. Per sample, one row, in the order of the paths (`stored_order`: not
+`file_paths`' order, which `seed` shuffles; `ImageCache.row_of` maps a sample's index
+to its row): the original image's int32 height and width, then uint8 HWC pixels of
+`stored_shape`:
 - for the whole-image workloads (stretch, eval, `crop_to_aspect_ratio`,
   `pad_to_aspect_ratio`, `central_fraction`), the image the graph has after decoding
   and resizing, before `crop_mirror_normalize`, at `image_size`. What comes after it
@@ -28,8 +30,9 @@ source only, differing along the shapes' edges.
 
 How it is keyed (`cache_key`): a SHA-256 of `VERSION`, the options that decide the
 stored pixels (`STORED_OPTIONS`, all of them options that change the data), the stored
-shape, and the path, size and modification time of every file (the check's stamps,
-else `os.stat`), in `file_paths` order, and of every mask file. A changed file or
+shape, `mask_fill_value` with masks, and the path, size and modification time of
+every image file (the check's stamps, else `os.stat`) and its mask file, in
+`stored_order`: runs with different seeds share a cache. A changed file or
 option gives a new key: a stale entry is never read (it stays on disk until removed).
 
 How it fills. With `cache` set the graph takes one more input, `"cached"` (`rows`):
