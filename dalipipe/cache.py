@@ -31,8 +31,9 @@ source only, differing along the shapes' edges.
 How it is keyed (`cache_key`): a SHA-256 of `VERSION`, the options that decide the
 stored pixels (`STORED_OPTIONS`, all of them options that change the data), the stored
 shape, `mask_fill_value` with masks, and the path, size and modification time of
-every image file (the check's stamps, else `os.stat`) and its mask file, in
-`stored_order`: runs with different seeds share a cache. A changed file or
+every image file (the check's stamps, else `os.stat`) and its mask file (for a
+mask rewritten under `cache_dir()`, its name, from its source's path and stamp: the
+same on every host), in `stored_order`: runs with different seeds share a cache. A changed file or
 option gives a new key: a stale entry is never read (it stays on disk until removed).
 
 How it fills. With `cache` set the graph takes one more input, `"cached"` (`rows`):
@@ -172,12 +173,15 @@ def cache_key(image_pipeline):
     digest.update(f"stored={stored_shape(options)}\n".encode())
     if options.masks is not None:
         digest.update(f"mask_fill_value={options.mask_fill_value}\n".encode())
+    from dalipipe.annotations.masks import host_free_name
+
     paths, stamps = image_pipeline.file_paths, image_pipeline.index.stamps
     masks = image_pipeline.index.mask_paths
     for i in stored_order(paths):
         files = [(paths[i], None if stamps is None else stamps[i])]
-        if masks is not None:
-            files.append((masks[i], None))
+        if masks is not None:  # a copy under `cache_dir()`: named by its source's stamp
+            copy = host_free_name(masks[i])
+            files.append((masks[i], None) if copy is None else (f"mask {copy}", (0, 0)))
         for path, stamp in files:
             if stamp is None:
                 info = os.stat(path)
@@ -374,7 +378,8 @@ class FolderCache(ImageCache):
 
     def _make_partial(self, partial):
         """Makes the partial file: a `.npy` file of zeros, its blocks reserved, renamed
-        into place so that no process maps a file still being made."""
+        into place so that no process maps a file still being made. Called under the
+        lock, so another `<key>.partial.<pid>` is a killed maker's: it is removed."""
         needed = self.shape[0] * self.row_bytes
         free = shutil.disk_usage(self.folder).free
         if needed > free:
@@ -383,6 +388,10 @@ class FolderCache(ImageCache):
                 f"{self.shape[0]} images of {'x'.join(map(str, self.shape[1:]))} uint8, "
                 f"and {_size(free)} is free: free space, or pass another folder as `cache`."
             )
+        for name in os.listdir(self.folder):  # of a run killed here (under the lock)
+            if name.startswith(f"{self.key}.partial."):
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(self.folder, name))
         temporary = f"{partial}.{os.getpid()}"
         np.lib.format.open_memmap(temporary, "w+", np.uint8,
                                   (self.shape[0], self.row_bytes)).flush()

@@ -240,6 +240,26 @@ def test_a_pass_ending_during_a_fill_completes_no_zero_row(tmp_path):
         assert (done[:, :image_cache.SIZE_BYTES].view("<i4") == 4).all()
 
 
+def test_a_makers_orphaned_temporary_is_removed(tmp_path):
+    # A run killed while making the partial file (under the lock) leaves
+    # `<key>.partial.<pid>`: the next maker removes it.
+    key = "o" * 32
+    (tmp_path / f"{key}.partial.99999999").write_bytes(b"half")
+    image_cache.FolderCache.open(str(tmp_path), key, (2, 4, 4, 3))
+    assert sorted(os.listdir(tmp_path)) == [f"{key}.lock", f"{key}.partial"]
+
+
+def test_masks_rewritten_on_each_host_give_one_key(dense, tmp_path, monkeypatch):
+    options = dict(OPTIONS, image_size=(48, 40), masks=str(dense / "masks"),
+                   cache=str(tmp_path / "images"))
+    pipes = []
+    for host in ("a", "b"):  # each host rewrites the masks under its own cache folder
+        monkeypatch.setenv("DALIPIPE_CACHE_DIR", str(tmp_path / host))
+        pipes.append(dalipipe.make_dali_pipeline(str(dense / "images"), **options))
+    assert pipes[0].index.mask_paths[0].startswith(str(tmp_path / "a"))
+    assert pipes[0].cache.key == pipes[1].cache.key  # as each host opened it
+
+
 def test_channels_first_pad_and_grayscale_equal_the_uncached_epoch(tagged_dir):
     for extra in (dict(data_format="channels_first", pad_to_aspect_ratio=True),
                   dict(color_mode="grayscale", dtype="uint8", label_mode=None, shuffle=False)):
