@@ -31,10 +31,11 @@ source only, differing along the shapes' edges.
 How it is keyed (`cache_key`): a SHA-256 of `VERSION`, the options that decide the
 stored pixels (`STORED_OPTIONS`, all of them options that change the data), the stored
 shape, `mask_fill_value` with masks, and the path, size and modification time of
-every image file (the check's stamps, else `os.stat`) and its mask file (for a
-mask rewritten under `cache_dir()`, its name, from its source's path and stamp: the
-same on every host), in `stored_order`: runs with different seeds share a cache. A changed file or
-option gives a new key: a stale entry is never read (it stays on disk until removed).
+every image file (the check's stamps, else `os.stat`) and its mask file (for a mask
+rewritten under `cache_dir()`, its name, from its source's path and stamp: the same
+on every host), in `stored_order`: runs with different seeds share a cache. A changed
+file or option gives a new key: a stale entry is never read (it stays on disk until
+removed).
 
 How it fills. With `cache` set the graph takes one more input, `"cached"` (`rows`):
 per sample an int32 slot, then its stored row (sizes and pixels). A slot of -1 means
