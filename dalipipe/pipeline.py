@@ -236,7 +236,7 @@ class ImagePipeline:
             None) of the outputs.
     """
 
-    def __init__(self, index, options, sharding=None, device_id=0):
+    def __init__(self, index, options, sharding=None, device_id=0, *, image_cache=cache.OPEN):
         self.index = index
         self.options = options
         self.sharding = sharding
@@ -275,7 +275,8 @@ class ImagePipeline:
         self.output_dtypes, self.output_shapes = self._outputs()
         self._read_in_python = self.index.refs is None and remote.read_in_python(self.file_paths)
         # The decoded-image cache, or None: a `"cached"` input, three more graph outputs.
-        self.cache = cache.open_cache(self)
+        # A shard is given its parent's (`image_cache`): the shards of a process fill one.
+        self.cache = cache.open_cache(self) if image_cache is cache.OPEN else image_cache
         if self.cache is not None:
             self.input_names += ("cached",)
         self._runner = None
@@ -350,9 +351,8 @@ class ImagePipeline:
             ValueError: when `batch_size` is not a multiple of `num_replicas`.
         """
         sharding = _check_sharding(self.options, replica_ids, num_replicas)
-        shard = ImagePipeline(self.index, self.options, sharding, device_id)
-        shard.cache = self.cache  # the shards of one process fill one cache
-        return shard
+        return ImagePipeline(self.index, self.options, sharding, device_id,
+                             image_cache=self.cache)
 
     def positions(self):
         """Which samples of an epoch's order this pipeline loads, and their weights.
