@@ -48,13 +48,12 @@ def write_webdataset(file_paths, labels, class_names, out_dir, *, num_shards=1, 
         ValueError: for arguments out of range or lengths that do not match (the
             checks of `tfrecord.check_write_args`).
     """
-    from dalipipe.tfrecord import check_write_args
+    from dalipipe.tfrecord.write import check_write_args, shard_bounds
 
     file_paths = [os.fspath(p) for p in file_paths]
     labels = check_write_args(file_paths, labels, class_names, num_shards, prefix)
     os.makedirs(out_dir, exist_ok=True)
-    per_shard, extra = divmod(len(file_paths), num_shards)
-    bounds = [i * per_shard + min(i, extra) for i in range(num_shards + 1)]
+    bounds = shard_bounds(len(file_paths), num_shards)
     written = []
     with progress(len(file_paths), "samples written", enabled=verbose) as bar:
         for shard in range(num_shards):
