@@ -25,6 +25,8 @@ MODE `report`: `report_job.py`'s `dalipipe.InputReport` runs.
 MODE `map`: `fit` through `DALIPyDataset.map` and through a user's `PyDataset`
 wrapping the dataset (`map_job.py`). MODE `unet`: `dense_recipes_job.py`'s U-Net.
 MODE `kerashub`: `kerashub_job.py`'s KerasHub models on format "grain".
+MODE `masks`: `masks_job.py`'s reads and fits of masks and boxes, on the dense
+sample data it makes (TAGGED_DIR unused).
 MODE `torch_distributed` (with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set): one
 process of a `torch.distributed` group reads two passes of its shard, in the
 "pydataset" and the "grain" formats. The images are
@@ -324,6 +326,12 @@ def report(tagged_dir):
     return report_job(tagged_dir)
 
 
+def masks(tagged_dir):
+    import masks_job
+
+    return masks_job.sample_results()
+
+
 def fits(tagged_dir):
     import epochs_job
 
@@ -414,7 +422,8 @@ def unet(tagged_dir):
 MODES = {"single": single, "cache": cache, "data_parallel": data_parallel, "targets": targets,
          "torch_distributed": torch_distributed, "recipes": recipes, "grain": grain,
          "fits": fits, "plain_run": plain_run, "rule": rule, "report": report,
-         "shards": shards, "map": map_mode, "unet": unet, "kerashub": kerashub}
+         "shards": shards, "map": map_mode, "unet": unet, "kerashub": kerashub,
+         "masks": masks}
 
 
 def run_modes(modes, tagged_dir):
