@@ -10,7 +10,9 @@ costs seconds), it maps each mode to `{"result": ...}` or `{"error": ...}` (the
 traceback), so that one mode's failure fails its own tests only.
 
 MODE `single`: `fit` with a metric that counts every sample it sees, `evaluate`,
-`predict`, and the dataset's passes against the native epochs. MODE `data_parallel`
+`predict`, and the dataset's passes against the native epochs. MODE `single_s3`:
+`single` on a copy of TAGGED_DIR in a local S3 server that the mode starts
+(`s3_server.py`), at `s3://remote/tagged/`. MODE `data_parallel`
 (JAX, with several devices): `fit` and `evaluate` under `keras.distribution.DataParallel`.
 MODE `targets`: a table's raw and multi-hot targets.
 MODE `recipes`: `fit` with each augmentation recipe and each batch mixing, and
@@ -173,6 +175,36 @@ def single(tagged_dir):
     result["file_tags"] = [tag_of_path(p) for p in images_only.file_paths]
     result["tensorflow_loaded"] = "tensorflow" in sys.modules
     return result
+
+
+def single_s3(tagged_dir):
+    """`single` on a copy of `tagged_dir` in a local S3 server of this mode's own."""
+    import importlib.util
+
+    from dalipipe import storage
+
+    for module in ("moto.server", "flask", "boto3"):  # `moto_server` would skip, not raise
+        if importlib.util.find_spec(module.split(".")[0]) is None:
+            raise ImportError(f"MODE single_s3 needs {module}")
+    from s3_server import ENVIRONMENT, moto_server
+
+    saved = dict(os.environ)
+    try:
+        with moto_server() as server:
+            os.environ.update(ENVIRONMENT, AWS_ENDPOINT_URL=server.endpoint)
+            storage.reset_clients()
+            client = server.client()
+            client.create_bucket(Bucket="remote")
+            for parent, _, names in os.walk(tagged_dir):
+                for name in names:
+                    path = os.path.join(parent, name)
+                    client.upload_file(path, "remote",
+                                       f"tagged/{os.path.relpath(path, tagged_dir)}")
+            return single("s3://remote/tagged/")
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        storage.reset_clients()
 
 
 def tag_of_batch(images):
@@ -423,7 +455,7 @@ MODES = {"single": single, "cache": cache, "data_parallel": data_parallel, "targ
          "torch_distributed": torch_distributed, "recipes": recipes, "grain": grain,
          "fits": fits, "plain_run": plain_run, "rule": rule, "report": report,
          "shards": shards, "map": map_mode, "unet": unet, "kerashub": kerashub,
-         "masks": masks}
+         "masks": masks, "single_s3": single_s3}
 
 
 def run_modes(modes, tagged_dir):
