@@ -179,32 +179,10 @@ def single(tagged_dir):
 
 def single_s3(tagged_dir):
     """`single` on a copy of `tagged_dir` in a local S3 server of this mode's own."""
-    import importlib.util
+    from s3_server import copy_served
 
-    from dalipipe import storage
-
-    for module in ("moto.server", "flask", "boto3"):  # `moto_server` would skip, not raise
-        if importlib.util.find_spec(module.split(".")[0]) is None:
-            raise ImportError(f"MODE single_s3 needs {module}")
-    from s3_server import ENVIRONMENT, moto_server
-
-    saved = dict(os.environ)
-    try:
-        with moto_server() as server:
-            os.environ.update(ENVIRONMENT, AWS_ENDPOINT_URL=server.endpoint)
-            storage.reset_clients()
-            client = server.client()
-            client.create_bucket(Bucket="remote")
-            for parent, _, names in os.walk(tagged_dir):
-                for name in names:
-                    path = os.path.join(parent, name)
-                    client.upload_file(path, "remote",
-                                       f"tagged/{os.path.relpath(path, tagged_dir)}")
-            return single("s3://remote/tagged/")
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-        storage.reset_clients()
+    with copy_served(tagged_dir, "s3://remote/tagged/") as uri:
+        return single(uri)
 
 
 def tag_of_batch(images):
@@ -458,12 +436,17 @@ MODES = {"single": single, "cache": cache, "data_parallel": data_parallel, "targ
          "masks": masks, "single_s3": single_s3}
 
 
+# Modes that import TensorFlow where it is installed (`masks`: its format "tf"): they
+# run last, so that `single` sees whether the others load it on torch and JAX.
+LOAD_TENSORFLOW = ("masks",)
+
+
 def run_modes(modes, tagged_dir):
     """`{mode: {"result": ...}}`, or `{"error": traceback}` for a mode that raised."""
     import traceback
 
     found = {}
-    for mode in modes:
+    for mode in sorted(modes, key=lambda mode: mode in LOAD_TENSORFLOW):
         try:
             found[mode] = {"result": MODES[mode](tagged_dir)}
         except Exception:  # reported to the mode's tests
