@@ -10,7 +10,9 @@ costs seconds), it maps each mode to `{"result": ...}` or `{"error": ...}` (the
 traceback), so that one mode's failure fails its own tests only.
 
 MODE `single`: `fit` with a metric that counts every sample it sees, `evaluate`,
-`predict`, and the dataset's passes against the native epochs. MODE `data_parallel`
+`predict`, and the dataset's passes against the native epochs. MODE `single_s3`:
+`single` on a copy of TAGGED_DIR in a local S3 server that the mode starts
+(`s3_server.py`), at `s3://remote/tagged/`. MODE `data_parallel`
 (JAX, with several devices): `fit` and `evaluate` under `keras.distribution.DataParallel`.
 MODE `targets`: a table's raw and multi-hot targets.
 MODE `recipes`: `fit` with each augmentation recipe and each batch mixing, and
@@ -25,6 +27,8 @@ MODE `report`: `report_job.py`'s `dalipipe.InputReport` runs.
 MODE `map`: `fit` through `DALIPyDataset.map` and through a user's `PyDataset`
 wrapping the dataset (`map_job.py`). MODE `unet`: `dense_recipes_job.py`'s U-Net.
 MODE `kerashub`: `kerashub_job.py`'s KerasHub models on format "grain".
+MODE `masks`: `masks_job.py`'s reads and fits of masks and boxes, on the dense
+sample data it makes (TAGGED_DIR unused).
 MODE `torch_distributed` (with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set): one
 process of a `torch.distributed` group reads two passes of its shard, in the
 "pydataset" and the "grain" formats. The images are
@@ -171,6 +175,14 @@ def single(tagged_dir):
     result["file_tags"] = [tag_of_path(p) for p in images_only.file_paths]
     result["tensorflow_loaded"] = "tensorflow" in sys.modules
     return result
+
+
+def single_s3(tagged_dir):
+    """`single` on a copy of `tagged_dir` in a local S3 server of this mode's own."""
+    from s3_server import copy_served
+
+    with copy_served(tagged_dir, "s3://remote/tagged/") as uri:
+        return single(uri)
 
 
 def tag_of_batch(images):
@@ -324,6 +336,12 @@ def report(tagged_dir):
     return report_job(tagged_dir)
 
 
+def masks(tagged_dir):
+    import masks_job
+
+    return masks_job.sample_results()
+
+
 def fits(tagged_dir):
     import epochs_job
 
@@ -414,7 +432,13 @@ def unet(tagged_dir):
 MODES = {"single": single, "cache": cache, "data_parallel": data_parallel, "targets": targets,
          "torch_distributed": torch_distributed, "recipes": recipes, "grain": grain,
          "fits": fits, "plain_run": plain_run, "rule": rule, "report": report,
-         "shards": shards, "map": map_mode, "unet": unet, "kerashub": kerashub}
+         "shards": shards, "map": map_mode, "unet": unet, "kerashub": kerashub,
+         "masks": masks, "single_s3": single_s3}
+
+
+# Modes that import TensorFlow where it is installed (`masks`: its format "tf"): they
+# run last, so that `single` sees whether the others load it on torch and JAX.
+LOAD_TENSORFLOW = ("masks",)
 
 
 def run_modes(modes, tagged_dir):
@@ -422,7 +446,7 @@ def run_modes(modes, tagged_dir):
     import traceback
 
     found = {}
-    for mode in modes:
+    for mode in sorted(modes, key=lambda mode: mode in LOAD_TENSORFLOW):
         try:
             found[mode] = {"result": MODES[mode](tagged_dir)}
         except Exception:  # reported to the mode's tests

@@ -13,8 +13,10 @@ reads a batch up front to build it); writes, per case, which native epoch each
 
 MODE `run`: `fit` for `EPOCHS` epochs with `validation_data` and a
 `ModelCheckpoint`, and `dalipipe.BackupAndRestore` every 3 steps unless KILL is
-`plain`; appends each step's samples to RECORDS (`resume_job.Recorder`), and with
-KILL `at:E,B` is killed with SIGKILL after step B of epoch E.
+`plain`; appends each step's samples and each epoch's announced steps to RECORDS
+(`resume_job.Recorder`), and with KILL `at:E,B` is killed with SIGKILL after step B
+of epoch E; at the end, a line with Keras's "ran out of data" warnings and the steps
+that a `resume_job.StepCount` callback, whose state the backups hold, counted.
 
 MODE `interrupted` (`python epochs_job.py interrupted SOURCE`): `fit` on SOURCE
 (an `s3://` copy of TAGGED_DIR) for ever, saying "training" on stdout after its
@@ -24,6 +26,7 @@ third step; the test stalls the storage and sends SIGINT.
 import json
 import os
 import sys
+import warnings
 
 import keras
 import numpy as np
@@ -32,7 +35,7 @@ from keras import ops
 import dalipipe
 from backend_job import class_loss
 from helpers import tag_of
-from resume_job import BATCH, Recorder, _metrics, tag_model
+from resume_job import BATCH, Recorder, StepCount, _metrics, tag_model
 
 EPOCHS = 3
 OPTIONS = dict(image_size=(12, 12), batch_size=8, normalization=None, verbose=False,
@@ -205,8 +208,14 @@ def run(tagged_dir, records, backup_dir, kill=""):
     kill_at = tuple(int(v) for v in kill[3:].split(",")) if kill.startswith("at:") else None
     recorder = Recorder(records, train.image_pipeline.steps, kill_at)
     recorder.write({"start": list(start)})
-    tag_model().fit(train, epochs=EPOCHS, validation_data=val, verbose=0,
-                    callbacks=[*callbacks, recorder])
+    counter = StepCount()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tag_model().fit(train, epochs=EPOCHS, validation_data=val, verbose=0,
+                        callbacks=[*callbacks, counter, recorder])
+    recorder.write({"warnings": [str(w.message) for w in caught
+                                 if "ran out of data" in str(w.message)],
+                    "counted": counter.steps})
 
 
 def interrupted(source):

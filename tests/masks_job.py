@@ -3,8 +3,9 @@ own process (`test_masks.py`).
 
     KERAS_BACKEND=torch python masks_job.py DENSE_DIR OUT_JSON
 
-DENSE_DIR is `make_dense_sample_dataset`'s folder (8 images). The job writes, to
-OUT_JSON:
+DENSE_DIR is `make_dense_sample_dataset`'s folder (8 images, `SAMPLE`). The job
+writes, to OUT_JSON (`backend_job.py`'s MODE `masks` returns the same, on a folder
+it makes with `SAMPLE`, in the tests' shared process per backend):
 
 - `formats`: each format ("tf" where TensorFlow is installed, "pydataset",
   "grain") read whole against the native epoch, with `batch_size=None` and
@@ -33,6 +34,7 @@ from keras import ops
 import dalipipe
 from dalipipe.annotations.sample import MASK_CLASS_NAMES, SHAPES
 from dalipipe.sample_data import make_dense_sample_dataset
+from test_masks import SAMPLE
 
 BATCH = 4
 SIZE = (48, 64)
@@ -239,7 +241,8 @@ def detector(images, boxes):
             "losses": [float(v) for v in history.history["loss"]]}
 
 
-def main(dense, out):
+def results(dense):
+    """The job's results on `dense` (see the module's docstring)."""
     images, masks = os.path.join(dense, "images"), os.path.join(dense, "masks")
     boxes = os.path.join(dense, "instances.json")
     with tempfile.TemporaryDirectory() as held_out:
@@ -251,8 +254,19 @@ def main(dense, out):
             start = time.perf_counter()
             result[part] = run()
             result["seconds"][part] = round(time.perf_counter() - start, 1)
+    return result
+
+
+def sample_results():
+    """`results` on a new folder of sample data made with `SAMPLE`."""
+    with tempfile.TemporaryDirectory() as dense:
+        make_dense_sample_dataset(dense, **SAMPLE)
+        return results(dense)
+
+
+def main(dense, out):
     with open(out, "w") as f:
-        json.dump(result, f)
+        json.dump(results(dense), f)
 
 
 if __name__ == "__main__":

@@ -119,3 +119,36 @@ def _wait_for(server, running):
             if time.monotonic() > deadline:
                 pytest.fail(f"moto's S3 server did not answer within {STARTUP_SECONDS} s")
             time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def copy_served(folder, uri):
+    """Outside pytest's fixtures (a job's process): a `moto_server` of its own holding
+    a copy of `folder` at `uri` (`s3://BUCKET/PREFIX/`), with this process's AWS
+    variables pointing at it as the `s3_server` fixture sets them; yields `uri`. The
+    environment and `dalipipe.storage`'s clients are restored on exit. Without moto,
+    flask or boto3 it raises ImportError (`moto_server` would skip)."""
+    import importlib.util
+
+    from dalipipe import storage
+
+    for module in ("moto", "flask", "boto3"):
+        if importlib.util.find_spec(module) is None:
+            raise ImportError(f"a local S3 server needs {module}: pip install 'moto[server]'")
+    bucket, prefix = uri[len("s3://"):].rstrip("/").split("/", 1)
+    saved = dict(os.environ)
+    try:
+        with moto_server() as server:
+            os.environ.update(ENVIRONMENT, AWS_ENDPOINT_URL=server.endpoint)
+            storage.reset_clients()
+            client = server.client()
+            client.create_bucket(Bucket=bucket)
+            for parent, _, names in os.walk(folder):
+                for name in names:
+                    path = os.path.join(parent, name)
+                    client.upload_file(path, bucket, f"{prefix}/{os.path.relpath(path, folder)}")
+            yield uri
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        storage.reset_clients()

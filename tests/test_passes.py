@@ -263,7 +263,13 @@ def test_a_run_killed_twice_trains_on_what_a_run_never_killed_trains_on(backend,
                                                                          tmp_path, backend_jobs):
     """With `validation_data` and a `ModelCheckpoint`: killed in epoch 0, restarted and
     killed in epoch 1, restarted to the end; against the same script without
-    `dalipipe.BackupAndRestore`, never killed (in the `backend_jobs` process)."""
+    `dalipipe.BackupAndRestore`, never killed (in the `backend_jobs` process), which
+    trains on the native epochs. Each resumed epoch announces its remaining steps (as
+    Keras's progress bar counts them), the next ones all; a callback's state in the
+    backups counts each step once; no "ran out of data"; the backups are deleted at
+    the end. (The killed run of each backend: `test_resume.py` kills TensorFlow's
+    during a backup's write.)"""
+    import epochs_job
     from test_resume import read_runs, steps_of
 
     plain = tmp_path / "plain" / "records.jsonl"
@@ -285,6 +291,18 @@ def test_a_run_killed_twice_trains_on_what_a_run_never_killed_trains_on(backend,
     for run, until in zip(runs, [*starts[1:], None]):
         seen += steps_of(run, before=until)
     assert seen == steps_of(whole)
+    native = dalipipe.make_dali_pipeline(tagged_dir, **epochs_job.OPTIONS, **epochs_job.SPLIT)[0]
+    assert steps_of(whole) == [(epoch, batch, [tag_of(image) for image in images])
+                               for epoch in range(epochs_job.EPOCHS)
+                               for batch, (images, _) in enumerate(native.epoch(epoch))]
+    for run, start in zip(runs, starts):
+        announced = [(r["epoch_begin"], r["steps"]) for r in run if "epoch_begin" in r]
+        assert announced[0] == (start[0], steps - start[1]), (start, announced)
+        assert [s for _, s in announced[1:]] == [steps] * (len(announced) - 1), announced
+    assert [e for e, _ in announced] == list(range(starts[2][0], epochs_job.EPOCHS))
+    done = {"warnings": [], "counted": epochs_job.EPOCHS * steps}
+    assert whole[-1] == runs[2][-1] == done
+    assert not os.path.exists(tmp_path / "backup")  # delete_checkpoint=True
 
 
 def test_the_feed_reads_ahead_in_its_own_thread_and_raises_at_the_batch(tmp_path, tagged_dir):

@@ -279,16 +279,19 @@ def test_dataset_and_fit_from_a_prefix(bucket, indexed_dir):
 
 
 @pytest.mark.slow  # a subprocess; test_dataset_and_fit_from_a_prefix is the quick one
-def test_fit_from_a_prefix_on_torch(bucket, tagged_dir, tmp_path):
-    """`backend_job.py single` on Keras's torch backend, from a copy of `tagged_dir`
-    in the bucket: what `test_backends.py` asks of the local folder, and each pass's
-    images and labels, in order, are the local copy's native epochs. (JAX reads
-    through the same `format="pydataset"` path: `test_backends.py` runs it locally.)"""
-    backend = "torch"
-    from test_backends import check_single, run_job
+@pytest.mark.backend_job("single_s3")
+@pytest.mark.parametrize("backend", ["torch"])
+def test_fit_from_a_prefix_on_torch(backend, tagged_dir, backend_jobs):
+    """`backend_job.py`'s MODE `single_s3` on Keras's torch backend (`single` from a
+    copy of `tagged_dir` in a local S3 server of the job's own): what
+    `test_backends.py` asks of the local folder, and each pass's images and labels, in
+    order, are the local copy's native epochs. (JAX reads through the same
+    `format="pydataset"` path: `test_backends.py` runs it locally.)"""
+    from test_backends import check_single
 
-    _upload(bucket.client(), tagged_dir, "tagged")
-    result = run_job(backend, "single", f"s3://{BUCKET}/tagged/", tmp_path / "single.json")
+    for module in ("moto.server", "flask", "boto3"):  # what the job's server needs
+        pytest.importorskip(module)
+    result = backend_jobs(backend, "single_s3")
     check_single(result, backend)
     local = make_dali_pipeline(str(tagged_dir), seed=7, image_size=(12, 12), batch_size=8,
                                normalization=None, verbose=False, device="cpu")

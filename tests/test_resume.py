@@ -6,7 +6,6 @@ boxes natively, and masks in `fit` in the uninterrupted job's process."""
 import hashlib
 import json
 import os
-import random
 import re
 import subprocess
 import sys
@@ -307,12 +306,6 @@ def check_resumed(backend, tagged_dir, tmp_path, kill):
 
 
 @pytest.mark.slow  # killed and rerun processes
-def test_a_run_killed_at_a_random_step_of_epoch_2_resumes_exactly(tagged_dir, tmp_path):
-    batch = random.Random().randrange(3, STEPS)  # after the epoch's first backup
-    check_resumed("tensorflow", tagged_dir, tmp_path, f"at:2,{batch}")
-
-
-@pytest.mark.slow  # killed and rerun processes
 def test_a_run_killed_during_a_backup_write_resumes_from_the_previous_one(tagged_dir,
                                                                           tmp_path):
     # Backups every 3 steps: the 12th is written after step 4 of epoch 2 (global 36),
@@ -348,13 +341,6 @@ def test_the_uninterrupted_run_sees_the_native_epochs(tagged_dir, tmp_path, dens
     # so the resumed run trains that step again.
     assert start == kill
     assert runs["resumed"]["steps"] == [s for s in want if s[:2] >= start]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("backend", ["torch", "jax"])
-def test_a_killed_run_resumes_exactly_on_the_backend(backend, tagged_dir, tmp_path):
-    batch = random.Random().randrange(3, STEPS)
-    check_resumed(backend, tagged_dir, tmp_path, f"at:2,{batch}")
 
 
 def test_double_checkpoint_restores_the_older_backup_when_the_newer_is_broken(
