@@ -166,6 +166,7 @@ CHANGED = {
     "device": dict(device="gpu"), "num_threads": dict(num_threads=3),
     "prefetch_queue_depth": dict(prefetch_queue_depth=3),
     "decoder": dict(decoder={"hw_decoder_load": 0.9}), "check": dict(check=None),
+    "cache": dict(cache="memory"),
     "on_bad_file": dict(on_bad_file="skip"),
 }
 
