@@ -32,7 +32,8 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(BIN)/dalipipe demo
 
-# One pytest worker per core (pytest-xdist), each test file on one worker.
+# One pytest worker per core (pytest-xdist), each test file on one worker, each notebook's
+# execution on its own, the longest first (tests/conftest.py). Costs: tests/README.md.
 PYTEST := $(BIN)/python -m pytest -q -n auto --dist loadfile
 
 test: $(STAMP)

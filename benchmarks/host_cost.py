@@ -165,7 +165,8 @@ def feature_source(feature, data):
     elif feature == "masks":
         source, extra = data["flat"], dict(masks=data["masks"], augment=True)
     elif feature == "boxes":
-        source, extra = data["flat"], dict(boxes=data["coco"], augment=True, check="structure")
+        source, extra = data["flat"], dict(boxes=data["coco"], augment=True, check="structure",
+                                           bounding_box_format="xyxy")
     elif feature == "tfrecord":
         source = data["tfrecords"]
     return source, {**options, **extra}
@@ -288,9 +289,10 @@ def epoch_starts(count, batch_size):
         "augment": dict(augment=True),
         "recipe": dict(augment="randaugment"),
         "mix": dict(augment=True, mix="mixup", label_mode="categorical"),
-        "boxes": dict(augment=True, boxes="fake.json", label_mode=None, max_boxes=10),
+        "boxes": dict(augment=True, boxes="fake.json", label_mode=None, max_boxes=10,
+                      bounding_box_format="xyxy"),
         "boxes_recipe": dict(augment="randaugment", boxes="fake.json", label_mode=None,
-                             max_boxes=10),
+                             max_boxes=10, bounding_box_format="xyxy"),
     }
     found = {"samples": count}
     for name, changes in cases.items():

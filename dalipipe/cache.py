@@ -2,8 +2,10 @@
 later epochs without opening, decoding or resizing their files. Both sides of its
 format live here: the fill, the read, and the graph's `"cached"` input.
 
-What is stored. Per sample (its index in `file_paths`), one row: the original image's
-int32 height and width, then uint8 HWC pixels of `stored_shape`:
+What is stored. Per sample, one row, in the order of the paths (`stored_order`: not
+`file_paths`' order, which `seed` shuffles; `ImageCache.row_of` maps a sample's index
+to its row): the original image's int32 height and width, then uint8 HWC pixels of
+`stored_shape`:
 - for the whole-image workloads (stretch, eval, `crop_to_aspect_ratio`,
   `pad_to_aspect_ratio`, `central_fraction`), the image the graph has after decoding
   and resizing, before `crop_mirror_normalize`, at `image_size`. What comes after it
@@ -28,9 +30,12 @@ source only, differing along the shapes' edges.
 
 How it is keyed (`cache_key`): a SHA-256 of `VERSION`, the options that decide the
 stored pixels (`STORED_OPTIONS`, all of them options that change the data), the stored
-shape, and the path, size and modification time of every file (the check's stamps,
-else `os.stat`), in `file_paths` order, and of every mask file. A changed file or
-option gives a new key: a stale entry is never read (it stays on disk until removed).
+shape, `mask_fill_value` with masks, and the path, size and modification time of
+every image file (the check's stamps, else `os.stat`) and its mask file (for a mask
+rewritten under `cache_dir()`, its name, from its source's path and stamp: the same
+on every host), in `stored_order`: runs with different seeds share a cache. A changed
+file or option gives a new key: a stale entry is never read (it stays on disk until
+removed).
 
 How it fills. With `cache` set the graph takes one more input, `"cached"` (`rows`):
 per sample an int32 slot, then its stored row (sizes and pixels). A slot of -1 means
@@ -107,6 +112,7 @@ STORED = -1  # the slot of a sample whose pixels are in its row
 # With `augment`, images are stored as squares of this times the output's longer side
 # (256 x 256 for 224: the "resize to 256" of evaluation), and cropped from there.
 AUGMENT_SCALE = 8 / 7
+OPEN = object()  # `ImagePipeline(image_cache=)`'s default: open one (`open_cache`)
 
 
 def check_option(options):
@@ -150,10 +156,17 @@ def folder_of(cache):
     return os.path.join(cache_dir(), "images") if cache is True else os.fspath(cache)
 
 
+def stored_order(file_paths):
+    """The samples in the order their rows are stored: by path (int64 `(n,)`, sample
+    indices). The key and the rows follow it, not `file_paths`' order, which `seed`
+    shuffles: runs and processes with different seeds share one cache."""
+    return np.asarray(sorted(range(len(file_paths)), key=file_paths.__getitem__), np.int64)
+
+
 def cache_key(image_pipeline):
     """The cache's key for `image_pipeline`: a hex SHA-256 of `VERSION`, the
     `STORED_OPTIONS`, the stored shape, and every image and mask file's path and
-    stamp `(size, mtime_ns)`; 32 hex digits."""
+    stamp `(size, mtime_ns)` in `stored_order`; 32 hex digits."""
     options = image_pipeline.options
     digest = hashlib.sha256(f"dalipipe-cache {VERSION}\n".encode())
     for name in STORED_OPTIONS:
@@ -161,17 +174,21 @@ def cache_key(image_pipeline):
     digest.update(f"stored={stored_shape(options)}\n".encode())
     if options.masks is not None:
         digest.update(f"mask_fill_value={options.mask_fill_value}\n".encode())
-    stamps = image_pipeline.index.stamps
-    for i, path in enumerate(image_pipeline.file_paths):
-        if stamps is not None:
-            size, mtime_ns = (int(v) for v in stamps[i])
-        else:
-            info = os.stat(path)
-            size, mtime_ns = info.st_size, info.st_mtime_ns
-        digest.update(os.fsencode(path) + f"\0{size}\0{mtime_ns}\n".encode())
-    for path in image_pipeline.index.mask_paths or ():
-        info = os.stat(path)
-        digest.update(os.fsencode(path) + f"\0{info.st_size}\0{info.st_mtime_ns}\n".encode())
+    from dalipipe.annotations.masks import host_free_name
+
+    paths, stamps = image_pipeline.file_paths, image_pipeline.index.stamps
+    masks = image_pipeline.index.mask_paths
+    for i in stored_order(paths):
+        files = [(paths[i], None if stamps is None else stamps[i])]
+        if masks is not None:  # a copy under `cache_dir()`: named by its source's stamp
+            copy = host_free_name(masks[i])
+            files.append((masks[i], None) if copy is None else (f"mask {copy}", (0, 0)))
+        for path, stamp in files:
+            if stamp is None:
+                info = os.stat(path)
+                stamp = (info.st_size, info.st_mtime_ns)
+            size, mtime_ns = (int(v) for v in stamp)
+            digest.update(os.fsencode(path) + f"\0{size}\0{mtime_ns}\n".encode())
     return digest.hexdigest()[:32]
 
 
@@ -189,8 +206,8 @@ def open_cache(image_pipeline):
         return None
     if image_pipeline.feeds_bytes or any(map(is_remote, image_pipeline.file_paths)):
         raise ValueError(
-            "`cache` keeps the images of local image files; TFRecord files and object "
-            f"storage are not supported with it yet. Received: cache={cache!r}"
+            "`cache` keeps the images of local image files; TFRecord files, tar shards "
+            f"and object storage are not supported with it yet. Received: cache={cache!r}"
         )
     n = len(image_pipeline.file_paths)
     shape = (n, *stored_shape(image_pipeline.options))
@@ -206,7 +223,8 @@ def open_cache(image_pipeline):
                 f"cache='memory'"
             )
         return ImageCache(shape)
-    return FolderCache.open(folder, cache_key(image_pipeline), shape, cache)
+    return FolderCache.open(folder, cache_key(image_pipeline), shape,
+                            stored_order(image_pipeline.file_paths))
 
 
 def memory_available():
@@ -234,11 +252,12 @@ class ImageCache:
 
     `shape` is `(n, height, width, channels)` (`stored_shape`); `store` holds one row
     per sample, uint8 `(n, SIZE_BYTES + height * width * channels)`: the original
-    image's little-endian int32 height and width, then the stored HWC pixels.
-    `FolderCache` keeps them in a folder.
+    image's little-endian int32 height and width, then the stored HWC pixels. Row `r`
+    is sample `order[r]`'s (`stored_order`; the identity when None); `filled` is by
+    row. `FolderCache` keeps them in a folder.
     """
 
-    def __init__(self, shape, store=None, filled=None):
+    def __init__(self, shape, store=None, filled=None, order=None):
         self.lock = threading.Lock()  # the shards of a process, `tf.data`'s threads
         self.shape = tuple(shape)
         self.row_bytes = SIZE_BYTES + int(np.prod(self.shape[1:]))
@@ -246,6 +265,9 @@ class ImageCache:
             else store
         self.filled = np.zeros(self.shape[0], bool) if filled is None else filled
         self.complete = bool(self.filled.all())
+        self.row_of = np.arange(self.shape[0], dtype=np.int64)  # a sample's row
+        if order is not None:
+            self.row_of[np.asarray(order, np.int64)] = np.arange(self.shape[0])
 
     def rows(self, sample_ids):
         """The `"cached"` input for `sample_ids` (int64 `(k,)`): uint8
@@ -253,38 +275,46 @@ class ImageCache:
         (`STORED`, or its index where it is to be decoded), then its `store` row
         (zeros when not stored)."""
         sample_ids = np.asarray(sample_ids, np.int64)
+        at = self.row_of[sample_ids]
         rows = np.empty((len(sample_ids), SLOT_BYTES + self.row_bytes), np.uint8)
-        hits = self.filled[sample_ids]
+        hits = self.filled[at]
         slots = np.where(hits, STORED, sample_ids).astype("<i4")
         rows[:, :SLOT_BYTES] = slots.view(np.uint8).reshape(-1, SLOT_BYTES)
         if hits.all():  # a filled cache: one gather, no zeros written first
-            np.take(self.store, sample_ids, axis=0, out=rows[:, SLOT_BYTES:])
+            np.take(self.store, at, axis=0, out=rows[:, SLOT_BYTES:])
         else:
             rows[:, SLOT_BYTES:] = 0
-            rows[hits, SLOT_BYTES:] = self.store[sample_ids[hits]]
+            rows[hits, SLOT_BYTES:] = self.store[at[hits]]
         return rows
 
     def fill(self, images, sizes, slots):
         """Stores the samples that were decoded. `images`: uint8 `(k, *shape[1:])`;
         `sizes`: int32 `(k, 2)`, the original images' height and width (each a NumPy
         array, or a function giving it, called only when a row is to be stored);
-        `slots`: int32 `(k,)`, the batch's slots."""
+        `slots`: int32 `(k,)`, the batch's slots. Nothing is stored once the cache is
+        complete (checked again under the lock: a pass may end meanwhile)."""
         slots = np.asarray(slots).reshape(-1)
         decoded = slots >= 0
         if self.complete or not decoded.any():
             return
         images, sizes = (a() if callable(a) else a for a in (images, sizes))
-        ids = slots[decoded].astype(np.int64)
-        rows = np.empty((len(ids), self.row_bytes), np.uint8)
+        at = self.row_of[slots[decoded].astype(np.int64)]
+        rows = np.empty((len(at), self.row_bytes), np.uint8)
         rows[:, :SIZE_BYTES] = np.asarray(sizes, "<i4").reshape(len(slots), 2)[decoded] \
             .view(np.uint8)
         rows[:, SIZE_BYTES:] = np.asarray(images).reshape(len(slots), -1)[decoded]
         with self.lock:
-            self.store[ids] = rows
-            self.filled[ids] = True
+            if self.complete:
+                return
+            self._keep(at, rows)
             full = bool(self.filled.all())
         if full:
             self.pass_ended()
+
+    def _keep(self, at, rows):
+        """Stores `rows` at rows `at`. Called under `lock`."""
+        self.store[at] = rows
+        self.filled[at] = True
 
     def pass_ended(self):
         """Called at the start and the end of each pass: whether every row is stored."""
@@ -295,8 +325,8 @@ class ImageCache:
 class FolderCache(ImageCache):
     """An `ImageCache` in a folder (see the module's docstring for its files)."""
 
-    def __init__(self, folder, key, shape, store, filled, writable=True):
-        super().__init__(shape, store, filled)
+    def __init__(self, folder, key, shape, store, filled, writable=True, order=None):
+        super().__init__(shape, store, filled, order)
         self.folder, self.key, self.writable = folder, key, writable
         self.wrote = np.zeros(self.shape[0], bool)  # the rows this object wrote
         # Names this writer's bitmap: its host, process, and itself within the process.
@@ -306,14 +336,15 @@ class FolderCache(ImageCache):
         return os.path.join(self.folder, f"{self.key}{suffix}")
 
     @classmethod
-    def open(cls, folder, key, shape, cache):
+    def open(cls, folder, key, shape, order=None):
         """The cache of `key` in `folder`: the complete file mapped read-only if there
         is one, else the partial file (made, with its blocks reserved, if missing)
         and the rows the bitmaps there say are filled. None, with a warning, when
-        the folder cannot be written and holds no complete file."""
+        the folder cannot be written and holds no complete file. `order`: the
+        samples' `stored_order`."""
         final = os.path.join(folder, f"{key}.npy")
         if os.path.exists(final):
-            return cls._complete(folder, key, shape)
+            return cls._complete(folder, key, shape, order)
         try:
             os.makedirs(folder, exist_ok=True)
             writable = os.access(folder, os.W_OK)
@@ -322,10 +353,12 @@ class FolderCache(ImageCache):
         if not writable:
             warn_without_cache(folder, "the folder cannot be written")
             return None
-        self = cls(folder, key, shape, None, np.zeros(shape[0], bool))
+        # No rows in memory: the partial file is mapped once made (it may exceed RAM).
+        placeholder = np.zeros((0, SIZE_BYTES + int(np.prod(shape[1:]))), np.uint8)
+        self = cls(folder, key, shape, placeholder, np.zeros(shape[0], bool), order=order)
         with self._locked():
             if os.path.exists(final):
-                return cls._complete(folder, key, shape)
+                return cls._complete(folder, key, shape, order)
             partial = self.path(".partial")
             if not os.path.exists(partial):
                 self._make_partial(partial)
@@ -335,17 +368,19 @@ class FolderCache(ImageCache):
         return self
 
     @classmethod
-    def _complete(cls, folder, key, shape):
+    def _complete(cls, folder, key, shape, order=None):
         store = np.load(os.path.join(folder, f"{key}.npy"), mmap_mode="r")
         rows = (shape[0], SIZE_BYTES + int(np.prod(shape[1:])))
         if store.shape != rows or store.dtype != np.uint8:
             raise RuntimeError(f"The image cache {folder}/{key}.npy holds {store.shape} "
                                f"{store.dtype}, not {rows} uint8: remove it.")
-        return cls(folder, key, shape, store, np.ones(shape[0], bool), writable=False)
+        return cls(folder, key, shape, store, np.ones(shape[0], bool), writable=False,
+                   order=order)
 
     def _make_partial(self, partial):
         """Makes the partial file: a `.npy` file of zeros, its blocks reserved, renamed
-        into place so that no process maps a file still being made."""
+        into place so that no process maps a file still being made. Called under the
+        lock, so another `<key>.partial.<pid>` is a killed maker's: it is removed."""
         needed = self.shape[0] * self.row_bytes
         free = shutil.disk_usage(self.folder).free
         if needed > free:
@@ -354,6 +389,10 @@ class FolderCache(ImageCache):
                 f"{self.shape[0]} images of {'x'.join(map(str, self.shape[1:]))} uint8, "
                 f"and {_size(free)} is free: free space, or pass another folder as `cache`."
             )
+        for name in os.listdir(self.folder):  # of a run killed here (under the lock)
+            if name.startswith(f"{self.key}.partial."):
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(self.folder, name))
         temporary = f"{partial}.{os.getpid()}"
         np.lib.format.open_memmap(temporary, "w+", np.uint8,
                                   (self.shape[0], self.row_bytes)).flush()
@@ -392,12 +431,10 @@ class FolderCache(ImageCache):
                         readable |= bitmap.astype(bool)
         return readable, covered
 
-    def fill(self, images, sizes, slots):
-        slots = np.asarray(slots).reshape(-1)
-        if self.complete or not self.writable:
-            return
-        self.wrote[slots[slots >= 0].astype(np.int64)] = True
-        super().fill(images, sizes, slots)
+    def _keep(self, at, rows):
+        # Under the lock, after the rows: a bitmap written meanwhile names only stored rows.
+        super()._keep(at, rows)
+        self.wrote[at] = True
 
     def pass_ended(self):
         """Flushes this process's rows and writes its bitmap; renames the partial file

@@ -175,7 +175,7 @@ def build_parser():
                             "the four image-level workloads (default: all; with --quick, "
                             "stretch)")
     bench.add_argument("--batch-size", type=int, default=64,
-                       help="images per batch (default: %(default)s)")
+                       help="images per batch (default: %(default)s; with --quick, at most 16)")
     bench.add_argument("--runs", type=int, default=3,
                        help="timed epochs after the warm-up epoch; each result's total_s "
                             "is creation plus all the epochs, 5 with --runs 4 "
@@ -191,9 +191,10 @@ def build_parser():
     bench.add_argument("--threads", type=int, default=None,
                        help="threads or workers per loader (default: every usable core)")
     bench.add_argument("--quick", action="store_true",
-                       help="a smoke run, about two minutes on two cores: 64 images, the "
-                            "stretch workload, each loader once (a warm-up and one timed "
-                            "epoch; with several workloads, a loader's run in turn in one "
+                       help="a smoke run, about two minutes on two cores: 64 images in "
+                            "batches of at most 16, the stretch workload, each loader once "
+                            "(a warm-up and one timed epoch; with several workloads, a "
+                            "loader's run in turn in one "
                             "process), to see that every loader runs; its figures are too "
                             "small to compare loaders")
     bench.set_defaults(func=_bench)
@@ -204,7 +205,8 @@ def build_parser():
     check.add_argument("source",
                        help="a directory of class folders (the images make_dali_dataset reads: "
                             "those in its class folders, or, without subfolders, its own), a "
-                            "CSV file, or TFRecord files (a glob pattern)")
+                            "CSV file, TFRecord files (a glob pattern), or tar shards (a "
+                            "brace or glob pattern)")
     check.add_argument("--path-column", default="path",
                        help="a CSV's column of image paths (default: %(default)s)")
     check.add_argument("--full", action="store_true", help="also decode every image")
@@ -220,13 +222,20 @@ def build_parser():
     convert = commands.add_parser(
         "convert", parents=[loud],
         help="check the images of a source, then write them into ImageNet-style TFRecord "
-             "files with their indexes; exit 1 if any image is bad",
+             "files with their indexes, or WebDataset tar shards (--format webdataset); "
+             "exit 1 if any image is bad",
     )
     convert.add_argument("source", help="a directory of class folders or a CSV file")
     convert.add_argument("out_dir", help="folder for the TFRecord files (made if absent)")
-    convert.add_argument("--shards", type=int, required=True, help="number of TFRecord files")
+    convert.add_argument("--shards", type=int, required=True,
+                         help="number of TFRecord files or tar shards: the images are cut "
+                              "into this many runs, as equal as can be")
+    convert.add_argument("--format", default="tfrecord", choices=("tfrecord", "webdataset"),
+                         help="tfrecord: PREFIX-00000-of-NNNNN.tfrecord files; webdataset: "
+                              "PREFIX-000000.tar shards, each sample's image with its .cls "
+                              "and .json members (default: %(default)s)")
     convert.add_argument("--prefix", default="train",
-                         help="file names are PREFIX-00000-of-NNNNN.tfrecord (default: %(default)s)")
+                         help="file names start with PREFIX (default: %(default)s)")
     convert.add_argument("--path-column", default="path",
                          help="a CSV's column of image paths (default: %(default)s)")
     convert.add_argument("--labels", default="inferred",
@@ -238,8 +247,8 @@ def build_parser():
                               "make_dali_dataset(on_bad_file='skip') trains on the rest "
                               "(default: %(default)s)")
     convert.add_argument("--force", action="store_true",
-                         help="replace the TFRecord files named PREFIX-*-of-*.tfrecord already "
-                              "in OUT_DIR (and their .idx files beside them)")
+                         help="replace the files named PREFIX-*-of-*.tfrecord (and their .idx "
+                              "files beside them) or PREFIX-*.tar already in OUT_DIR")
     convert.set_defaults(func=_convert)
 
     doctor = commands.add_parser(
@@ -306,13 +315,14 @@ def _install_plugin(args):
 
 
 def _check(args):
-    from dalipipe import checks, tfrecord
+    from dalipipe import checks
+    from dalipipe.ranges import samples as ranges
 
     level = "full" if args.full else "structure"
     started = time.perf_counter()
     if args.masks is None:
         index = _training_index(args.source, path_column=args.path_column)
-        verdicts = checks.check_index(index, check=level, read_records=tfrecord.load_encoded,
+        verdicts = checks.check_index(index, check=level, read_records=ranges.load_encoded,
                                       verbose=True)
     else:
         from dalipipe.annotations.inputs import judge_pairs
@@ -362,6 +372,7 @@ def _print_bad(bad, total, heading, *, shown=20):
 
 def _convert(args):
     from dalipipe import checks, sources, tfrecord
+    from dalipipe.ranges import write as ranges_write
 
     if args.shards < 1:  # before any work
         raise ValueError(f"`--shards` must be a positive integer. Received: --shards={args.shards}")
@@ -371,15 +382,17 @@ def _convert(args):
     if index.refs is not None:
         raise ValueError(
             "`SOURCE` must be a directory of class folders or a CSV file: these are "
-            f"TFRecord files already. Received: {args.source!r}"
+            f"TFRecord files or tar shards already. Received: {args.source!r}"
         )
     tfrecord.check_write_args(index.file_paths, index.labels, index.class_names,
                               args.shards, args.prefix)
+    written = "*-of-*.tfrecord" if args.format == "tfrecord" else "*.tar"
+    kind = "TFRecord file(s)" if args.format == "tfrecord" else "tar shard(s)"
     existing = sorted(glob.glob(os.path.join(glob.escape(args.out_dir),
-                                             f"{glob.escape(args.prefix)}-*-of-*.tfrecord")))
+                                             f"{glob.escape(args.prefix)}-{written}")))
     if existing and not args.force:
         raise FileExistsError(
-            f"`OUT_DIR` already holds {len(existing)} TFRecord file(s) named {args.prefix}-*: "
+            f"`OUT_DIR` already holds {len(existing)} {kind} named {args.prefix}-*: "
             f"{existing[0]}{', ...' if len(existing) > 1 else ''}. Choose another OUT_DIR or "
             "--prefix, or pass --force to write over them"
         )
@@ -400,7 +413,8 @@ def _convert(args):
             if os.path.isfile(old):
                 os.remove(old)
     started = time.perf_counter()
-    shards = tfrecord.write_tfrecords(
+    write = tfrecord.write_tfrecords if args.format == "tfrecord" else ranges_write.write_webdataset
+    shards = write(
         index.file_paths, index.labels, index.class_names, args.out_dir,
         num_shards=args.shards, prefix=args.prefix, verbose=True,
     )
@@ -408,8 +422,9 @@ def _convert(args):
     classes = f"records in {len(index.class_names)} classes" if index.labels is not None \
         else "unlabeled records"
     print(
-        f"wrote {len(index)} {classes} to {len(shards)} TFRecord file(s), "
-        f"{size:,} bytes, with their indexes, in {time.perf_counter() - started:.1f} s:\n"
+        f"wrote {len(index)} {classes} to {len(shards)} {kind}, {size:,} bytes"
+        f"{', with their indexes,' if args.format == 'tfrecord' else ''} in "
+        f"{time.perf_counter() - started:.1f} s:\n"
         f"  {shards[0]}" + (f"\n  ...\n  {shards[-1]}" if len(shards) > 1 else "")
     )
     return 0

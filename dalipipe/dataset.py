@@ -50,7 +50,7 @@ def make_dali_dataset(
     masks=None,
     mask_fill_value=0,
     boxes=None,
-    bounding_box_format="xyxy",
+    bounding_box_format=None,
     max_boxes=100,
     min_box_visibility=0.25,
     box_crop=False,
@@ -145,7 +145,7 @@ def make_dali_dataset(
             by file stem, or a table's mask column; int32 class ids (see `docs/dense.md`).
         mask_fill_value: the mask id where padding or a recipe leaves no pixel (an ignore index).
         boxes: boxes instead of labels: a COCO JSON or a table of boxes (see `docs/dense.md`).
-        bounding_box_format: the boxes' format, one of Keras's (a table's and the output's).
+        bounding_box_format: the boxes' format (a table's, the output's); None: xyxy, warning.
         max_boxes: boxes per image, padded with -1 as `keras.layers.MaxNumBoundingBoxes` pads.
         min_box_visibility: the share of a box's area a crop must keep to keep the box.
         box_crop: with `augment` (True or a recipe), move each crop to hold one of the image's boxes.

@@ -95,10 +95,17 @@ def keras_loop():
     return None
 
 
+# The frames a `PyDataset` that wraps a dalipipe dataset (`DALIPyDataset.map`'s, or a
+# user's own whose `__getitem__` reads the dataset's) puts between Keras's generator
+# and the dataset's `num_batches` or `__getitem__`.
+WRAPPER_DEPTH = 3
+
+
 def py_dataset_pass():
-    """The frame of Keras's `PyDatasetAdapter` generator that calls the caller of this
-    function (a `PyDataset`'s `num_batches` or `__getitem__`), or None when anything
-    else calls it (a user's read, Keras's peek at the element spec).
+    """The frame of Keras's `PyDatasetAdapter` generator that reads the caller of this
+    function (a `PyDataset`'s `num_batches` or `__getitem__`), directly or through
+    up to `WRAPPER_DEPTH` frames of a `PyDataset` that wraps it, or None when
+    anything else calls it (a user's read, Keras's peek at the element spec).
 
     One generator of Keras's is one pass over the dataset: it reads `num_batches`
     as it starts (at its first `next()`), then item after item in the thread that
@@ -106,11 +113,34 @@ def py_dataset_pass():
     """
     from keras.src.trainers.data_adapters.py_dataset_adapter import PyDatasetAdapter
 
+    generators = (PyDatasetAdapter._finite_generator.__code__,
+                  PyDatasetAdapter._infinite_generator.__code__)
     frame = sys._getframe(2)
-    if frame is not None and frame.f_code in (PyDatasetAdapter._finite_generator.__code__,
-                                              PyDatasetAdapter._infinite_generator.__code__):
-        return frame
+    for _ in range(1 + WRAPPER_DEPTH):
+        if frame is None:
+            return None
+        if frame.f_code in generators:
+            return frame
+        frame = frame.f_back
     return None
+
+
+def read_py_dataset(frame):
+    """The `PyDataset` that Keras's generator `frame` (`py_dataset_pass`) reads."""
+    return frame.f_locals["self"].py_dataset
+
+
+def read_by_keras_workers():
+    """Whether Keras's worker threads (a `PyDataset` with `workers > 1`) read the
+    caller: its `get_index` is on this thread's stack."""
+    from keras.src.trainers.data_adapters import py_dataset_adapter
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is py_dataset_adapter.get_index.__code__:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def callbacks_of(callback_list):

@@ -15,7 +15,8 @@ import time
 
 import numpy as np
 
-from dalipipe import cache, checks, tfrecord
+from dalipipe import cache, checks
+from dalipipe.ranges import samples as ranges
 
 # DALI's decoder errors: a sample it cannot decode, a header nvImageCodec cannot read.
 _DECODE_FAILURE = re.compile(r"Failed to decode sample #(\d+)|nvImageCodec failure")
@@ -144,7 +145,7 @@ class Runner:
             reason = checks.check_file(path, full=True, **device)
         else:
             index = pipeline.index
-            data = tfrecord.load_encoded(index.tfrecord_files, index.refs[[sample]])[0]
+            data = ranges.load_encoded(index.tfrecord_files, index.refs[[sample]])[0]
             reason = checks.check_bytes(data, full=True, **device)
         found = {} if reason is None else {path: reason}
         mask = self.mask_of(sample)

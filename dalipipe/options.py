@@ -25,6 +25,7 @@ import numpy as np
 
 from dalipipe.annotations.settings import check_dense
 from dalipipe.cache import check_option as check_cache
+from dalipipe.calls import warn
 from dalipipe.decoder_settings import DECODER_ARGUMENTS, check_decoder
 from dalipipe.devices import default_num_threads
 from dalipipe.keras_config import IMAGE_DATA_FORMATS, keras_image_data_format
@@ -137,7 +138,8 @@ class Options:
     mask_fill_value: int = option(0, data=True)
     # Detection boxes (`dalipipe.annotations.inputs`, `dalipipe.annotations.placement`).
     boxes: Optional[Any] = option(None, data=True)
-    bounding_box_format: str = option("xyxy", data=True)
+    # None: not given; "xyxy", with a warning where `boxes` are given (`_box_format`).
+    bounding_box_format: Optional[str] = option(None, data=True)
     max_boxes: int = option(100, data=True)
     min_box_visibility: float = option(0.25, data=True)
     box_crop: bool = option(False, data=True)
@@ -237,7 +239,7 @@ class Options:
         set_("mask_fill_value", int(self.mask_fill_value))
         if self.boxes is not None and isinstance(self.boxes, os.PathLike):
             set_("boxes", os.fspath(self.boxes))
-        set_("bounding_box_format", self.bounding_box_format.lower())
+        set_("bounding_box_format", _box_format(self.bounding_box_format, self.boxes))
         set_("max_boxes", int(self.max_boxes))
         set_("min_box_visibility", float(self.min_box_visibility))
         if isinstance(self.label_columns, (list, tuple)):
@@ -563,3 +565,20 @@ def _one_of(name, value, allowed):
 def _positive_int(name, value):
     if not is_int(value) or value <= 0:
         raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+
+
+def _box_format(bounding_box_format, boxes):
+    """`bounding_box_format` in lower case; None is `"xyxy"`, with a warning naming
+    both conventions when `boxes` are given (Keras's layers require a format)."""
+    if bounding_box_format is not None:
+        return bounding_box_format.lower()
+    if boxes is not None:
+        warn(
+            "`boxes` given without `bounding_box_format`: the boxes are \"xyxy\" (x1, y1, "
+            "x2, y2 in pixels, dalipipe's convention; a table's columns are read so too), "
+            "while KerasHub's RetinaNet reads \"yxyx\" (y1, x1, y2, x2) by default: a model "
+            "that reads them the other way trains on boxes turned round, without an error. "
+            "Pass `bounding_box_format` as your model takes it (Keras's layers require it: "
+            "\"Pass a `bounding_box_format` argument\"). Received: bounding_box_format=None"
+        )
+    return "xyxy"

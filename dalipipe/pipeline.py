@@ -17,7 +17,8 @@ import os
 
 import numpy as np
 
-from dalipipe import ahead, cache, checks, feed, graph, sampling, sources, tfrecord
+from dalipipe import ahead, cache, checks, feed, graph, sources
+from dalipipe.ranges import order as ranges_order, samples as ranges, tar
 from dalipipe.annotations.inputs import index_with_boxes, index_with_masks
 from dalipipe.annotations.placement import box_table, with_boxes
 from dalipipe.calls import first_argument, warn
@@ -65,6 +66,7 @@ def split_source(source, options, placement):
     options = options.replace(device=placement.device, num_threads=placement.num_threads)
     options = options.resolved()
     if options.masks is not None or options.boxes is not None:
+        tar.refuse_dense(source, options.masks, options.boxes)
         dense = index_with_masks if options.masks is not None else index_with_boxes
         index, sizes = dense(source, options, device_id=device_id)
         options = decoder_hints(options.replace(label_mode=None), sizes)
@@ -134,7 +136,7 @@ def _index_images(source, options, device_id):
         _print_found(index)
     if options.check is not None:
         verdicts = checks.check_index(index, check=options.check,
-                                      read_records=tfrecord.load_encoded,
+                                      read_records=ranges.load_encoded,
                                       verbose=options.verbose, device=options.device,
                                       device_id=device_id)
         index = checks.apply_policy(index, verdicts, on_bad_file=options.on_bad_file,
@@ -178,7 +180,10 @@ def _check_sharding(options, replica_ids, num_replicas):
 
 def _print_found(index):
     """Keras's "Found N files belonging to K classes." (records for TFRecord files)."""
-    what = "files" if index.refs is None else f"records in {len(index.tfrecord_files)} TFRecord files"
+    what = "files" if index.refs is None else (
+        f"samples in {len(index.tfrecord_files)} tar shards"
+        if tar.is_tar_path(index.tfrecord_files[0])
+        else f"records in {len(index.tfrecord_files)} TFRecord files")
     if index.labels is None or index.class_names is None:
         print(f"Found {len(index)} {what}.")
     else:
@@ -231,7 +236,7 @@ class ImagePipeline:
             None) of the outputs.
     """
 
-    def __init__(self, index, options, sharding=None, device_id=0):
+    def __init__(self, index, options, sharding=None, device_id=0, *, image_cache=cache.OPEN):
         self.index = index
         self.options = options
         self.sharding = sharding
@@ -270,7 +275,8 @@ class ImagePipeline:
         self.output_dtypes, self.output_shapes = self._outputs()
         self._read_in_python = self.index.refs is None and remote.read_in_python(self.file_paths)
         # The decoded-image cache, or None: a `"cached"` input, three more graph outputs.
-        self.cache = cache.open_cache(self)
+        # A shard is given its parent's (`image_cache`): the shards of a process fill one.
+        self.cache = cache.open_cache(self) if image_cache is cache.OPEN else image_cache
         if self.cache is not None:
             self.input_names += ("cached",)
         self.inputs_ahead = ahead.InputsAhead(self)  # the passes' `epoch_inputs`, read-only
@@ -346,9 +352,8 @@ class ImagePipeline:
             ValueError: when `batch_size` is not a multiple of `num_replicas`.
         """
         sharding = _check_sharding(self.options, replica_ids, num_replicas)
-        shard = ImagePipeline(self.index, self.options, sharding, device_id)
-        shard.cache = self.cache  # the shards of one process fill one cache
-        return shard
+        return ImagePipeline(self.index, self.options, sharding, device_id,
+                             image_cache=self.cache)
 
     def positions(self):
         """Which samples of an epoch's order this pipeline loads, and their weights.
@@ -368,7 +373,8 @@ class ImagePipeline:
         """The inputs of epoch `epoch`: `(sample_ids, random, weights)`, NumPy arrays.
 
         `sample_ids`: int64 indices into `file_paths`, in loading order (see
-        `sampling.epoch_order` and `positions`); `random`: float32
+        `sampling.epoch_order`, for objects read in large ranges
+        `ranges.order.stream_order`, and `positions`); `random`: float32
         `(len(sample_ids), num_random)`, the draws of the crop, the recipe and the
         mixing (`feed.draw_random`); `weights`: float32 `(len(sample_ids),)`, or
         None unless the pipeline is a shard. They depend on `seed` and `epoch` only:
@@ -383,8 +389,8 @@ class ImagePipeline:
         """
         start_batch = self.check_start_batch(start_batch)
         options = self.options
-        order = sampling.epoch_order(options.seed, epoch, len(self.file_paths),
-                                     shuffle=options.shuffle)
+        order = ranges_order.epoch_order(self.index, options.seed, epoch,
+                                         shuffle=options.shuffle)
         positions, weights = self.positions()
         random = feed.draw_random(options, epoch, positions, batch_size=self.batch_size)
         first = start_batch * self.batch_size * self.batches_per_step
@@ -461,7 +467,7 @@ class ImagePipeline:
                 used = np.unique(refs[:, 0])
                 checks.verify_unchanged([index.tfrecord_files[i] for i in used],
                                         index.stamps[used], check=None)
-            payloads = tfrecord.load_encoded(index.tfrecord_files, refs)
+            payloads = ranges.load_encoded(index.tfrecord_files, refs)
         else:
             payloads = self._read_files([self.file_paths[i] for i in sample_ids], sample_ids)
         masks = None if index.mask_paths is None else [index.mask_paths[i] for i in sample_ids]

@@ -17,6 +17,8 @@ import keras
 import numpy as np
 
 from dalipipe import keras_hooks, passes
+from dalipipe.annotations.elements import check_dict_fits
+from dalipipe.calls import warn
 from dalipipe.keras_config import keras_backend
 
 
@@ -122,8 +124,15 @@ class DALIPyDataset(keras.utils.PyDataset):
         return len(self)
 
     def _start_keras_pass(self, frame):
-        """Starts the pass of Keras's generator `frame` (`Cursor.start_pass`)."""
-        state = list(self._cursor.start_pass(self._loop))
+        """Starts the pass of Keras's generator `frame` (`Cursor.start_pass`). Keras
+        calls `on_epoch_begin` on the dataset it reads: a `PyDataset` of the user's
+        that wraps this one does not pass it on, and the loop is then the one
+        running in this thread (none on TensorFlow, which reads in `tf.data`'s
+        threads: the pass counts as a training pass)."""
+        loop = self._loop
+        if loop is None and not _reads_self(frame, self):
+            loop = keras_hooks.keras_loop()
+        state = list(self._cursor.start_pass(loop))
         self._keras.pop(frame, None)
         self._keras[frame] = state
         while len(self._keras) > 2:  # the oldest, left
@@ -131,7 +140,15 @@ class DALIPyDataset(keras.utils.PyDataset):
         return state
 
     def on_epoch_begin(self):
+        self._begin_epoch(mapped=False)
+
+    def _begin_epoch(self, *, mapped):
+        """Keras's `on_epoch_begin`, on this dataset or its `map` (`mapped`): a
+        Keras loop reading the dicts of `output="dict"` itself is refused
+        (`check_dict_fits`)."""
         self._loop = keras_hooks.keras_loop()
+        if self._loop is not None and not mapped:
+            check_dict_fits(self._loop.kind, self.image_pipeline.options)
 
     def on_epoch_end(self):
         self._loop = None
@@ -146,6 +163,8 @@ class DALIPyDataset(keras.utils.PyDataset):
             if step + 1 == self.image_pipeline.steps:
                 self._keras.pop(frame, None)
             return self._read(epoch, step, counts)
+        if keras_hooks.read_by_keras_workers():
+            _warn_workers(self)
         if not isinstance(index, (int, np.integer)) or not 0 <= index < len(self):
             raise IndexError(
                 f"`index` must be an integer in [0, {len(self)}), the batches of an epoch. "
@@ -171,10 +190,122 @@ class DALIPyDataset(keras.utils.PyDataset):
             self._cursor.read_whole(epoch)
         return batch
 
+    def map(self, fn):
+        """A dataset of `fn` applied to each of this dataset's batches (`MappedPyDataset`).
+
+        As `tf.data.Dataset.map`: `fn` receives the items of a tuple batch as its
+        arguments (`fn(images, masks)`), a dict batch as one argument, and returns
+        the new batch. The epochs, `len()`, `ds[i]`, shards and
+        `dalipipe.BackupAndRestore` are this dataset's.
+
+        Args:
+            fn: a function of a batch (the backend's tensors, on the pipeline's
+                device) returning a batch.
+
+        Returns:
+            A `MappedPyDataset`.
+
+        Raises:
+            TypeError: for an `fn` that is not callable.
+        """
+        return MappedPyDataset(self, fn)
+
     def __repr__(self):
         pipeline = self.image_pipeline
         return (f"<DALIPyDataset: {len(pipeline.file_paths)} samples, {len(self)} batches "
                 f"of {pipeline.batch_size}, {self.backend} tensors on {pipeline.device}>")
+
+
+class MappedPyDataset(keras.utils.PyDataset):
+    """A `DALIPyDataset` whose batches go through a function: `DALIPyDataset.map(fn)`.
+
+    Each item is `fn(*batch)` for a tuple batch of the dataset (`fn(batch)` for a
+    dict), read when Keras (or the user) reads the item, in the thread that reads
+    it. Everything else is the dataset's, which this one reads through: its epochs
+    (Keras's `on_epoch_begin` and `on_epoch_end` are passed on, and Keras's passes
+    over this dataset are the dataset's passes, `dalipipe.passes`), `len()`,
+    `num_batches`, `ds[i]` (`fn` of the dataset's `ds[i]`), `set_position` and
+    its shards. Mapping a mapped dataset composes the functions. Reading this
+    dataset moves the cursor of the dataset it maps, as reading a `tf.data`
+    dataset's `map` reads its source.
+
+    Attributes:
+        dataset: the `DALIPyDataset` mapped.
+        fn: the function applied to each batch.
+        class_names, file_paths, image_pipeline, backend: the dataset's.
+    """
+
+    def __init__(self, dataset, fn):
+        if not callable(fn):
+            raise TypeError(f"`fn` must be a callable that takes a batch. Received: fn={fn!r}")
+        super().__init__(workers=1, use_multiprocessing=False)
+        self.dataset = dataset
+        self.fn = fn
+        self.class_names = dataset.class_names
+        self.file_paths = dataset.file_paths
+        self.image_pipeline = dataset.image_pipeline
+        self.backend = dataset.backend
+
+    def __len__(self):
+        return len(self.dataset)
+
+    @property
+    def num_batches(self):
+        return self.dataset.num_batches
+
+    def set_position(self, epoch, batch=0):
+        """The dataset's `DALIPyDataset.set_position`."""
+        self.dataset.set_position(epoch, batch)
+
+    def on_epoch_begin(self):
+        self.dataset._begin_epoch(mapped=True)
+
+    def on_epoch_end(self):
+        self.dataset.on_epoch_end()
+
+    def __getitem__(self, index):
+        batch = self.dataset[index]
+        return self.fn(*batch) if isinstance(batch, tuple) else self.fn(batch)
+
+    def map(self, fn):
+        """This dataset's batches through `fn` too: `DALIPyDataset.map` of `fn`
+        after this dataset's function."""
+        if not callable(fn):
+            raise TypeError(f"`fn` must be a callable that takes a batch. Received: fn={fn!r}")
+        first = self.fn
+
+        def both(*batch):
+            mapped = first(*batch)
+            return fn(*mapped) if isinstance(mapped, tuple) else fn(mapped)
+
+        return MappedPyDataset(self.dataset, both)
+
+    def __repr__(self):
+        return f"<MappedPyDataset of {self.dataset!r} by {getattr(self.fn, '__name__', self.fn)}>"
+
+
+def source_of(dataset):
+    """The `DALIPyDataset` that `dataset` maps (`MappedPyDataset`), else `dataset`."""
+    return dataset.dataset if isinstance(dataset, MappedPyDataset) else dataset
+
+
+def _reads_self(frame, dataset):
+    """Whether Keras's generator `frame` reads `dataset` or its `map`."""
+    return source_of(keras_hooks.read_py_dataset(frame)) is dataset
+
+
+def _warn_workers(dataset):
+    """Warns once per dataset that Keras's workers read it through a wrapper."""
+    if getattr(dataset, "_warned_workers", False):
+        return
+    dataset._warned_workers = True
+    warn(
+        "A `keras.utils.PyDataset` with `workers > 1` reads this DALIPyDataset: Keras "
+        "starts the epochs of that wrapper, not of the DALIPyDataset, whose batches are "
+        "then read one by one out of order: every epoch repeats the same batches, "
+        "slowly. Use `dataset.map(fn)` to transform its batches (DALI reads and "
+        "decodes on its own threads: `workers=1`)."
+    )
 
 
 def make_py_dataset(splits, backend):

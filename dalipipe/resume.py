@@ -78,7 +78,8 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         backup_dir: the folder of the backups, created if needed; it must be
             writable (checked now) and used by this callback only.
         dataset: the training dataset, as `make_dali_dataset` returned it (a
-            `tf.data.Dataset` of the "tf" format or a `DALIPyDataset`).
+            `tf.data.Dataset` of the "tf" format or a `DALIPyDataset`), or its
+            `map` (`MappedPyDataset`); `fit` trains on it, or on the dataset it maps.
         save_freq: `"epoch"` (a backup at the end of every epoch), an integer `N`
             (also every `N` steps) or False (never).
         delete_checkpoint: delete `backup_dir` when `fit` ends. Defaults to True.
@@ -193,13 +194,16 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                 "the dataset: `steps_per_epoch` must be None or its "
                 f"{self.steps} steps. Received: steps_per_epoch={steps_per_epoch}"
             )
+        from dalipipe.py_dataset import source_of  # the dataset a `map` maps
+
         trained = keras_hooks.trained_dataset(iterator, self.dataset)
-        if trained is not self.dataset:
+        if source_of(trained) is not source_of(self.dataset):
             raise ValueError(
                 "`fit` must train on the `dataset` given to `dalipipe.BackupAndRestore`, "
-                "untransformed (Keras's `fit(class_weight=...)` maps it: use "
-                "`make_dali_dataset(class_weight=...)` instead). Received: fit's data "
-                f"{trained!r}, the callback's {self.dataset!r}"
+                "untransformed or through its own `map` (format \"pydataset\": "
+                "`dataset.map(fn)`, not a `PyDataset` of yours around it; Keras's "
+                "`fit(class_weight=...)` maps it: use `make_dali_dataset(class_weight=...)` "
+                f"instead). Received: fit's data {trained!r}, the callback's {self.dataset!r}"
             )
         if self._backup is not None:
             if self.model.optimizer is not None and not self.model.optimizer.built:

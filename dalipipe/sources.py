@@ -5,8 +5,9 @@ needed only for a DataFrame): nothing here imports DALI or TensorFlow.
 
 A source is turned into an `Index`: absolute file paths, integer labels aligned with
 them (or None) and the class names the integers stand for. For TFRecord files
-(`dalipipe.tfrecord`) each sample is a record, named `"<file>#<record number>"`, and
-the index also holds where each record lies.
+(`dalipipe.tfrecord`) each sample is a record, named `"<file>#<record number>"`; for
+WebDataset tar shards (`dalipipe.ranges.tar`) a sample, named `"<shard>#<image
+member>"`; the index also holds where each record or member lies.
 
 Above 400 lines: each kind of source (folder, table, list, TFRecord records) is
 indexed here beside the label encoding and the path resolution they share; a
@@ -23,6 +24,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from dalipipe import tfrecord
+from dalipipe.ranges import order as ranges_order, tar
 from dalipipe.calls import warn
 from dalipipe.folders import LocalTree
 from dalipipe.options import is_inferred
@@ -40,9 +42,10 @@ class Index(NamedTuple):
             or `(n, k)` (raw, or multi-hot over `class_names`: `dalipipe.targets`); or
             None for an unlabeled source.
         class_names: list of class names (int32 `labels` index into it), or None.
-        tfrecord_files: for TFRecord records, the TFRecord files; else None.
-        refs: for TFRecord records, int64 `(n, 3)`: file number (into `tfrecord_files`),
-            offset and size of each record; else None.
+        tfrecord_files: for TFRecord records, the TFRecord files; for tar shards, the
+            shards (`dalipipe.ranges`: their kind is told by name); else None.
+        refs: for records and members, int64 `(n, 3)`: file number (into
+            `tfrecord_files`), offset and size of each; else None.
         stamps: int64 `(size, mtime_ns)` of each file (of each of `tfrecord_files` for
             records) when the files were checked, or None if they were not.
         mask_paths: with `masks`, the mask file of each image, aligned with
@@ -97,8 +100,11 @@ def index_source(source, *, labels="inferred", class_names=None, path_column="pa
     Args:
         source: a directory with one subfolder per class, a `pandas.DataFrame`, the
             path of a CSV file, a list of file paths, or TFRecord files (a glob
-            pattern, a file, or a list of files; see `dalipipe.tfrecord`).
+            pattern, a file, or a list of files; see `dalipipe.tfrecord`), or tar shards
+            (a brace or glob pattern, a `.tar` file or a list; `dalipipe.ranges.tar`).
         labels: for TFRecord files, `"inferred"` (`image/class/label`) or None. For
+            tar shards, `"inferred"` (each sample's `.cls` member), the name of a
+            field of its `.json` member, or None. For
             a directory, `"inferred"` (from the subfolders), None, or a list
             of labels in the order of the file paths as `os.walk` lists them with
             folders and files sorted (the order of `Index.file_paths`). For a
@@ -145,6 +151,9 @@ def index_source(source, *, labels="inferred", class_names=None, path_column="pa
     targets = (label_columns, label_mode)
     if label_columns is not None:
         labels = None  # the targets are the columns
+    shards = tar.tar_files(source)  # before folders: a brace pattern is no prefix
+    if shards is not None:
+        return _index_shards(tar.scan(shards, verbose=verbose), labels, class_names)
     tree = remote.prefix_tree(source)  # a folder in s3:// or gs://, else None
     if tree is not None:
         return _index_directory(os.fspath(source), labels, class_names, False, tree=tree)
@@ -218,6 +227,9 @@ def split_index(index, *, validation_split, subset, seed, shuffle):
     kept in order; the last `int(validation_split * len(index))` of them form the
     validation part. The same `seed` thus gives the same parts as Keras, and two
     calls with the same `seed` give disjoint parts.
+    Each part of tar shards in object storage (`ranges.order.reads_in_streams`) is
+    then put in the shards' order, so that a pass without `shuffle` reads them in
+    large ranges.
 
     Returns:
         A list of one `Index` for `subset="training"` or `"validation"`, of two
@@ -240,7 +252,10 @@ def split_index(index, *, validation_split, subset, seed, shuffle):
                 f"`validation_split={validation_split}` leaves the {name} subset of "
                 f"{n} samples empty. Use more samples or another `validation_split`."
             )
-        result.append(index.take(parts[name]))
+        part = parts[name]
+        if ranges_order.reads_in_streams(index):  # objects: each part in the shards' order
+            part = part[np.lexsort((index.refs[part, 1], index.refs[part, 0]))]
+        result.append(index.take(part))
     return result
 
 
@@ -267,13 +282,39 @@ def _index_records(records, labels, class_names):
             "`labels='inferred'` needs an 'image/class/label' feature, and the records of "
             f"{listing(records.shards)} have none. Pass labels=None for images only."
         )
+    return _encode_classes(names, records, class_names, (tfrecord.LABEL, tfrecord.TEXT))
+
+
+def _index_shards(found, labels, class_names):
+    """An `Index` of the samples of tar shards (see `index_source`): labels from
+    each sample's `.cls` member (`labels="inferred"`), from the field `labels` of its
+    `.json` member, or none; classes as `_encode_classes` makes them."""
+    if labels is None:
+        return Index(found.names, None, None, found.shards, found.refs)
+    if not isinstance(labels, str):
+        raise ValueError(
+            "For tar shards, `labels` must be 'inferred' (each sample's .cls member), the "
+            f"name of a field of its .json member, or None. Received: labels={labels!r}")
+    values, texts = tar.label_values(found, labels)
+    records = tfrecord.Records(found.shards, found.refs, values, texts)
+    what = (".cls", None) if is_inferred(labels) else (f".json field {labels!r}",) * 2
+    return _encode_classes(found.names, records, class_names, what)
+
+
+def _encode_classes(names, records, class_names, what):
+    """The `Index` of records with integer `records.labels` (and `records.texts`,
+    the class texts, or None): the classes are the distinct labels in increasing
+    order, named by their texts, else by their values; `class_names` renames them in
+    that order, or, with texts, maps each text to its position. `what`: the names of
+    the label and the text in messages."""
+    label_name, text_name = what
     if class_names is not None and records.texts is not None:
         # Named classes: the mapping is fixed by the names, the same for every source.
         lookup = {name: i for i, name in enumerate(class_names)}
         unknown = sorted(set(records.texts) - set(lookup))
         if unknown:
             raise ValueError(
-                f"`class_names` must name every 'image/class/text' of the records. Not "
+                f"`class_names` must name every {text_name!r} of the records. Not "
                 f"in it: {listing(unknown)}. Received: class_names={list(class_names)}"
             )
         encoded = np.array([lookup[t] for t in records.texts], np.int32)
@@ -287,7 +328,7 @@ def _index_records(records, labels, class_names):
         mixed = {v: sorted(t) for v, t in texts.items() if len(t) > 1}
         if mixed:
             raise ValueError(
-                "Each 'image/class/label' value must have one 'image/class/text'. Found "
+                f"Each {label_name!r} value must have one {text_name!r}. Found "
                 f"several: {dict(list(mixed.items())[:MAX_LISTED])}"
             )
         found = [texts[v].pop() for v in values.tolist()]

@@ -16,7 +16,7 @@ from dalipipe.install import import_dali_tf
 from dalipipe.pipeline import split_source
 from dalipipe.sharding import check_global_batch, has_targets
 from dalipipe.tf_inputs import EpochFeed
-from dalipipe.tf_keras_dataset import KerasDataset, keras_structure
+from dalipipe.tf_keras_dataset import KerasDataset, keras_structure, output_shapes
 
 dali_tf = import_dali_tf()
 
@@ -202,7 +202,7 @@ def _dali_dataset(feed, numbers, batch_size, *, join, device):
     _, order = keras_structure(image_pipeline)  # Keras's element, flat
     with tf.device(device):
         dtypes = tuple(tf.as_dtype(image_pipeline.output_dtypes[i]) for i in order)
-        shapes = tuple(tf.TensorShape(image_pipeline.output_shapes[i]) for i in order)
+        shapes = tuple(tf.TensorShape(output_shapes(image_pipeline)[i]) for i in order)
         if image_pipeline.cache is not None:  # its images, sizes and slots, last
             dtypes += (tf.uint8, tf.int32, tf.int32)
             shapes += _cache_shapes(image_pipeline)

@@ -39,12 +39,22 @@ def keras_structure(image_pipeline):
         the order in which DALI's dataset must give them. Dicts flatten by sorted
         key, so `output="dict"` with boxes gives `bounding_boxes` before `images`.
     """
-    dtypes, shapes = image_pipeline.output_dtypes, image_pipeline.output_shapes
+    dtypes, shapes = image_pipeline.output_dtypes, output_shapes(image_pipeline)
     index = element(tuple(range(len(dtypes))), image_pipeline.options)
     if isinstance(index, tuple) and len(index) == 1:
         index = index[0]
     spec = tf.nest.map_structure(lambda i: tf.TensorSpec(shapes[i], dtypes[i]), index)
     return spec, tuple(tf.nest.flatten(index))
+
+
+def output_shapes(image_pipeline):
+    """`ImagePipeline.output_shapes`, with the batch dimension `batch_size` where every
+    batch is whole (`drop_remainder=True`), as `tf.data`'s `batch(drop_remainder=True)`
+    makes it static: KerasHub's `predict` reads it."""
+    shapes = image_pipeline.output_shapes
+    if image_pipeline.options.drop_remainder and not image_pipeline.unbatched:
+        shapes = tuple((image_pipeline.batch_size, *shape[1:]) for shape in shapes)
+    return shapes
 
 
 class KerasDataset(DatasetOver):
@@ -128,7 +138,9 @@ def _cpu_transformation(name):
                 "runs on the CPU, which cannot read its tensors. Do the work in the DALI "
                 "graph: `make_dali_dataset(..., class_weight={class index: weight})` gives "
                 "sample weights (instead of Keras's `fit(class_weight=...)`, which maps the "
-                "dataset); or make the dataset with `device='cpu'` to transform it with "
+                "dataset); transform the batches in the model or its loss, or on the GPU "
+                "after `tf.data.experimental.copy_to_device` (docs/backends.md, "
+                "Transforms); or make the dataset with `device='cpu'` to transform it with "
                 f"tf.data. Received: Dataset.{name} on a dataset placed on {self._gpu_device}"
             )
         return inherited(self, *args, **kwargs)

@@ -17,10 +17,14 @@ MODE `recipes`: `fit` with each augmentation recipe and each batch mixing, and
 their first pass against the native epoch.
 MODE `cache`: the decoded-image cache (`cache=`) in both native formats.
 MODE `grain`: `grain_job.py`'s `fit`, `evaluate` and `predict` on Grain datasets.
+MODE `shards`: the images as WebDataset tar shards: two passes and a `fit`.
 MODE `fits`: `epochs_job.py`'s epochs that `fit` trains on; MODE `rule`: its epoch
 rule, in the "pydataset" and "grain" formats. MODE `plain_run`:
 `epochs_job.py`'s run, never killed; its records.
 MODE `report`: `report_job.py`'s `dalipipe.InputReport` runs.
+MODE `map`: `fit` through `DALIPyDataset.map` and through a user's `PyDataset`
+wrapping the dataset (`map_job.py`). MODE `unet`: `dense_recipes_job.py`'s U-Net.
+MODE `kerashub`: `kerashub_job.py`'s KerasHub models on format "grain".
 MODE `torch_distributed` (with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set): one
 process of a `torch.distributed` group reads two passes of its shard, in the
 "pydataset" and the "grain" formats. The images are
@@ -277,6 +281,37 @@ def recipes(tagged_dir):
     return result
 
 
+def shards(tagged_dir):
+    """`tagged_dir` written as WebDataset tar shards and read back by a brace pattern:
+    two passes' rows `[tag, label]` (labels from the `.json` field "class"), whether
+    each equals the native epoch, and `fit`'s per-tag counts."""
+    import tempfile
+
+    from dalipipe import sources
+    from dalipipe.ranges.write import write_webdataset
+
+    index = sources.index_source(tagged_dir)
+    with tempfile.TemporaryDirectory() as folder:
+        write_webdataset(index.file_paths, index.labels, index.class_names, folder, num_shards=4)
+        pattern = os.path.join(folder, "train-{000000..000003}.tar")
+        options = dict(OPTIONS, seed=5, labels="class")
+        train = dalipipe.make_dali_dataset(pattern, **options)
+        native = dalipipe.make_dali_pipeline(pattern, **options)
+        result = {"class_names": train.class_names, "len": len(train)}
+        for epoch in (0, 1):
+            batches = [train[i] for i in range(len(train))]
+            rows = [[tag, int(label)] for images, labels in batches
+                    for tag, label in zip(tag_of_batch(images), ops.convert_to_numpy(labels))]
+            want = [tag_of(image) for batch, _ in native.epoch(epoch) for image in batch]
+            result[f"pass_{epoch}_rows"] = rows
+            result[f"pass_{epoch}_equals_native"] = [r[0] for r in rows] == want
+        counts = EpochCounts()
+        tag_model().fit(train, epochs=1, verbose=0, callbacks=[counts])
+        result["fit_counts"] = counts.epochs
+    result["tensorflow_loaded"] = "tensorflow" in sys.modules
+    return result
+
+
 def grain(tagged_dir):
     from grain_job import grain_job
 
@@ -355,9 +390,31 @@ def _fit_counts(model, dataset):
     return counts.epochs
 
 
+def map_mode(tagged_dir):
+    from map_job import map_fits
+
+    return map_fits(tagged_dir)
+
+
+def kerashub(tagged_dir):
+    from kerashub_job import kerashub_fits
+
+    return kerashub_fits("grain")
+
+
+def unet(tagged_dir):
+    import tempfile
+
+    from dense_recipes_job import mean_iou_rises
+
+    with tempfile.TemporaryDirectory() as folder:
+        return mean_iou_rises(folder, "pydataset")
+
+
 MODES = {"single": single, "cache": cache, "data_parallel": data_parallel, "targets": targets,
          "torch_distributed": torch_distributed, "recipes": recipes, "grain": grain,
-         "fits": fits, "plain_run": plain_run, "rule": rule, "report": report}
+         "fits": fits, "plain_run": plain_run, "rule": rule, "report": report,
+         "shards": shards, "map": map_mode, "unet": unet, "kerashub": kerashub}
 
 
 def run_modes(modes, tagged_dir):

@@ -1,5 +1,7 @@
-"""Fixtures that write real image files, the test cache folder, and the `gpu` marker's
-skip rule. Shared values and readers of the images are in `helpers.py`.
+"""Fixtures that write real image files, the test cache folder, the `gpu` marker's
+skip rule, and how `--dist loadfile` shares the tests among pytest-xdist's workers.
+Shared values and readers of the images are in `helpers.py`; how the suite is
+organised and what it costs: `tests/README.md`.
 
 Nothing here imports TensorFlow: the `gpu` tests run on machines without it.
 """
@@ -37,13 +39,56 @@ def pytest_unconfigure(config):
         shutil.rmtree(_CACHE, ignore_errors=True)
 
 
+# The test that executes the notebooks: each notebook is a unit of work of its own.
+NOTEBOOK_RUNS = "tests/test_notebooks.py::test_notebook_runs_at_small_size["
+
+
+def _unit(nodeid):
+    """The unit of work that `nodeid` belongs to under `--dist loadfile`: its file, or
+    for a notebook's execution that execution alone."""
+    return nodeid if nodeid.startswith(NOTEBOOK_RUNS) else nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        _longest_first(items)
     if dali_gpu_count() > 0:
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU that DALI can use")
     for item in items:
         if item.get_closest_marker("gpu"):
             item.add_marker(skip)
+
+
+def _longest_first(items):
+    """Orders the units of work (`_unit`) as the workers take them, the long ones first,
+    so that none starts when the others are nearly done: those with the most `slow`
+    tests first, then the most tests. Each unit's tests keep their order. Every worker
+    orders the same collection alike, as pytest-xdist requires."""
+    units = {}
+    for item in items:
+        units.setdefault(_unit(item.nodeid), []).append(item)
+    ranked = sorted(units.values(), key=lambda unit: (
+        -sum(item.get_closest_marker("slow") is not None for item in unit), -len(unit)))
+    items[:] = [item for unit in ranked for item in unit]
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook; plain pytest runs without it
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile`, with each notebook's execution a unit of its own (the notebooks
+    would otherwise all run on one worker), the units taken in the order
+    `_longest_first` gives the collection."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid):
+            return _unit(nodeid)
+
+    config.option.loadscopereorder = False
+    return Scheduling(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -39,7 +39,7 @@ SIZE = (48, 64)
 BASE = dict(image_size=SIZE, batch_size=BATCH, seed=3, device="cpu", verbose=False,
             augment=True)
 MASK_OPTIONS = dict(BASE, class_names=list(MASK_CLASS_NAMES))
-BOX_OPTIONS = dict(BASE, max_boxes=6)
+BOX_OPTIONS = dict(BASE, max_boxes=6, bounding_box_format="xyxy")
 FORMATS = ("tf", "pydataset", "grain") if importlib.util.find_spec("tensorflow") \
     else ("pydataset", "grain")
 EPOCHS = 10  # of the segmentation model

@@ -37,7 +37,7 @@ def run_job(backend, mode, tagged_dir, out, *, env=None, timeout=300):
 
 
 @pytest.mark.backend_job("single")
-@pytest.mark.parametrize("backend", ["torch", "jax"])
+@pytest.mark.parametrize("backend", ["torch", pytest.param("jax", marks=pytest.mark.slow)])
 def test_fit_evaluate_and_predict_on_the_backend(backend, backend_jobs):
     result = backend_jobs(backend, "single")
     check_single(result, backend)
@@ -45,7 +45,7 @@ def test_fit_evaluate_and_predict_on_the_backend(backend, backend_jobs):
 
 
 @pytest.mark.backend_job("targets")
-@pytest.mark.parametrize("backend", ["torch", "jax"])
+@pytest.mark.parametrize("backend", ["torch", pytest.param("jax", marks=pytest.mark.slow)])
 def test_table_targets_on_the_backend(backend, backend_jobs):
     """Raw and multi-hot targets: float32 tensors of the backend, each with its image."""
     result = backend_jobs(backend, "targets")

@@ -20,7 +20,7 @@ pytest.importorskip("nvidia.dali")
 
 SIZE = (48, 64)
 OPTIONS = dict(image_size=SIZE, batch_size=4, seed=3, device="cpu", verbose=False,
-               num_threads=1, max_boxes=6)
+               num_threads=1, max_boxes=6, bounding_box_format="xyxy")
 
 
 @pytest.fixture(scope="module")
@@ -263,6 +263,17 @@ def test_rows_for_images_not_in_the_source_are_named_in_a_warning(dense, tmp_pat
         p = make_dali_pipeline(os.path.join(dense, "images"), boxes=str(tmp_path / "boxes.csv"),
                                root=dense, **{**OPTIONS, "class_names": list(SHAPES)})
     assert len(p.file_paths) == 8 and len(w) == 1
+
+
+def test_boxes_without_bounding_box_format_warn_naming_both_conventions(dense):
+    """As Keras's layers, which require a format: no silent convention."""
+    with pytest.warns(UserWarning, match=r"`boxes` given without `bounding_box_format`: the "
+                                         r"boxes are \"xyxy\".*RetinaNet reads \"yxyx\".*"
+                                         r"Pass a `bounding_box_format` argument") as w:
+        p = pipeline(dense, bounding_box_format=None)
+    assert len(w) == 1 and p.options.bounding_box_format == "xyxy"
+    assert make_dali_pipeline(os.path.join(dense, "images"), labels=None, verbose=False,
+                              image_size=SIZE).options.bounding_box_format == "xyxy"
 
 
 def test_more_boxes_than_max_boxes_keep_the_first_with_one_warning(dense):

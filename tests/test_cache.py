@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -167,6 +168,98 @@ def test_epochs_equal_the_uncached_ones_and_later_ones_open_no_file(tagged_dir, 
         assert not opened.counts
 
 
+def test_runs_with_a_random_seed_share_one_folder_cache(tagged_dir, tmp_path):
+    # `seed=None` shuffles `file_paths` differently per run: the key and the rows
+    # follow the paths' order, so the second run reads what the first stored.
+    options = dict(OPTIONS, seed=None, cache=str(tmp_path / "images"))
+    first = dalipipe.make_dali_pipeline(tagged_dir, **options)
+    list(first.epoch(0))
+    assert first.cache.complete
+    second = dalipipe.make_dali_pipeline(tagged_dir, **options)
+    assert second.file_paths != first.file_paths
+    assert image_cache.cache_key(second) == image_cache.cache_key(first)
+    assert second.cache.complete
+    uncached = dalipipe.make_dali_pipeline(tagged_dir, **dict(OPTIONS, seed=second.options.seed))
+    want = epochs(uncached, 1)
+    with FileOpens(folders_of(tagged_dir)) as opened:
+        assert same(epochs(second, 1), want)
+    assert not opened.counts
+    assert len(os.listdir(options["cache"])) == 2  # the lock and one complete file
+
+
+def test_a_folder_cache_larger_than_memory_checks_the_disk_without_allocating(tmp_path):
+    # ImageNet's training split at 224 (193 GB), or more than the disk holds.
+    row = image_cache.SIZE_BYTES + 224 * 224 * 3
+    n = max(1_281_167, shutil.disk_usage(tmp_path).free // row + 1)
+    with pytest.raises(OSError, match=rf"needs .* for {n} images of 224x224x3 uint8"):
+        image_cache.FolderCache.open(str(tmp_path), "b" * 32, (n, 224, 224, 3))
+    assert os.listdir(tmp_path) == ["b" * 32 + ".lock"]
+
+
+def test_a_pass_ending_during_a_fill_completes_no_zero_row(tmp_path):
+    # Real threads: a fill copying its batch while a pass ends (in this object, or a
+    # writer elsewhere completes the file) neither names unstored rows nor raises.
+    shape, key = (2, 4, 4, 3), "k" * 32
+    image, size = np.full((1, 4, 4, 3), 200, np.uint8), np.array([[4, 4]], np.int32)
+
+    def fill_during(store, ended):
+        copying, go, raised = threading.Event(), threading.Event(), []
+
+        def copy():
+            copying.set()
+            go.wait()
+            return image
+
+        def fill():
+            try:
+                store.fill(copy, size, np.array([1]))
+            except Exception as e:  # noqa: BLE001 - reported by the assertion below
+                raised.append(e)
+
+        thread = threading.Thread(target=fill)
+        thread.start()
+        copying.wait()
+        ended()
+        go.set()
+        thread.join()
+        assert not raised
+
+    for other_writer in (False, True):
+        folder = str(tmp_path / f"other_{other_writer}")
+        store = image_cache.FolderCache.open(folder, key, shape)
+        store.fill(image, size, np.array([0]))
+        if other_writer:
+            other = image_cache.FolderCache.open(folder, key, shape)
+            other.fill(np.concatenate([image, image]), np.concatenate([size, size]),
+                       np.array([0, 1]))
+            assert other.complete
+        fill_during(store, store.pass_ended)
+        assert store.complete
+        done = np.load(os.path.join(folder, f"{key}.npy"))
+        assert (done[:, image_cache.SIZE_BYTES:] == 200).all()
+        assert (done[:, :image_cache.SIZE_BYTES].view("<i4") == 4).all()
+
+
+def test_a_makers_orphaned_temporary_is_removed(tmp_path):
+    # A run killed while making the partial file (under the lock) leaves
+    # `<key>.partial.<pid>`: the next maker removes it.
+    key = "o" * 32
+    (tmp_path / f"{key}.partial.99999999").write_bytes(b"half")
+    image_cache.FolderCache.open(str(tmp_path), key, (2, 4, 4, 3))
+    assert sorted(os.listdir(tmp_path)) == [f"{key}.lock", f"{key}.partial"]
+
+
+def test_masks_rewritten_on_each_host_give_one_key(dense, tmp_path, monkeypatch):
+    options = dict(OPTIONS, image_size=(48, 40), masks=str(dense / "masks"),
+                   cache=str(tmp_path / "images"))
+    pipes = []
+    for host in ("a", "b"):  # each host rewrites the masks under its own cache folder
+        monkeypatch.setenv("DALIPIPE_CACHE_DIR", str(tmp_path / host))
+        pipes.append(dalipipe.make_dali_pipeline(str(dense / "images"), **options))
+    assert pipes[0].index.mask_paths[0].startswith(str(tmp_path / "a"))
+    assert pipes[0].cache.key == pipes[1].cache.key  # as each host opened it
+
+
 def test_channels_first_pad_and_grayscale_equal_the_uncached_epoch(tagged_dir):
     for extra in (dict(data_format="channels_first", pad_to_aspect_ratio=True),
                   dict(color_mode="grayscale", dtype="uint8", label_mode=None, shuffle=False)):
@@ -318,7 +411,7 @@ def test_the_cache_on_the_backend(backend, backend_jobs):
 
 def test_tfrecord_sources_are_refused_for_now(tagged_tfrecords):
     with pytest.raises(ValueError, match=r"`cache` keeps the images of local image files; "
-                                         r"TFRecord files .* not supported"):
+                                         r"TFRecord files, tar shards .* not supported"):
         dalipipe.make_dali_pipeline(tagged_tfrecords, cache="memory", **OPTIONS)
 
 

@@ -45,6 +45,18 @@ def test_help_is_written_for_users_not_from_the_module_docstring(capsys):
     assert "Above 400 lines" not in shown
 
 
+def test_bench_help_states_the_quick_run_s_images_and_batch(capsys):
+    from dalipipe.bench import report
+
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert f"{report.QUICK_IMAGES} images in batches of at most {report.QUICK_BATCH}" in shown
+    assert f"(default: 64; with --quick, at most {report.QUICK_BATCH})" in shown
+    assert f"at most {report.QUICK_IMAGES} images in batches of at most " \
+           f"{report.QUICK_BATCH}" in report.QUICK_NOTE
+
+
 def test_sample_data_writes_classes_and_csv(tmp_path, capsys):
     assert main(["sample-data", str(tmp_path), "--num-images", "13", "--num-classes", "3"]) == 0
     with open(tmp_path / "labels.csv") as f:
@@ -85,6 +97,7 @@ def test_sample_data_is_deterministic(tmp_path):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
 
+@pytest.mark.slow  # a training run in a subprocess
 def test_demo_trains_and_reports_without_tensorflows_start_up_lines(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "dalipipe", "demo", "--directory", str(tmp_path),

@@ -252,12 +252,22 @@ def test_class_weight_in_the_graph_equals_keras_class_weight(color_dir):
     assert abs(in_graph[0] - unweighted[0]) > 1e-3
 
 
+def test_drop_remainder_gives_a_static_batch_dimension(indexed_dir):
+    """As `tf.data`'s `batch(drop_remainder=True)`: KerasHub's `predict` reads it."""
+    ds = make_dali_dataset(indexed_dir, verbose=False, drop_remainder=True, **SMALL)
+    images, labels = ds.element_spec
+    assert images.shape[0] == labels.shape[0] == SMALL["batch_size"]
+    assert [len(x) for x, _ in ds] == [SMALL["batch_size"]] * len(ds)
+    assert make_dali_dataset(indexed_dir, verbose=False, **SMALL).element_spec[0].shape[0] is None
+
+
 def test_a_gpu_placed_dataset_refuses_cpu_transformations(indexed_dir):
     """On a GPU, `.map` and Keras's own `fit(class_weight=...)` (which maps) say what to
     do instead. The placement is set by hand here: this machine has no GPU."""
     ds = make_dali_dataset(indexed_dir, verbose=False, **SMALL)
     ds._gpu_device = "/gpu:0"
-    message = r"lives on the GPU \(/gpu:0\).*class_weight=.*device='cpu'.*Received: Dataset.map"
+    message = (r"lives on the GPU \(/gpu:0\).*class_weight=.*in the model or its loss.*"
+               r"copy_to_device.*device='cpu'.*Received: Dataset.map")
     with pytest.raises(ValueError, match=message):
         ds.map(lambda x, y: (x, y))
     with pytest.raises(ValueError, match=r"Received: Dataset.shuffle"):
@@ -268,6 +278,7 @@ def test_a_gpu_placed_dataset_refuses_cpu_transformations(indexed_dir):
     assert ds.prefetch(1).element_spec == ds.element_spec  # prefetch runs on a GPU too
 
 
+@pytest.mark.slow  # fresh interpreters
 def test_import_sets_memory_growth_unless_set_or_too_late(tmp_path):
     import subprocess
     import sys

@@ -23,7 +23,7 @@ DATA = f"s3://{BUCKET}/data"
 OPTIONS = dict(image_size=(24, 32), batch_size=4, seed=5, device="cpu", verbose=False,
                num_threads=1, augment=True)
 MASKS = dict(OPTIONS, class_names=list(MASK_CLASS_NAMES))
-BOXES = dict(OPTIONS, max_boxes=4)
+BOXES = dict(OPTIONS, max_boxes=4, bounding_box_format="xyxy")
 
 
 @pytest.fixture(scope="module")

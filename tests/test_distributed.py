@@ -281,7 +281,8 @@ def dense_targets(dense, kind):  # noqa: F811 (`dense` is the fixture)
     """The options of `kind` ("masks" or "boxes") for the `dense` sample data."""
     if kind == "masks":
         return dict(masks=os.path.join(dense, "masks"))
-    return dict(boxes=os.path.join(dense, "instances.json"), max_boxes=6, class_names=None)
+    return dict(boxes=os.path.join(dense, "instances.json"), max_boxes=6, class_names=None,
+                bounding_box_format="xyxy")
 
 
 def dense_shards(dense, kind, setup):  # noqa: F811

@@ -25,6 +25,7 @@ def test_doctor_reports_the_parts_and_runs_a_dataset(capsys):
     assert out.endswith("make_dali_dataset can run\n")
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_doctor_fails_with_the_reason_when_the_plugin_does_not_load():
     script = BLOCK_PLUGIN + 'from dalipipe.cli import main\nsys.exit(main(["doctor"]))'
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
@@ -34,6 +35,7 @@ def test_doctor_fails_with_the_reason_when_the_plugin_does_not_load():
     assert "absl" not in done.stderr
 
 
+@pytest.mark.slow  # a fresh interpreter per backend
 @pytest.mark.parametrize("backend", ["tensorflow", "torch"])
 def test_doctor_in_a_fresh_interpreter_is_quiet_on_stderr(backend):
     """TensorFlow's start-up lines (which its import prints twice) and CUDA's
@@ -65,6 +67,7 @@ def test_nvml_names_the_gpus_dali_sees_or_none_without_a_driver():
     assert harness.gpu_memory_used_mb() >= 0
 
 
+@pytest.mark.slow  # fresh interpreters; the in-process test without DALI is the quick one
 def test_without_dali_dalipipe_imports_and_doctor_says_dali_does_not_import():
     script = ('import sys; sys.modules["nvidia.dali"] = None\n'
               "import dalipipe\n"

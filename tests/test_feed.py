@@ -234,7 +234,7 @@ def test_boxes_ride_at_the_end_of_random_and_come_back_from_the_graph():
     from nvidia.dali import fn, types
 
     options = Options(seed=2, image_size=(8, 8), augment=True, boxes="instances.json",
-                      max_boxes=3)
+                      max_boxes=3, bounding_box_format="xyxy")
     assert feed.random_columns(options) == sampling.NUM_RANDOM + 15
     assert feed.box_columns(options) == 15
     boxes = np.full((2, 3, 4), -1, np.float32)

@@ -196,6 +196,7 @@ def test_fit_with_the_default_check_skips_damaged_files_of_every_format(mixed):
     assert len(model.fit(dataset, epochs=2, verbose=0).history["loss"]) == 2
 
 
+@pytest.mark.slow  # fit over a fuzz corpus; the damaged-files tests are the quick ones
 def test_a_small_fuzz_run_of_every_format_through_fit():
     """A mutant of each mutation of each format but JPEG (`test_checks` fuzzes
     JPEG) through `model.fit`; `benchmarks/fuzz.py --format F` runs 1,000."""

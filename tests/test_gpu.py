@@ -262,6 +262,16 @@ def test_torch_backend_fits_from_batches_on_the_gpu(tagged_dir, tmp_path):
     assert result["devices"] == ["cuda:0", "cuda:0"]
 
 
+def test_map_gives_fn_the_gpu_batches_and_keeps_the_epochs(tagged_dir, tmp_path):
+    from test_backends import run_job
+
+    found = run_job("torch", "map", tagged_dir, tmp_path / "map.json",
+                    env={"BACKEND_JOB_DEVICE": "gpu"})
+    assert found["map"].pop("devices") == ["cuda:0"]
+    assert found == {how: {"native": True, "differ": True, "cursor": [3, 0]}
+                     for how in ("map", "wrapper")}
+
+
 @pytest.mark.parametrize("settings", [
     dict(decoder={"hw_decoder_load": 0.0}),
     dict(decoder={"hw_decoder_load": 1.0, "preallocate_width_hint": 64,

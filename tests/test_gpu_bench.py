@@ -87,6 +87,7 @@ def gpu_machine_env(folder, pythonpath=(), **variables):
     return {**env, **variables}
 
 
+@pytest.mark.slow  # fresh interpreters
 def test_the_gpu_machine_env_blocks_what_that_machine_lacks(tmp_path):
     code = ("import importlib.util, sys\n"
             "for name in ('tensorflow', 'pandas', 'sklearn', 'skimage', 'matplotlib', "

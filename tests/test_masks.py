@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dalipipe import AutoAugment, RandAugment, TrivialAugmentWide, make_dali_pipeline
+from dalipipe import (AutoAugment, RandAugment, TrivialAugmentWide, make_dali_dataset,
+                      make_dali_pipeline)
 from dalipipe.annotations.masks import read_mask
 from dalipipe.annotations.sample import MASK_CLASS_NAMES, SHAPE_COLOURS, SHAPES
 from dalipipe.sample_data import make_dense_sample_dataset
@@ -245,6 +246,63 @@ def test_bad_pairs_are_named(dense, tmp_path, check):
         make_dali_pipeline(source, masks=folder, **options)
     with pytest.raises(ValueError, match="All 3 files are bad"):
         make_dali_pipeline(source, masks=folder, **{**options, "on_bad_file": "skip"})
+
+
+def test_output_dict_read_by_fit_is_refused_and_fits_through_map(dense):
+    keras = pytest.importorskip("keras")
+    dataset = make_dali_dataset(os.path.join(dense, "images"), masks=os.path.join(dense, "masks"),
+                                output="dict", format="pydataset", **OPTIONS)
+    model = keras.Sequential([keras.Input((*SIZE, 3)), keras.layers.Conv2D(4, 1)])
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    message = (r'`output="dict"` gives the dicts of Keras\'s preprocessing layers \(\{"images", '
+               r'"segmentation_masks"\}\), which `fit` reads as inputs without targets.*'
+               r'd\["segmentation_masks"\]')
+    with pytest.raises(ValueError, match=message):
+        model.fit(dataset, epochs=1, verbose=0)
+    pairs = dataset.map(lambda d: (d["images"], d["segmentation_masks"]))
+    model.fit(pairs, epochs=1, verbose=0)
+
+
+def test_masks_without_class_names_are_named_by_the_ids_seen(dense, tmp_path):
+    """As Keras names classes by their folders: strings, id i being `class_names[i]`."""
+    images, masks = copy_dense(dense, tmp_path)
+    for image, mask, top in zip(images, masks, (3, 1, 255)):
+        width, height = Image.open(tmp_path / "images" / image).size
+        ids = np.ones((height, width), np.uint8)
+        ids[0] = top
+        Image.fromarray(ids).save(tmp_path / "masks" / mask)
+    source, folder = str(tmp_path / "images"), str(tmp_path / "masks")
+    options = {**OPTIONS, "class_names": None}
+    pipeline = make_dali_pipeline(source, masks=folder, mask_fill_value=255, **options)
+    assert pipeline.class_names == ["0", "1", "2", "3"]
+    assert len(make_dali_pipeline(source, masks=folder, **options).class_names) == 256
+
+
+@pytest.mark.parametrize("on_bad_file", ["raise", "skip"])
+def test_trimaps_with_three_names_say_the_files_are_sound_and_the_remedies(dense, tmp_path,
+                                                                          on_bad_file):
+    """Oxford-Pets' trimaps hold 1, 2 and 3: three names are a mismatch of names,
+    not damaged files; the error names the ids and both remedies."""
+    images, masks = copy_dense(dense, tmp_path)
+    for image, mask in zip(images, masks):
+        width, height = Image.open(tmp_path / "images" / image).size
+        ids = np.ones((height, width), np.uint8)
+        ids[: height // 2] = 2
+        ids[:, : width // 3] = 3
+        Image.fromarray(ids).save(tmp_path / "masks" / mask)
+    source, folder = str(tmp_path / "images"), str(tmp_path / "masks")
+    options = {**OPTIONS, "class_names": ["pet", "background", "border"],
+               "on_bad_file": on_bad_file}
+    with pytest.raises(ValueError) as raised:
+        make_dali_pipeline(source, masks=folder, **options)
+    message = str(raised.value)
+    assert "cannot be loaded" not in message
+    assert message.startswith("The masks are sound, but 3 of 3 hold class ids outside "
+                              "`class_names` (3 names: ids 0..2). Ids found in those masks: "
+                              "1, 2, 3; outside the names: 3.")
+    assert "4 names for ids 0..3" in message
+    assert "pass no `class_names` and subtract 1 from the masks with `map`" in message
+    assert "masks - 1" in message and "class_names=['pet', 'background', 'border']" in message
 
 
 @pytest.mark.parametrize("check", ["structure", "full"])

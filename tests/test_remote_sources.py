@@ -278,6 +278,7 @@ def test_dataset_and_fit_from_a_prefix(bucket, indexed_dir):
     assert len(history.history["loss"]) == 2 and np.isfinite(history.history["loss"]).all()
 
 
+@pytest.mark.slow  # a subprocess; test_dataset_and_fit_from_a_prefix is the quick one
 def test_fit_from_a_prefix_on_torch(bucket, tagged_dir, tmp_path):
     """`backend_job.py single` on Keras's torch backend, from a copy of `tagged_dir`
     in the bucket: what `test_backends.py` asks of the local folder, and each pass's
@@ -339,6 +340,7 @@ except RuntimeError as e:
 """
 
 
+@pytest.mark.slow  # three fresh interpreters
 @pytest.mark.parametrize("first, outcome", [
     ("tensorflow", "read 8"),  # dalipipe loads DALI's TLS library so that it keeps its own
     ("nvidia.dali,tensorflow", "read 8"),
@@ -366,9 +368,9 @@ def test_s3_problem_follows_the_import_order():
     assert "TensorFlow was imported before DALI" in s3_problem(["tensorflow", "nvidia.dali"])
 
 
-# Reads two batches of a native epoch (or of a TensorFlow dataset) from a bucket, waits
-# for a line on stdin (the test stops the server meanwhile), then reads on and prints
-# how that ended.
+# Reads two batches of a native epoch (or two steps of Keras's `fit`) from a bucket,
+# waits for a line on stdin (the test stops the server meanwhile), then reads on and
+# prints how that ended.
 _STOPPED_SERVER_SCRIPT = """
 import sys, time
 import dalipipe
@@ -383,10 +385,7 @@ def wait():
 def run():
     if sys.argv[2] == "native":
         batches = iter(dalipipe.make_dali_pipeline(sys.argv[1], **arguments).epoch())
-    elif sys.argv[2] == "tensorflow":
-        import tensorflow
-        batches = iter(dalipipe.make_dali_dataset(sys.argv[1], **arguments))
-    else:  # Keras's fit itself, held after its second step by a callback
+    else:  # Keras's fit on TensorFlow's dataset, held after its second step by a callback
         import keras
         class Hold(keras.callbacks.Callback):
             def on_train_batch_end(self, batch, logs=None):
@@ -405,22 +404,22 @@ def run():
 try:
     count = run()
     print("no error after", count, "batches", flush=True)
-except Exception as e:  # RuntimeError (native), InternalError (TensorFlow and fit)
+except Exception as e:  # RuntimeError (native), InternalError (fit)
     print(f"error after {time.monotonic() - start:.1f} s:", str(e).replace(chr(10), " "), flush=True)
 """
 STOPPED_SERVER_BOUND = 60  # seconds: DALI's S3 client fails within 2 s (refused) or 10 s (silent)
 
 
-@pytest.mark.parametrize("reader", ["native", "tensorflow",
-                                    pytest.param("fit", marks=pytest.mark.slow)])
+@pytest.mark.slow  # waits out timeouts; test_storage's bounded failure is the quick one
+@pytest.mark.parametrize("reader", ["native", "fit"])  # fit reads TensorFlow's dataset
 @pytest.mark.parametrize("how, named", [
     ("killed", r"Failed to connect to 127\.0\.0\.1:{port}"),  # connections refused
     # Never answers: DALI names the object, except where a read stalled mid-transfer.
     ("suspended", r"(bucket=stop object=data/a/\d+\.png.*)?curlCode: 28, Timeout was reached"),
 ])
 def test_a_server_that_stops_mid_epoch_fails_it_within_a_bound(how, named, reader):
-    """The server stops after two batches of 100: the epoch (native, TensorFlow's
-    dataset, or Keras's `fit` on it) fails within `STOPPED_SERVER_BOUND` with DALI's
+    """The server stops after two batches of 100: the epoch (native, or Keras's `fit` on
+    TensorFlow's dataset) fails within `STOPPED_SERVER_BOUND` with DALI's
     error naming the endpoint
     or the object, and the process exits. A server of its own: DALI's S3 client is made
     once per process."""

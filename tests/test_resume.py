@@ -60,7 +60,8 @@ def test_start_batch_gives_the_rest_of_the_epoch(tagged_dir, augment):
 @pytest.mark.parametrize("kind", ["masks", "boxes"])
 def test_start_batch_gives_the_rest_of_an_epoch_of_masks_or_boxes(dense, kind):  # noqa: F811
     targets = (dict(masks=os.path.join(dense, "masks")) if kind == "masks"
-               else dict(boxes=os.path.join(dense, "instances.json"), max_boxes=6))
+               else dict(boxes=os.path.join(dense, "instances.json"), max_boxes=6,
+                         bounding_box_format="xyxy"))
     pipeline = dalipipe.make_dali_pipeline(os.path.join(dense, "images"), **DENSE, **targets)
     whole = list(pipeline.epoch(2))
     rest = list(pipeline.epoch(2, start_batch=1))
@@ -305,11 +306,13 @@ def check_resumed(backend, tagged_dir, tmp_path, kill):
     return start, left
 
 
+@pytest.mark.slow  # killed and rerun processes
 def test_a_run_killed_at_a_random_step_of_epoch_2_resumes_exactly(tagged_dir, tmp_path):
     batch = random.Random().randrange(3, STEPS)  # after the epoch's first backup
     check_resumed("tensorflow", tagged_dir, tmp_path, f"at:2,{batch}")
 
 
+@pytest.mark.slow  # killed and rerun processes
 def test_a_run_killed_during_a_backup_write_resumes_from_the_previous_one(tagged_dir,
                                                                           tmp_path):
     # Backups every 3 steps: the 12th is written after step 4 of epoch 2 (global 36),

@@ -467,6 +467,7 @@ def _upload_gcs(folder, prefix):
     return client.bucket("photos")
 
 
+@pytest.mark.slow  # fit from an emulator; the emulator's listing and reads are quick
 def test_training_from_gcs_equals_the_local_folder(gcs_emulator, tagged_dir, tmp_path):
     """A `gs://` prefix: dalipipe reads the objects and feeds their bytes to the graph;
     each epoch's images, labels and order are those of the local copy, through the

@@ -35,8 +35,10 @@ NO_TENSORFLOW = textwrap.dedent("""
 # The command line's arguments named as options whose defaults are the command's
 # own, not the option's: the demo's model and the benchmark's batch, the sample
 # data's seed.
+# The command line's own settings under an option's name: `convert --format` is the
+# written files' format (TFRecord or WebDataset), not the dataset's `format`.
 CLI_OWN_DEFAULTS = {("demo", "batch_size"), ("demo", "image_size"), ("bench", "batch_size"),
-                    ("sample-data", "seed")}
+                    ("sample-data", "seed"), ("convert", "format")}
 
 
 def option_defaults():

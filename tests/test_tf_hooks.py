@@ -78,6 +78,7 @@ def test_tf_data_asks_a_dataset_for_its_element_spec_and_inputs_only():
     assert tf.data.Dataset.__abstractmethods__ == {"_inputs", "element_spec"}
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_devices_created_once_tensorflow_has_made_its_context():
     import subprocess
     import sys

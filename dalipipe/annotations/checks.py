@@ -51,7 +51,7 @@ JPEG_EXTENSIONS = (".jpg", ".jpeg", ".jpe", ".jfif")
 
 
 def mask_verdicts(pairs, *, class_names=None, mask_fill_value=None, sizes=None, check=None,
-                  verbose=False):
+                  verbose=False, outside=None, seen=None):
     """What is wrong with each image's mask.
 
     Args:
@@ -67,6 +67,10 @@ def mask_verdicts(pairs, *, class_names=None, mask_fill_value=None, sizes=None, 
             DALI's decoder must accept each mask, as `dalipipe.checks.check_paths`
             judges an image (cached alike); None: masks are read by PIL alone.
         verbose: show the decoder check's progress bar on stderr.
+        outside: a dict, or None: given, it gets `{image: ids}` for each image
+            whose mask is sound but holds ids outside `class_names`, `ids` the
+            sorted ids of the mask (for `class_ids_error`).
+        seen: a set, or None: given, it gets the ids of every sound mask.
 
     Returns:
         A list of `Verdict`, one per image of `pairs`, in its order.
@@ -90,8 +94,10 @@ def mask_verdicts(pairs, *, class_names=None, mask_fill_value=None, sizes=None, 
                 continue
             if sniff(found) == "jpeg":
                 jpegs.append(mask)
-            verdicts.append(Verdict(image, _mask_reason(found, mask, size, class_names,
-                                                        mask_fill_value), size))
+            reason, ids = _mask_reason(found, mask, size, class_names, mask_fill_value, seen)
+            if ids is not None and outside is not None:
+                outside[image] = ids
+            verdicts.append(Verdict(image, reason, size))
     if jpegs:
         warn("JPEG masks are lossy: their compression changes pixel values near edges, "
              "and so invents class ids. Save masks as PNG. JPEG masks: "
@@ -123,11 +129,22 @@ def _size_or_none(data, path):
         return None
 
 
-def _mask_reason(data, mask, size, class_names, mask_fill_value):
+def _mask_reason(data, mask, size, class_names, mask_fill_value, seen=None):
+    """`(reason, ids)`: what is wrong with a mask (None when sound), and its sorted
+    ids when the only fault is ids outside `class_names` (else None). A sound
+    mask's ids are added to `seen` (a set), if given."""
     try:
         ids = read_mask(data, mask)
     except MaskError as e:
-        return f"its mask {mask!r} {e.reason}"
+        return f"its mask {mask!r} {e.reason}", None
+    reason, outside = _id_reason(ids, mask, size, class_names, mask_fill_value)
+    if reason is None and seen is not None and ids.size:
+        seen.update(np.flatnonzero(np.bincount(ids.ravel().astype(np.intp))).tolist())
+    return reason, outside
+
+
+def _id_reason(ids, mask, size, class_names, mask_fill_value):
+    """`_mask_reason` of a mask's ids, `(height, width)`."""
     reasons = []
     if ids.size and ids.max() > MAX_MASK_ID:
         reasons.append(f"its mask {mask!r} holds the class id {int(ids.max())}: ids above "
@@ -142,7 +159,42 @@ def _mask_reason(data, mask, size, class_names, mask_fill_value):
             fill = "" if mask_fill_value is None else f", or mask_fill_value={mask_fill_value}"
             reasons.append(f"its mask {mask!r} holds the class id(s) {listing(outside)}, "
                            f"outside class_names (ids 0..{len(class_names) - 1}{fill})")
-    return "; ".join(reasons) or None
+            if len(reasons) == 1:
+                return reasons[0], values
+    return "; ".join(reasons) or None, None
+
+
+def class_ids_error(outside, total, class_names, mask_fill_value=None):
+    """The error for masks that are sound but hold ids outside `class_names`.
+
+    Args:
+        outside: `{image: ids}` of those masks (`mask_verdicts(outside=...)`).
+        total: the number of images with masks.
+        class_names: the names given.
+        mask_fill_value: the ignore id, or None.
+
+    Returns:
+        A ValueError that says the files are sound, which ids were found, and the
+        two remedies: a name per id, or no names and a `map` that subtracts.
+    """
+    found = sorted({v for ids in outside.values() for v in ids} - {mask_fill_value})
+    beyond = [v for v in found if v < 0 or v >= len(class_names)]
+    first = next(iter(outside))
+    lowest = min(found)
+    remedies = (f"pass one name per id, id i being class_names[i]: {found[-1] + 1} names "
+                f"for ids 0..{found[-1]}")
+    if 0 < lowest and found[-1] - lowest < len(class_names):
+        remedies += (
+            f"; or pass no `class_names` and subtract {lowest} from the masks with `map`, "
+            f"`dataset.map(lambda images, masks: (images, masks - {lowest}))` (ids "
+            f"0..{found[-1] - lowest}, which your names then name in order)")
+    return ValueError(
+        f"The masks are sound, but {len(outside)} of {total} hold class ids outside "
+        f"`class_names` ({len(class_names)} names: ids 0..{len(class_names) - 1}). Ids "
+        f"found in those masks: {listing(found)}; outside the names: {listing(beyond)}. "
+        f"To fix it, {remedies}. The first such mask is that of {first!r}. Received: "
+        f"class_names={list(class_names)!r}"
+    )
 
 
 def box_verdicts(source, *, tolerance=BOX_TOLERANCE, sizes=None):

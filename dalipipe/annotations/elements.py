@@ -34,3 +34,21 @@ def element(outputs, options):
             return {"images": images, "bounding_boxes": boxes}
         return (images, boxes, *outputs[3:])
     return {"images": images, "segmentation_masks": outputs[1]}
+
+
+def check_dict_fits(kind, options):
+    """Raises ValueError for a dataset of `output="dict"` read by Keras's `fit` or
+    `evaluate` (`kind`) itself, not through a `map`: those loops take `(inputs,
+    targets)` pairs, and read a dict as inputs without targets. The dicts fit
+    Keras's preprocessing layers and a `map`."""
+    if options.output != "dict" or kind not in ("fit", "evaluate"):
+        return
+    target = "bounding_boxes" if options.boxes is not None else "segmentation_masks"
+    raise ValueError(
+        f'`output="dict"` gives the dicts of Keras\'s preprocessing layers ({{"images", '
+        f'"{target}"}}), which `{kind}` reads as inputs without targets: it takes '
+        "`(inputs, targets)` pairs. Make the dataset without `output` for pairs, or map "
+        "the dicts to pairs after your layers: `dataset.map(lambda d: (d[\"images\"], "
+        f'd["{target}"]))`. The dict form fits `keras.layers` augmentation layers and '
+        f'`map`. Received: output="dict", read by `{kind}`'
+    )

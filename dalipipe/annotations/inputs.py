@@ -41,7 +41,8 @@ import numpy as np
 
 from dalipipe import checks, sources, tfrecord
 from dalipipe.annotations.boxes import BoxSource, ImageBoxes, table_boxes
-from dalipipe.annotations.checks import box_verdicts, mask_verdicts, turned_images
+from dalipipe.annotations.checks import (box_verdicts, class_ids_error, mask_verdicts,
+                                         turned_images)
 from dalipipe.annotations.coco import coco_boxes
 from dalipipe.annotations.files import flat_images, unmatched
 from dalipipe.annotations.masks import MaskPairs, column_masks, greyscale_masks, match_masks
@@ -64,8 +65,9 @@ def index_with_masks(source, options, *, device_id=0):
 
     Returns:
         `(index, sizes)`: a `sources.Index` without labels, whose `class_names` are
-        `options.class_names` and whose `mask_paths` are the 8-bit greyscale PNGs
-        the graph reads (`greyscale_masks`); and the `(width, height)` of the images
+        `options.class_names` (without them, the ids seen: `id_names`) and whose
+        `mask_paths` are the 8-bit greyscale PNGs the graph reads
+        (`greyscale_masks`); and the `(width, height)` of the images
         the image check read (for the GPU decoder's hints), empty without it.
 
     Raises:
@@ -73,20 +75,42 @@ def index_with_masks(source, options, *, device_id=0):
             column the table does not have, and bad pairs with `on_bad_file="raise"`
             (each named, with its reason).
     """
-    index, images, verdicts = judge_pairs(source, options, device_id=device_id)
+    outside, seen = {}, set()
+    index, images, verdicts = judge_pairs(source, options, device_id=device_id,
+                                          outside=outside, seen=seen)
+    if outside and set(checks.bad_files(verdicts)) == set(outside) and (
+            options.on_bad_file == "raise" or len(outside) == len(verdicts)):
+        # The only fault: names that do not fit the masks, not damaged files.
+        raise class_ids_error(outside, len(verdicts), options.class_names,
+                              options.mask_fill_value)
     index = _apply_policy(index, verdicts, options)
+    if options.class_names is None:
+        index = sources.Index(**{**index._asdict(),
+                                 "class_names": id_names(seen, options.mask_fill_value)})
     masks = greyscale_masks(index.mask_paths)
     sizes = checks.image_sizes(images)
     return sources.Index(**{**index._asdict(), "mask_paths": masks}), sizes
 
 
-def judge_pairs(source, options, *, device_id=0):
+def id_names(seen, mask_fill_value):
+    """The class names of masks given without `class_names`: `"0"`, `"1"`, ... up to
+    the highest id `seen` in the sound masks other than `mask_fill_value`, as strings
+    (as Keras names classes by their folders), so that id i is `class_names[i]`;
+    None when no id was seen."""
+    ids = set(seen) - {mask_fill_value}
+    return None if not ids else [str(i) for i in range(max(ids) + 1)]
+
+
+def judge_pairs(source, options, *, device_id=0, outside=None, seen=None):
     """The images of `source` with their masks, and a verdict on each pair: the
     check of `index_with_masks` (and of `dalipipe check --masks`), before
     `on_bad_file`.
 
     Args:
         source, options, device_id: as in `index_with_masks`.
+        outside: a dict that gets the sound masks' ids outside `class_names`
+            (`mask_verdicts`), or None.
+        seen: a set that gets the ids of the sound masks, or None.
 
     Returns:
         `(index, images, verdicts)`: a `sources.Index` without labels whose
@@ -101,7 +125,8 @@ def judge_pairs(source, options, *, device_id=0):
     found = mask_verdicts(pairs, class_names=options.class_names,
                           mask_fill_value=options.mask_fill_value,
                           sizes=None if images is None else [v.size for v in images],
-                          check=options.check, verbose=options.verbose)
+                          check=options.check, verbose=options.verbose, outside=outside,
+                          seen=seen)
     if images is None:
         images = [Verdict(v.path, None) for v in found]
     turned = _turned([image.reason or mask.reason for image, mask in zip(images, found)],

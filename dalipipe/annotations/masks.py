@@ -318,6 +318,16 @@ def greyscale_masks(paths):
     return [found[p] for p in paths]
 
 
+def host_free_name(path):
+    """The name of a mask file given by `greyscale_masks` that is the same on every
+    host: a copy's file name (a hash of its source's path or URI and stamp) for a
+    mask rewritten or fetched into `<cache_dir()>/masks/`, else None (a mask read as
+    it is, named by its own path)."""
+    if os.path.dirname(path) == os.path.join(cache_dir(), "masks"):
+        return os.path.basename(path)
+    return None
+
+
 def _reads_as_is(file):
     """Whether the graph reads the mask in `file` (a local path, or a binary file
     object at the file's start) as it is: an 8-bit greyscale PNG without an `eXIf`

@@ -29,7 +29,8 @@ def check_dense(options):
     if not is_int(fill) or not -2**31 <= fill < 2**31:
         raise ValueError("`mask_fill_value` must be an integer (an int32 class id). "
                          f"Received: mask_fill_value={fill!r}")
-    check_format(options.bounding_box_format)
+    if options.bounding_box_format is not None:  # None: "xyxy" (`Options`)
+        check_format(options.bounding_box_format)
     max_boxes = options.max_boxes
     if not is_int(max_boxes) or max_boxes < 1:
         raise ValueError(f"`max_boxes` must be a positive integer. Received: "

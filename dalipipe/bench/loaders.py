@@ -298,7 +298,7 @@ def dalipipe_options(workload, labels=None):
     `labels` the mask paths, all in one folder: `masks=` that folder; for detection,
     `labels` the COCO JSON: `boxes=` it)."""
     if workload == "detection":
-        return dict(boxes=labels, augment=True, box_crop=True,
+        return dict(boxes=labels, bounding_box_format="xyxy", augment=True, box_crop=True,
                     image_size=(DETECTION_SIZE, DETECTION_SIZE))
     if workload == "segmentation":
         return dict(masks=os.path.dirname(os.path.abspath(labels[0])), augment=True,
@@ -315,8 +315,10 @@ def dalipipe_options(workload, labels=None):
 
 
 def make_dalipipe(files, labels, *, workload, batch_size, threads, seed, device="cpu",
-                  antialias=True, **options):
-    """`make_dali_dataset` with the workload's options, and `options` (e.g. `cache`)."""
+                  antialias=True, source=None, **options):
+    """`make_dali_dataset` with the workload's options and `options` (e.g. `cache`);
+    on `source` (the same images with their labels, as tar shards: `shard_loaders`)
+    instead of `files` if given."""
     from dalipipe import make_dali_dataset
 
     arguments = dict(image_size=(SIZE, SIZE), batch_size=batch_size, shuffle=False,
@@ -325,10 +327,13 @@ def make_dalipipe(files, labels, *, workload, batch_size, threads, seed, device=
     arguments.update(dalipipe_options(workload, labels), **options)
     if workload in DENSE_WORKLOADS:
         del arguments["normalization"]  # 0-255, as the segmentation peers give
-    else:
+    elif source is None:
         arguments["labels"] = list(labels)
-    dataset = make_dali_dataset(list(files), seed=seed, verbose=False, **arguments)
+    dataset = make_dali_dataset(list(files) if source is None else source, seed=seed,
+                                verbose=False, **arguments)
     arguments.pop("labels", None)
+    if source is not None:
+        arguments = {"source": source, **arguments}
     return Loader(lambda: iter(dataset), dataset, settings=_call("make_dali_dataset", arguments))
 
 
@@ -443,6 +448,8 @@ LOADERS = {
     "torchvision_gpu": _imported_on_call("dalipipe.bench.torch_loaders", "make_torchvision_gpu"),
     **{name: _imported_on_call("dalipipe.bench.cached_loaders", f"make_{name}")
        for name in CACHED_LOADERS},
+    "dalipipe_shards_cpu": _imported_on_call("dalipipe.bench.shard_loaders",
+                                             "make_dalipipe_shards"),
 }
 DESCRIPTIONS = {
     "python_generator": "PIL in a Python loop, a chunk of 1,000 images at a time (1 core)",
@@ -474,6 +481,8 @@ DESCRIPTIONS = {
                       ".cache().shuffle(1000).prefetch(AUTOTUNE)",
     "dalipipe_cache_memory": "make_dali_dataset(cache='memory', shuffle=True, antialias=False)",
     "dalipipe_cache_folder": "make_dali_dataset(cache=<a folder>, shuffle=True, antialias=False)",
+    "dalipipe_shards_cpu": "make_dali_dataset(device='cpu') on the files written as "
+                           "WebDataset tar shards (once, in the cache folder)",
 }
 # What each loader (and DALI's decode-only ceiling, `harness.decode_ceiling`) needs
 # beyond NumPy and PIL: packages, or "dali_gpu" / "torch_cuda" for a CUDA GPU that
@@ -499,6 +508,7 @@ REQUIREMENTS = {
     "keras_tutorial": ("tensorflow",),
     "dalipipe_cache_memory": ("nvidia.dali", "tensorflow"),
     "dalipipe_cache_folder": ("nvidia.dali", "tensorflow"),
+    "dalipipe_shards_cpu": ("nvidia.dali", "tensorflow"),
 }
 
 

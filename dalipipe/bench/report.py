@@ -24,9 +24,11 @@ SEGMENTATION_REFERENCE = "tf_data_keras_layers"
 
 # A quick run: at most this many images, these workloads (unless others are asked for).
 QUICK_IMAGES = 64
+QUICK_BATCH = 16  # at most: a 64-image epoch of 4 steps
 QUICK_WORKLOADS = ("stretch",)
 # What a quick run's report says of its figures.
-QUICK_NOTE = ("A quick smoke run (at most 64 images, 1 timed epoch): its figures are too small "
+QUICK_NOTE = ("A quick smoke run (at most 64 images in batches of at most 16, 1 timed epoch): "
+              "its figures are too small "
               "to compare loaders; run `dalipipe bench` without --quick for those.")
 
 
@@ -97,7 +99,7 @@ def run_bench(*, data, out, loaders=None, workloads=None,
         workloads = QUICK_WORKLOADS if quick else loaders_lib.WORKLOADS
     if quick:
         num_images, runs, train_steps = min(num_images, QUICK_IMAGES), 1, min(train_steps, 2)
-        batch_size = min(batch_size, 16)
+        batch_size = min(batch_size, QUICK_BATCH)
     threads = threads or usable_cores()
     shared = dict(batch_size=batch_size, threads=threads, seed=seed, runs=runs)
     common, report = None, {"machine": harness.machine_info()}

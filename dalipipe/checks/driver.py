@@ -236,7 +236,7 @@ def check_records(names, shards, refs, *, read_records, check="structure", verbo
         A list of `len(names)` `Verdict`s, in the order of `names`.
     """
     _check_level(check)
-    shard_stamps = [(info.st_size, info.st_mtime_ns) for info in map(os.stat, shards)]
+    shard_stamps = fetch.stamps(shards)  # objects too: tar shards in s3:// or gs://
     how = dict(full=check == "full", device=device, device_id=device_id)
     files = refs[:, 0].tolist() if len(refs) else []
     return _cached_check(

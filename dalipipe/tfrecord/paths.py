@@ -11,13 +11,12 @@ whole.
   the cache folder can be written and `DALIPIPE_NO_CACHE` is not set.
 - Every file (indexes, scan results, the TFRecord files `write_tfrecords` writes) is
   written under a temporary name and renamed, so that readers never see half of one.
+  The cache and the writing are those of every source of byte ranges: `dalipipe.ranges.cache`.
 """
 
-import contextlib
-import hashlib
 import os
 
-from dalipipe.utils import cache_dir
+from dalipipe.ranges.cache import cache_path, replacing, write_atomically  # noqa: F401 (re-exported)
 
 
 def index_path_for(tfrecord_path):
@@ -27,36 +26,5 @@ def index_path_for(tfrecord_path):
 
 def cached_index_path(tfrecord_path):
     """Where the index of `tfrecord_path` goes in the cache folder."""
-    return os.path.join(cache_dir(), "tfrecord-index", _path_key(tfrecord_path) + ".idx")
+    return cache_path("tfrecord-index", tfrecord_path, ".idx")
 
-
-def _path_key(path):
-    return hashlib.sha1(os.fsencode(os.path.abspath(path))).hexdigest()
-
-
-def scan_cache_path(tfrecord_path):
-    """Where `scan` caches what it found in `tfrecord_path`."""
-    return os.path.join(cache_dir(), "tfrecord-scan", _path_key(tfrecord_path) + ".json")
-
-
-def write_atomically(path, data):
-    """Writes `data` (bytes) as the file `path`, whole or not at all (see `replacing`)."""
-    with replacing(path) as temporary, open(temporary, "wb") as f:
-        f.write(data)
-
-
-@contextlib.contextmanager
-def replacing(path):
-    """Yields a temporary path that replaces `path` once the block succeeds (and is
-    removed if it fails), so that readers never see a half-written file."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    temporary = f"{path}.{os.getpid()}.tmp"
-    try:
-        yield temporary
-        os.replace(temporary, path)
-    except BaseException:
-        try:
-            os.remove(temporary)
-        except OSError:
-            pass
-        raise

@@ -2,7 +2,7 @@
 its features, and the encoded images of many records at once (`load_encoded`, the
 path every training sample takes).
 
-Each record is read with `os.pread`, both of its checksums verified, and parsed with
+Each record is read by `ranges.read.read_ranges` (`os.pread`), both of its checksums verified, and parsed with
 protobuf into the message class of `format.example_class`.
 """
 
@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 
+from dalipipe.ranges.read import read_ranges
 from dalipipe.tfrecord.format import ENCODED, example_class, record_data
 
 
@@ -28,11 +29,7 @@ def read_example(path, offset, size):
         ValueError: naming the file and offset when the record is cut short, or its
             header or data checksum is corrupt.
     """
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        record = os.pread(fd, size, offset)
-    finally:
-        os.close(fd)
+    (record,) = read_ranges([os.fspath(path)], [(0, offset, size)])
     return record_data(record, path, offset, size)
 
 
@@ -84,9 +81,9 @@ def feature_values(features, name):
 def load_encoded(shards, refs):
     """The encoded images of records.
 
-    Opens each shard once per call and reads the records with `os.pread`: safe to
-    call from several threads and from forked processes, which share no file
-    position.
+    Reads the records with the reader of every source of byte ranges
+    (`ranges.read.read_ranges`): safe to call from several threads and from forked
+    processes, which share no file position.
 
     Args:
         shards: paths of TFRecord files.
@@ -101,27 +98,20 @@ def load_encoded(shards, refs):
             corrupt header or data checksum, is not a `tf.train.Example` or has no
             `image/encoded` bytes.
     """
-    fds = {}
     images = []
-    try:
-        for shard, offset, size in np.asarray(refs, np.int64).reshape(-1, 3).tolist():
-            fd = fds.get(shard)
-            if fd is None:
-                fd = fds[shard] = os.open(shards[shard], os.O_RDONLY)
-            path = shards[shard]
-            data = record_data(os.pread(fd, size, offset), path, offset, size)
-            try:
-                features = parse(data).features.feature
-            except ValueError as e:
-                raise ValueError(f"{e}: the record at byte {offset} of {path!r}") from None
-            value = feature_values(features, ENCODED)
-            if not value or not isinstance(value[0], bytes):
-                raise ValueError(
-                    f"The record at byte {offset} of {path!r} has no {ENCODED!r} bytes "
-                    f"(features: {sorted(features)})"
-                )
-            images.append(value[0])
-    finally:
-        for fd in fds.values():
-            os.close(fd)
+    refs = np.asarray(refs, np.int64).reshape(-1, 3)
+    for (shard, offset, size), record in zip(refs.tolist(), read_ranges(shards, refs)):
+        path = shards[shard]
+        data = record_data(record, path, offset, size)
+        try:
+            features = parse(data).features.feature
+        except ValueError as e:
+            raise ValueError(f"{e}: the record at byte {offset} of {path!r}") from None
+        value = feature_values(features, ENCODED)
+        if not value or not isinstance(value[0], bytes):
+            raise ValueError(
+                f"The record at byte {offset} of {path!r} has no {ENCODED!r} bytes "
+                f"(features: {sorted(features)})"
+            )
+        images.append(value[0])
     return images

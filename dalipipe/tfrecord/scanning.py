@@ -1,8 +1,7 @@
 """Scanning TFRecord files: their records' places, labels and class texts, read
-once and cached per shard (where, says `paths.scan_cache_path`), valid while the
+once and cached per shard (`ranges.cache.cached_scan`, kind `tfrecord-scan`), valid while the
 shard's size and modification time are those recorded there."""
 
-import json
 import os
 from typing import NamedTuple, Optional
 
@@ -10,9 +9,9 @@ import numpy as np
 
 from dalipipe.tfrecord.format import LABEL, TEXT, record_data
 from dalipipe.tfrecord.idx_files import ensure_and_read_indexes
-from dalipipe.tfrecord.paths import scan_cache_path, write_atomically
+from dalipipe.ranges.cache import cached_scan
 from dalipipe.tfrecord.read import feature_values, parse
-from dalipipe.utils import cache_disabled, progress, warn_without_cache, writable_cache_dir
+from dalipipe.utils import progress
 
 _SCAN_VERSION = 1  # bump when what `scan` caches changes
 
@@ -100,17 +99,12 @@ def _all_or_none(per_shard, shards, name, build):
 def _scan_shard(path, offsets):
     """{"labels": [...], "texts": [...]} of a shard's records, from the cache or read."""
     info = os.stat(path)
-    cache_path = scan_cache_path(path)
     signature = {"version": _SCAN_VERSION, "path": os.fsdecode(path), "size": info.st_size,
                  "mtime_ns": info.st_mtime_ns, "count": len(offsets)}
-    if not cache_disabled():
-        try:
-            with open(cache_path, encoding="utf-8") as f:
-                cached = json.load(f)
-            if {k: cached.get(k) for k in signature} == signature:
-                return cached
-        except (OSError, ValueError):
-            pass
+    return cached_scan("tfrecord-scan", path, signature, lambda: _read_shard(path, offsets))
+
+
+def _read_shard(path, offsets):
     found = {"labels": [], "texts": []}
     with open(path, "rb", buffering=1 << 20) as f:
         for record, (offset, size) in enumerate(offsets.tolist()):
@@ -128,9 +122,4 @@ def _scan_shard(path, offsets):
                 raise ValueError(f"{TEXT!r} must hold one string. Found {text!r} in {where}")
             found["labels"].append(None if label is None else label[0])
             found["texts"].append(None if text is None else text[0].decode("utf-8", "replace"))
-    if writable_cache_dir() is not None:  # else it warned: the next scan reads again
-        try:
-            write_atomically(cache_path, json.dumps({**signature, **found}).encode("utf-8"))
-        except OSError as e:
-            warn_without_cache(cache_path, e.strerror or str(e))
     return found

@@ -55,8 +55,7 @@ def write_tfrecords(file_paths, labels, class_names, out_dir, *, num_shards=1, p
     file_paths = [os.fspath(p) for p in file_paths]
     labels = check_write_args(file_paths, labels, class_names, num_shards, prefix)
     os.makedirs(out_dir, exist_ok=True)
-    per_shard, extra = divmod(len(file_paths), num_shards)
-    bounds = [i * per_shard + min(i, extra) for i in range(num_shards + 1)]
+    bounds = shard_bounds(len(file_paths), num_shards)
     written = []
     with progress(len(file_paths), "records written", enabled=verbose) as bar:
         for shard in range(num_shards):
@@ -68,6 +67,13 @@ def write_tfrecords(file_paths, labels, class_names, out_dir, *, num_shards=1, p
             write_index(path, index_path_for(path))
             written.append(path)
     return written
+
+
+def shard_bounds(count, num_shards):
+    """The `num_shards + 1` bounds that split `count` samples in order into shards
+    whose sizes differ by one at most, the larger first."""
+    per_shard, extra = divmod(count, num_shards)
+    return [i * per_shard + min(i, extra) for i in range(num_shards + 1)]
 
 
 def check_write_args(file_paths, labels, class_names, num_shards, prefix):
