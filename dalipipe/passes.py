@@ -19,6 +19,8 @@ cursor `(epoch, step)`: `(0, 0)` at first or what `set_position` says.
 So pass `n` read whole loads `epoch(n)`, whatever Keras reads on the side: the
 batches it reads up front to build a model or learn the structure, the iterators
 it makes and never reads, and its peeks at the element spec start and count nothing.
+When a training pass of epoch `e` starts, the inputs of epoch `e + 1` from its first
+step are built in the background (`dalipipe.ahead`), for the next pass to take.
 
 "Read to its end" is the end each protocol has: a `keras.utils.PyDataset`'s
 `len()`-th item, a Python iterator's StopIteration (`format="grain"`), and on
@@ -72,7 +74,8 @@ class Cursor:
 
     def start_pass(self, loop):
         """Where a pass that starts now loads from, and whether it counts (the rule
-        of the module's doc): `(epoch, step, counts)`.
+        of the module's doc): `(epoch, step, counts)`. A pass that counts has the
+        next epoch's inputs built ahead (`ImagePipeline.inputs_ahead`).
 
         Args:
             loop: the Keras loop that reads the pass (`keras_hooks.KerasLoop`: its
@@ -87,7 +90,10 @@ class Cursor:
                 if loop.initial_epoch > 0 and self._epoch != loop.initial_epoch:
                     epoch, _ = self.image_pipeline.check_position(loop.initial_epoch, 0)
                     self._epoch, self._start = epoch, 0
-            return self._epoch, self._start, True
+            epoch, start = self._epoch, self._start
+        # Read whole, this pass makes the next one epoch + 1: its inputs built meanwhile.
+        self.image_pipeline.inputs_ahead.prepare(epoch + 1, 0)
+        return epoch, start, True
 
     def _seen(self, call):
         """Whether `call` is the `fit` whose first epoch already set the cursor."""
@@ -115,10 +121,11 @@ class PassStream:
     runs DALI and converts its batches `read_ahead` batches ahead of the one taken:
     the inputs' reads (the check's `stat` of every file, TFRecord records, `gs://`
     objects), DALI's host wait and the copies happen there, not in the thread that
-    calls `read`. The feed moves no cursor: only what `read` returns is read. Its
-    errors (a file that changed since the check, one DALI cannot decode) are raised
-    by the `read` of the batch they stopped. The batches are copies: they stay valid
-    after the next one is read.
+    calls `read`; a pass's inputs are taken from `ImagePipeline.inputs_ahead` (built
+    ahead, or there when the pass starts). The feed moves no cursor: only what
+    `read` returns is read. Its errors (a file that changed since the check, one
+    DALI cannot decode) are raised by the `read` of the batch they stopped. The
+    batches are copies: they stay valid after the next one is read.
 
     Args:
         image_pipeline: the pipeline to run.
@@ -156,7 +163,7 @@ class PassStream:
         steps = self.image_pipeline.steps
         if self._feed[0] is None or self._at != (epoch, step):
             self.close()
-            inputs = self.image_pipeline.epoch_inputs(epoch, start_batch=step)
+            inputs = self.image_pipeline.inputs_ahead.get(epoch, step)  # built ahead, or here
             restarted = time.perf_counter() - started
             self._feed[0] = _Feed(self._runner, inputs, self._convert, steps - step,
                                   self.read_ahead, self.times)

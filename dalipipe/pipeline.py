@@ -17,10 +17,10 @@ import os
 
 import numpy as np
 
-from dalipipe import cache, checks, feed, graph, sources
+from dalipipe import ahead, cache, checks, feed, graph, sources
 from dalipipe.ranges import order as ranges_order, samples as ranges, tar
 from dalipipe.annotations.inputs import index_with_boxes, index_with_masks
-from dalipipe.annotations.placement import box_table, keep_a_box, place_boxes
+from dalipipe.annotations.placement import box_table, with_boxes
 from dalipipe.calls import first_argument, warn
 from dalipipe.dali_import import require_dali
 from dalipipe.decoder_settings import decoder_hints, gpu_memory_line
@@ -279,6 +279,7 @@ class ImagePipeline:
         self.cache = cache.open_cache(self) if image_cache is cache.OPEN else image_cache
         if self.cache is not None:
             self.input_names += ("cached",)
+        self.inputs_ahead = ahead.InputsAhead(self)  # the passes' `epoch_inputs`, read-only
         self._runner = None
 
     def _outputs(self):
@@ -396,35 +397,11 @@ class ImagePipeline:
         sample_ids, random = order[positions][first:], random[first:]
         weights = None if weights is None else weights[first:]
         if options.boxes is not None:
-            random = self.with_boxes(sample_ids, random,
-                                     padding=None if weights is None else weights == 0)
+            if self._boxes is None:  # the source's boxes as flat arrays, made once
+                self._boxes = box_table(self.index.boxes)
+            random = with_boxes(options, self._boxes, sample_ids, random,
+                                padding=None if weights is None else weights == 0)
         return sample_ids, random, weights
-
-    def with_boxes(self, sample_ids, random, padding=None):
-        """`random` (the draws of `sample_ids`) with each sample's boxes and labels
-        after them, placed in its output image and padded to `max_boxes`
-        (`annotations.placement.place_boxes`, all the samples at once;
-        `feed.pack_boxes`): float32 `(len(sample_ids), feed.random_columns(options))`.
-        With `box_crop`, the crop columns are first moved to hold a box
-        (`annotations.placement.keep_a_box`); with a recipe, the boxes are moved by
-        its geometric operations (`recipes.RandAugment.affines`).
-        The rows where `padding` (bool, a shard's padding samples) is set get no
-        boxes: all -1."""
-        options = self.options
-        if self._boxes is None:  # the source's boxes as flat arrays, made once
-            self._boxes = box_table(self.index.boxes)
-        crops = feed.part_columns(random, options, "crop") if options.augment else None
-        if options.box_crop:  # windows moved to hold a box: the image's crop too
-            random = random.copy()
-            crops = feed.part_columns(random, options, "crop")
-            crops[:] = keep_a_box(crops, self._boxes, sample_ids)
-        affines = (options.recipe.affines(feed.part_columns(random, options, "recipe"),
-                                          options.image_size)
-                   if options.recipe is not None else None)
-        boxes, labels = place_boxes(options, self._boxes, sample_ids, crops, affines)
-        if padding is not None:
-            boxes[padding], labels[padding] = -1, -1
-        return np.concatenate([random, feed.pack_boxes(boxes, labels)], axis=1)
 
     def check_position(self, epoch, start_batch):
         """`(epoch, start_batch)` as ints, or ValueError unless `epoch` is a

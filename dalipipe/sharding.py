@@ -7,7 +7,7 @@ pipelines through the same `seed`), and replica `r` gets the `r`-th slice of
 start of the order, of weight 0, so that every replica runs the same number of
 full batches and each sample counts exactly once per epoch. A padding sample's
 mask is all `mask_fill_value` (`dalipipe.graph.padded_masks`) and its boxes and
-labels all -1 (`ImagePipeline.with_boxes`), as an image without objects.
+labels all -1 (`annotations.placement.with_boxes`), as an image without objects.
 
 `data_parallel_shard` finds the replicas of this process under Keras's JAX
 distribution or `torch.distributed`; Keras, JAX and PyTorch are imported only there.

@@ -60,9 +60,10 @@ def feed_parts(num_loaded, batch_size, *, feeds_bytes, gpu):
 class EpochFeed:
     """The Python side of the inputs: each pass's epoch and its batches.
 
-    Keeps the last three epochs' `ImagePipeline.epoch_inputs`, which all of its
-    inputs read. `gpu` (defaults to the pipeline's device) cuts the epoch as for a
-    GPU (`feed_parts`).
+    Its inputs read each epoch's `ImagePipeline.epoch_inputs` from the pipeline's
+    `inputs_ahead` (`dalipipe.ahead`: the next epoch's built while one runs).
+    `gpu` (defaults to the pipeline's device) cuts the epoch as for a GPU
+    (`feed_parts`).
 
     Attributes:
         cursor: the `passes.Cursor` that numbers the passes.
@@ -84,7 +85,6 @@ class EpochFeed:
         self.pass_counts = []
         self.loops = collections.deque()  # of the iterators made whose passes have not started
         self.started = collections.Counter()
-        self.epochs = collections.OrderedDict()
         self.lock = threading.Lock()
 
     def iterator_made(self, loop):
@@ -162,12 +162,8 @@ class EpochFeed:
         return batches.flat_map(_plain(_records)) if per_record else batches
 
     def _inputs(self, epoch):
-        with self.lock:
-            if epoch not in self.epochs:
-                self.epochs[epoch] = self.image_pipeline.epoch_inputs(epoch)
-                while len(self.epochs) > 3:
-                    self.epochs.popitem(last=False)
-            return self.epochs[epoch]
+        # Outside the feed's lock: built ahead while the last epoch ran (`dalipipe.ahead`).
+        return self.image_pipeline.inputs_ahead.get(epoch)
 
     def _rows(self, number):
         size = self.image_pipeline.batch_size

@@ -40,7 +40,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from dalipipe import sampling
+from dalipipe import feed, sampling
 from dalipipe.annotations.boxes import convert_format
 
 # Samples placed together: the intermediate arrays hold a few hundred bytes per box.
@@ -287,3 +287,28 @@ def keep_a_box(crops, table, sample_ids):
         moved[:, 2 + axis] = np.where(room > 0, placed, moved[:, 2 + axis])
     crops[has] = moved
     return crops
+
+
+def with_boxes(options, table, sample_ids, random, padding=None):
+    """`random` (the `"random"` rows of `sample_ids`, `feed.draw_random`'s) with each
+    sample's boxes and labels after them, placed in its output image and padded to
+    `max_boxes` (`place_boxes`, all the samples at once; `feed.pack_boxes`): float32
+    `(len(sample_ids), feed.random_columns(options))`, a new array.
+
+    With `box_crop`, the crop columns are first moved to hold a box (`keep_a_box`);
+    with a recipe, the boxes are moved by its geometric operations
+    (`recipes.RandAugment.affines`). The rows where `padding` (bool, a shard's
+    padding samples) is set get no boxes: all -1. `table` is the source's `BoxTable`.
+    """
+    crops = feed.part_columns(random, options, "crop") if options.augment else None
+    if options.box_crop:  # windows moved to hold a box: the image's crop too
+        random = random.copy()
+        crops = feed.part_columns(random, options, "crop")
+        crops[:] = keep_a_box(crops, table, sample_ids)
+    affines = (options.recipe.affines(feed.part_columns(random, options, "recipe"),
+                                      options.image_size)
+               if options.recipe is not None else None)
+    boxes, labels = place_boxes(options, table, sample_ids, crops, affines)
+    if padding is not None:
+        boxes[padding], labels[padding] = -1, -1
+    return np.concatenate([random, feed.pack_boxes(boxes, labels)], axis=1)
