@@ -149,16 +149,24 @@ class PassStream:
         self._feed = [None]  # the pass under way's `_Feed`, stopped when this is collected
         self._at = None  # (epoch, step) of the batch the feed gives next
         self.times = FeedTimes()
+        # One read at a time: Keras's workers (a user's PyDataset with `workers > 1`
+        # wrapping the dataset) may read from several threads.
+        self._lock = threading.RLock()
         weakref.finalize(self, _Feed.stop_held, self._feed)
 
     def read(self, epoch, step):
         """Step `step` of epoch `epoch`, a tuple of the backend's tensors (see the
-        adapters for their shapes and dtypes).
+        adapters for their shapes and dtypes). Thread-safe: reads from several
+        threads are taken one at a time.
 
         Raises:
             RuntimeError: when DALI gives fewer batches than the pass has, or more
                 (raised by the read of the pass's last step).
         """
+        with self._lock:
+            return self._read(epoch, step)
+
+    def _read(self, epoch, step):
         started, restarted = time.perf_counter(), 0.0
         steps = self.image_pipeline.steps
         if self._feed[0] is None or self._at != (epoch, step):
