@@ -436,9 +436,10 @@ MODES = {"single": single, "cache": cache, "data_parallel": data_parallel, "targ
          "masks": masks, "single_s3": single_s3}
 
 
-# Modes that import TensorFlow where it is installed (`masks`: its format "tf"): they
+# Modes that import TensorFlow where it is installed (`masks`: its format "tf";
+# `kerashub`: keras_hub imports it): they
 # run last, so that `single` sees whether the others load it on torch and JAX.
-LOAD_TENSORFLOW = ("masks",)
+LOAD_TENSORFLOW = ("masks", "kerashub")  # keras_hub imports TensorFlow
 
 
 def run_modes(modes, tagged_dir):

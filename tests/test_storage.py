@@ -105,7 +105,14 @@ def test_object_uri_must_name_an_object():
     ("s3", "boto3", "s3"), ("gs", "google.cloud.storage", "gcs"),
 ])
 def test_missing_client_names_the_extra(monkeypatch, scheme, module, extra):
-    monkeypatch.setitem(sys.modules, module, None)  # `import module` raises ImportError
+    # `import module` raises ImportError, also where another test imported it (and its
+    # submodules) before: the parent package then holds it as an attribute.
+    for name in [n for n in sys.modules if n == module or n.startswith(module + ".")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, module, None)
+    parent, _, child = module.rpartition(".")
+    if parent in sys.modules and sys.modules[parent] is not None:
+        monkeypatch.delattr(sys.modules[parent], child, raising=False)
     storage.reset_clients()
     try:
         with pytest.raises(ImportError, match=rf"pip install 'dalipipe\[{extra}\]'"):
