@@ -53,8 +53,8 @@ else  # not the plain entry point, which the run means to show working
     say "no $PYTEST on PATH: $PY3 -m pytest instead"
     run_pytest=("$PY3" -m pytest)
 fi
-GPU_TESTS_FIRST=(tests/test_masks.py tests/test_resume.py tests/test_boxes.py
-                 tests/test_passes_converter.py)
+GPU_TESTS_FIRST=(tests/test_cache.py tests/test_masks.py tests/test_resume.py
+                 tests/test_boxes.py tests/test_passes_converter.py)
 GPU_TESTS_LAST=tests/test_gpu.py
 gpu_tests=("${GPU_TESTS_FIRST[@]}")
 for file in tests/test_*.py; do
