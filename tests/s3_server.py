@@ -121,6 +121,14 @@ def _wait_for(server, running):
             time.sleep(0.1)
 
 
+def upload_folder(client, folder, bucket, prefix):
+    """Uploads every file under `folder` to `bucket`, as `prefix/<its relative path>`."""
+    for parent, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(parent, name)
+            client.upload_file(path, bucket, f"{prefix}/{os.path.relpath(path, folder)}")
+
+
 @contextlib.contextmanager
 def copy_served(folder, uri):
     """Outside pytest's fixtures (a job's process): a `moto_server` of its own holding
@@ -143,10 +151,7 @@ def copy_served(folder, uri):
             storage.reset_clients()
             client = server.client()
             client.create_bucket(Bucket=bucket)
-            for parent, _, names in os.walk(folder):
-                for name in names:
-                    path = os.path.join(parent, name)
-                    client.upload_file(path, bucket, f"{prefix}/{os.path.relpath(path, folder)}")
+            upload_folder(client, folder, bucket, prefix)
             yield uri
     finally:
         os.environ.clear()

@@ -15,6 +15,7 @@ from dalipipe import make_dali_pipeline
 from dalipipe.annotations.sample import MASK_CLASS_NAMES
 from dalipipe.sample_data import make_dense_sample_dataset
 from test_storage import _upload_gcs, gcs_emulator  # noqa: F401 (a fixture)
+from s3_server import upload_folder
 
 pytest.importorskip("nvidia.dali")
 
@@ -40,10 +41,7 @@ def bucket(s3_server, dense):
     """`dense` copied to `s3://dense/data/`."""
     client = s3_server.client()
     client.create_bucket(Bucket=BUCKET)
-    for parent, _, names in os.walk(dense):
-        for name in names:
-            path = os.path.join(parent, name)
-            client.upload_file(path, BUCKET, f"data/{os.path.relpath(path, dense)}")
+    upload_folder(client, dense, BUCKET, "data")
     return s3_server
 
 
