@@ -178,6 +178,11 @@ def test_passes_and_fit_on_the_backend(backend, backend_jobs):
         assert result[f"pass_{epoch}_equals_native"]
     assert result["pass_0_rows"] != result["pass_1_rows"]
     assert result["fit_counts"] == [[1.0] * NUM_TAGGED]
+    # Masks and boxes from shards: the batches of the same images as a folder.
+    dense = result["dense"]
+    assert dense["masks"]["equal_to_folder"] and dense["boxes"]["equal_to_folder"], dense
+    assert dense["boxes"]["class_names"] == ["circle", "square", "triangle"]
+    assert np.isfinite(dense["masks"]["losses"]).all()
     assert not result["tensorflow_loaded"]
 
 
