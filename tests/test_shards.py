@@ -139,8 +139,8 @@ def test_errors_name_the_source_the_shard_and_the_member(shards, tmp_path):
     text = write_tar(tmp_path / "text.tar", [("a.png", png), ("a.cls", b"cat")])
     with pytest.raises(ValueError, match=r"text\.tar#a\.png has the \.cls text 'cat'"):
         sources.index_source(text)
-    with pytest.raises(ValueError, match=r"Masks and boxes from tar shards are not supported "
-                                         r"yet.*Received: masks="):
+    with pytest.raises(ValueError, match=r"With tar shards, `masks` names the extension .*"
+                                         r"Received: masks='masks'"):
         make_dali_pipeline(brace(shards), masks="masks", **OPTIONS)
 
 
