@@ -57,7 +57,7 @@ USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryErro
                IsADirectoryError, PermissionError, ImportError)
 # The library's argument names that the commands' options stand for.
 OPTION_NAMES = {"source": "SOURCE", "num_shards": "--shards", "path_column": "--path-column",
-                "labels": "--labels", "masks": "--masks",
+                "labels": "--labels", "masks": "--masks", "boxes": "--boxes",
                 "on_bad_file": "--on-bad-file", "num_images": "--num-images",
                 "num_classes": "--num-classes", "force": "--force"}
 
@@ -225,7 +225,8 @@ def build_parser():
              "files with their indexes, or WebDataset tar shards (--format webdataset); "
              "exit 1 if any image is bad",
     )
-    convert.add_argument("source", help="a directory of class folders or a CSV file")
+    convert.add_argument("source", help="a directory of class folders or a CSV file; with "
+                                        "--masks or --boxes, a flat folder of images")
     convert.add_argument("out_dir", help="folder for the TFRecord files (made if absent)")
     convert.add_argument("--shards", type=int, required=True,
                          help="number of TFRecord files or tar shards: the images are cut "
@@ -246,6 +247,17 @@ def build_parser():
                               "leave the bad images out, name them, and write the rest, as "
                               "make_dali_dataset(on_bad_file='skip') trains on the rest "
                               "(default: %(default)s)")
+    convert.add_argument("--masks", default=None,
+                         help="with --format webdataset: a folder of masks matched to the "
+                              "images by file stem, as make_dali_dataset(masks=MASKS) reads "
+                              "them; each sample gets its mask as a greyscale PNG of class "
+                              "ids, the member <key>.seg.png (read back with "
+                              "masks='.seg.png')")
+    convert.add_argument("--boxes", default=None,
+                         help="with --format webdataset: a COCO instances JSON, or a CSV "
+                              "table of boxes in xyxy columns (path,x1,y1,x2,y2,label); each "
+                              "sample gets its boxes in the member <key>.json (read back with "
+                              "boxes='.json')")
     convert.add_argument("--force", action="store_true",
                          help="replace the files named PREFIX-*-of-*.tfrecord (and their .idx "
                               "files beside them) or PREFIX-*.tar already in OUT_DIR")
@@ -377,15 +389,21 @@ def _convert(args):
     if args.shards < 1:  # before any work
         raise ValueError(f"`--shards` must be a positive integer. Received: --shards={args.shards}")
     labels = None if args.labels.lower() == "none" else args.labels
-    index = sources.index_source(args.source, labels=labels, path_column=args.path_column,
-                                 allow_missing=True)
+    dense = {}
+    if args.masks is not None or args.boxes is not None:
+        index, dense = _dense_index(args)
+        if index is None:
+            return 1
+    else:
+        index = sources.index_source(args.source, labels=labels, path_column=args.path_column,
+                                     allow_missing=True)
     if index.refs is not None:
         raise ValueError(
             "`SOURCE` must be a directory of class folders or a CSV file: these are "
             f"TFRecord files or tar shards already. Received: {args.source!r}"
         )
-    tfrecord.check_write_args(index.file_paths, index.labels, index.class_names,
-                              args.shards, args.prefix)
+    tfrecord.check_write_args(index.file_paths, index.labels,
+                              None if dense else index.class_names, args.shards, args.prefix)
     written = "*-of-*.tfrecord" if args.format == "tfrecord" else "*.tar"
     kind = "TFRecord file(s)" if args.format == "tfrecord" else "tar shard(s)"
     existing = sorted(glob.glob(os.path.join(glob.escape(args.out_dir),
@@ -397,7 +415,7 @@ def _convert(args):
             "--prefix, or pass --force to write over them"
         )
     started = time.perf_counter()
-    bad = checks.check_files(index.file_paths, verbose=True)
+    bad = {} if dense else checks.check_files(index.file_paths, verbose=True)
     print(f"checked {len(index)} files in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     if bad and (args.on_bad_file == "raise" or len(bad) == len(index)):
         _print_bad(bad, len(index), f"{len(bad)} of {len(index)} files are bad; nothing written:")
@@ -406,8 +424,8 @@ def _convert(args):
         _print_bad(bad, len(index), f"{len(bad)} of {len(index)} files are bad; "
                                     f"left out (--on-bad-file skip):")
         index = index.without(bad, keep_classes=True)
-        tfrecord.check_write_args(index.file_paths, index.labels, index.class_names,
-                                  args.shards, args.prefix)
+        tfrecord.check_write_args(index.file_paths, index.labels,
+                                  None if dense else index.class_names, args.shards, args.prefix)
     for path in existing:  # --force: the old set goes, whatever its number of files
         for old in (path, path + ".idx"):
             if os.path.isfile(old):
@@ -416,11 +434,12 @@ def _convert(args):
     write = tfrecord.write_tfrecords if args.format == "tfrecord" else ranges_write.write_webdataset
     shards = write(
         index.file_paths, index.labels, index.class_names, args.out_dir,
-        num_shards=args.shards, prefix=args.prefix, verbose=True,
+        num_shards=args.shards, prefix=args.prefix, verbose=True, **dense,
     )
     size = sum(os.path.getsize(p) for p in shards)
     classes = f"records in {len(index.class_names)} classes" if index.labels is not None \
-        else "unlabeled records"
+        else {"mask_paths": "records with masks", "boxes": "records with boxes"}.get(
+            next(iter(dense), None), "unlabeled records")
     print(
         f"wrote {len(index)} {classes} to {len(shards)} {kind}, {size:,} bytes"
         f"{', with their indexes,' if args.format == 'tfrecord' else ''} in "
@@ -447,6 +466,41 @@ def _bench(args):
     if result.get("note"):
         print(result["note"])
     return 0
+
+
+def _dense_index(args):
+    """`(index, targets)` of `convert --masks` or `--boxes`: the images of a flat
+    folder checked with their masks or boxes as `make_dali_dataset` checks them, the
+    bad ones printed and left out (`--on-bad-file skip`), and the keywords of
+    `write_webdataset` (`mask_paths`: greyscale PNGs of the ids; `boxes`); `(None,
+    None)` where nothing is to be written."""
+    from dalipipe import checks
+    from dalipipe.annotations.inputs import judge_boxes, judge_pairs
+    from dalipipe.annotations.masks import greyscale_masks
+    from dalipipe.options import Options
+
+    if args.format != "webdataset" or (args.masks is not None and args.boxes is not None):
+        raise ValueError("`--masks` or `--boxes` (one of them) write WebDataset shards: pass "
+                         f"--format webdataset. Received: --format {args.format}, --masks "
+                         f"{args.masks}, --boxes {args.boxes}")
+    common = dict(check="structure", device="cpu", path_column=args.path_column, verbose=False)
+    if args.masks is not None:
+        index, _, verdicts = judge_pairs(args.source, Options(masks=args.masks, **common))
+        entries = None
+    else:
+        options = Options(boxes=args.boxes, bounding_box_format="xyxy", **common)
+        index, entries, _, verdicts = judge_boxes(args.source, options, 0)
+    bad = checks.bad_files(verdicts)
+    if bad and (args.on_bad_file == "raise" or len(bad) == len(index)):
+        _print_bad(bad, len(index), f"{len(bad)} of {len(index)} files are bad; nothing written:")
+        return None, None
+    if bad:
+        _print_bad(bad, len(index), f"{len(bad)} of {len(index)} files are bad; "
+                                    f"left out (--on-bad-file skip):")
+        index = index.without(bad, keep_classes=True)
+    if entries is None:
+        return index, {"mask_paths": greyscale_masks(index.mask_paths)}
+    return index, {"boxes": [e for e in entries if e.path not in bad]}
 
 
 def _hide_start_up_lines():

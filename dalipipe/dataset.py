@@ -141,10 +141,10 @@ def make_dali_dataset(
         drop_remainder: drop the last partial batch of each epoch.
         class_weight: `{class index: weight}`, as Keras's `fit` takes it: float32 sample
             weights in each batch, from the graph (see Class weights).
-        masks: masks instead of labels: a folder of them matched to a flat folder of images
-            by file stem, or a table's mask column; int32 class ids (see `docs/dense.md`).
+        masks: masks instead of labels: a folder matched to the images by file stem, a table's
+            column, or tar shards' member extension (`".seg.png"`); int32 ids (`docs/dense.md`).
         mask_fill_value: the mask id where padding or a recipe leaves no pixel (an ignore index).
-        boxes: boxes instead of labels: a COCO JSON or a table of boxes (see `docs/dense.md`).
+        boxes: boxes instead of labels: a COCO JSON, a table, or tar shards' `".json"` member.
         bounding_box_format: the boxes' format (a table's, the output's); None: xyxy, warning.
         max_boxes: boxes per image, padded with -1 as `keras.layers.MaxNumBoundingBoxes` pads.
         min_box_visibility: the share of a box's area a crop must keep to keep the box.

@@ -19,7 +19,9 @@ label: the little-endian int32 length of the image, the image, then the mask's p
 (a local file that DALI reads). The image is its path, which DALI reads
 (`pack_pairs`: padded with NUL bytes to the batch's longest), or its encoded bytes
 where dalipipe reads the images (`pack_records` with `mask_paths`, which travel as
-records do). `unpack_pairs` reads both back.
+records do). For masks that dalipipe reads too (members of tar shards), the mask's
+path is replaced by the little-endian int32 length of the encoded mask and its bytes
+(`pack_records` with `mask_bytes`). `unpack_pairs` reads both back.
 
 `"random"`, float32, one row per sample: the columns of the parts that `options`
 use, in this order (`random_parts`):
@@ -108,15 +110,18 @@ def pack_pairs(file_paths: Sequence[str], mask_paths: Sequence[str]) -> np.ndarr
                                      mask_paths=mask_paths))
 
 
-def unpack_pairs(samples, *, feeds_bytes):
+def unpack_pairs(samples, *, feeds_bytes, mask_bytes=False):
     """Each sample's encoded image and encoded mask, from the `"samples"` input of
-    `pack_pairs`, or of `pack_records` with `mask_paths` (DALI graph code).
+    `pack_pairs`, or of `pack_records` with `mask_paths` or `mask_bytes` (DALI graph
+    code).
 
     Args:
         samples: the `"samples"` input's node (uint8, one row per sample; the NUL
             padding of a dense batch ends the mask's path).
         feeds_bytes: whether the rows hold the images' bytes, else their paths,
             which DALI reads here.
+        mask_bytes: whether the rows hold the masks' bytes (`pack_records` with
+            `mask_bytes`), else their paths, which DALI reads here.
 
     Returns:
         `(encoded, mask)` DALI nodes: the uint8 bytes of the image and of its mask
@@ -127,27 +132,38 @@ def unpack_pairs(samples, *, feeds_bytes):
     length = fn.reinterpret(samples[0:VALUE_BYTES], dtype=types.INT32, shape=[])
     end = VALUE_BYTES + length
     image = samples[VALUE_BYTES:end]
-    return (image if feeds_bytes else fn.io.file.read(image)), fn.io.file.read(samples[end:])
+    image = image if feeds_bytes else fn.io.file.read(image)
+    if not mask_bytes:
+        return image, fn.io.file.read(samples[end:])
+    mask_length = fn.reinterpret(samples[end:end + VALUE_BYTES], dtype=types.INT32, shape=[])
+    begin = end + VALUE_BYTES
+    return image, samples[begin:begin + mask_length]
 
 
 def pack_records(payloads: Sequence[bytes], labels: Optional[np.ndarray], *,
-                 mask_paths: Optional[Sequence[str]] = None):
+                 mask_paths: Optional[Sequence[str]] = None,
+                 mask_bytes: Optional[Sequence[bytes]] = None):
     """The `"samples"` of encoded images that dalipipe read: per sample its label (see
     `pack_paths`), the int32 length of its encoded image, then the image's bytes,
     one sample after the other in one buffer. With `mask_paths` (segmentation,
     aligned with `payloads`; `labels` is then None), `pack_pairs`'s layout with the
     image's bytes in place of its path: no label, the int32 length of the encoded
-    image, its bytes, then its mask's path.
+    image, its bytes, then its mask's path. With `mask_bytes` instead (the encoded
+    masks, aligned with `payloads`), the mask's path is replaced by the int32 length
+    of the encoded mask and its bytes.
 
     Returns:
         `(flat, lengths)`: uint8 `(sum(lengths),)`, and int64 `(n,)`, each sample's
         length in `flat`.
     """
     count = len(payloads)
-    if mask_paths is not None and labels is not None:
+    if (mask_paths is not None or mask_bytes is not None) and labels is not None:
         raise ValueError("A sample with a mask has no label: pass `labels=None` with "
                          f"`mask_paths`. Received: labels of shape {np.shape(labels)}")
-    if mask_paths is None:
+    if mask_bytes is not None:
+        heads = np.zeros((count, 0), np.uint8)
+        tails = [struct.pack("<i", len(m)) + bytes(m) for m in mask_bytes]
+    elif mask_paths is None:
         heads, tails = _label_rows(labels, count), [b""] * count
     else:
         heads, tails = np.zeros((count, 0), np.uint8), [os.fsencode(m) for m in mask_paths]

@@ -10,8 +10,8 @@ layouts of the first two, both packing and unpacking:
 - `"samples"`: uint8, per sample its label and its image's path, or its encoded
   image where dalipipe reads the images (TFRecord records, `gs://` objects). One
   input per sample keeps each label with its image whatever the order. With
-  `masks`, the image (its path, or its encoded bytes) and its mask's path instead
-  (`_masks` moves the masks).
+  `masks`, the image (its path, or its encoded bytes) and its mask's path (or its
+  encoded bytes, for a tar shard's member) instead (`_masks` moves the masks).
 - `"random"`: float32, per sample the draws of the crop and flip, the recipe and
   the mixing that the options use (`dalipipe.feed.random_parts`), each read by its
   own step in the graph; with `boxes`, then the sample's boxes and labels, placed in
@@ -70,7 +70,7 @@ def class_weight_table(class_weight):
 
 
 def define(options, *, feed, padded, feeds_bytes, num_classes, target_shape=None,
-           cached=False):
+           cached=False, mask_bytes=False):
     """Defines the graph; returns its outputs (see `ImagePipeline` for their shapes).
 
     Args:
@@ -91,6 +91,8 @@ def define(options, *, feed, padded, feeds_bytes, num_classes, target_shape=None
             samples skip the read, the decode and the resize, and two more outputs
             come last, the uint8 HWC images before normalization and the int32 slots
             (`dalipipe.cache`).
+        mask_bytes: with `masks`, whether the samples hold the masks' bytes (members
+            of tar shards), else their paths (`dalipipe.feed.unpack_pairs`).
     """
     from nvidia.dali import fn, types as dali_types
 
@@ -101,7 +103,7 @@ def define(options, *, feed, padded, feeds_bytes, num_classes, target_shape=None
 
     samples = external("samples", dali_types.UINT8)
     if options.masks is not None:  # images with their masks: no labels
-        encoded, mask = unpack_pairs(samples, feeds_bytes=feeds_bytes)
+        encoded, mask = unpack_pairs(samples, feeds_bytes=feeds_bytes, mask_bytes=mask_bytes)
         label = None
     else:
         label, encoded = unpack_samples(samples, feeds_bytes=feeds_bytes,

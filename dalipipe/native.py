@@ -149,7 +149,12 @@ class Runner:
             reason = checks.check_bytes(data, full=True, **device)
         found = {} if reason is None else {path: reason}
         mask = self.mask_of(sample)
-        reason = None if mask is None else checks.check_file(mask, full=True)
+        if mask is not None and pipeline.index.mask_refs is not None:  # a tar shard's
+            from dalipipe.annotations.members import mask_bytes
+
+            reason = checks.check_bytes(mask_bytes(pipeline.index, [sample])[0], full=True)
+        else:
+            reason = None if mask is None else checks.check_file(mask, full=True)
         if reason is not None:
             found[mask] = f"{reason}, the mask of {path}"
         return found

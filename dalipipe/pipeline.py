@@ -20,6 +20,7 @@ import numpy as np
 from dalipipe import ahead, cache, checks, feed, graph, sources
 from dalipipe.ranges import order as ranges_order, samples as ranges, tar
 from dalipipe.annotations.inputs import index_with_boxes, index_with_masks
+from dalipipe.annotations.members import mask_bytes
 from dalipipe.annotations.placement import box_table, with_boxes
 from dalipipe.calls import first_argument, warn
 from dalipipe.dali_import import require_dali
@@ -66,7 +67,6 @@ def split_source(source, options, placement):
     options = options.replace(device=placement.device, num_threads=placement.num_threads)
     options = options.resolved()
     if options.masks is not None or options.boxes is not None:
-        tar.refuse_dense(source, options.masks, options.boxes)
         dense = index_with_masks if options.masks is not None else index_with_boxes
         index, sizes = dense(source, options, device_id=device_id)
         options = decoder_hints(options.replace(label_mode=None), sizes)
@@ -455,7 +455,8 @@ class ImagePipeline:
         Returns:
             `(flat, lengths)` (`feed.pack_records`): uint8 `(sum(lengths),)`, per
             sample its label, the int32 length of the encoded image, then its bytes
-            (with `masks`: no label, and the mask's path after the bytes); and int64
+            (with `masks`: no label, and the mask's path after the bytes, or for
+            tar shards the mask's length and bytes); and int64
             `(n,)`, each sample's length in `flat`.
         """
         sample_ids = np.asarray(sample_ids, np.int64)
@@ -470,6 +471,8 @@ class ImagePipeline:
             payloads = ranges.load_encoded(index.tfrecord_files, refs)
         else:
             payloads = self._read_files([self.file_paths[i] for i in sample_ids], sample_ids)
+        if index.mask_refs is not None:  # members of tar shards: their bytes
+            return feed.pack_records(payloads, None, mask_bytes=mask_bytes(index, sample_ids))
         masks = None if index.mask_paths is None else [index.mask_paths[i] for i in sample_ids]
         return feed.pack_records(payloads, labels, mask_paths=masks)
 
@@ -516,6 +519,7 @@ class ImagePipeline:
                 feeds_bytes=self.feeds_bytes,
                 num_classes=len(self.class_names) if self.class_names else 0,
                 target_shape=self.target_shape, cached=self.cache is not None,
+                mask_bytes=self.index.mask_refs is not None,
             )
             # With the cache, its three outputs come last (`cache.stored_or_decoded`).
             outputs, stored = outputs[:len(self.output_dtypes)], outputs[len(self.output_dtypes):]

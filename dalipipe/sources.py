@@ -49,9 +49,15 @@ class Index(NamedTuple):
         stamps: int64 `(size, mtime_ns)` of each file (of each of `tfrecord_files` for
             records) when the files were checked, or None if they were not.
         mask_paths: with `masks`, the mask file of each image, aligned with
-            `file_paths` (`dalipipe.annotations.inputs`); else None.
+            `file_paths` (`dalipipe.annotations.inputs`); for tar shards, the mask
+            member's name (`"<shard>#<member>"`), or the local file of a mask
+            rewritten as a greyscale PNG; else None.
         boxes: with `boxes`, each image's `dalipipe.annotations.boxes.ImageBoxes`
             (its `size` the image's), aligned with `file_paths`; else None.
+        mask_refs: with `masks` from tar shards, int64 `(n, 3)`: shard number,
+            offset and size of each mask member, `(-1, -1, -1)` where the graph
+            reads the file of `mask_paths` instead (`dalipipe.annotations.members`);
+            else None.
     """
 
     file_paths: list
@@ -62,6 +68,7 @@ class Index(NamedTuple):
     stamps: Optional[np.ndarray] = None
     mask_paths: Optional[list] = None
     boxes: Optional[list] = None
+    mask_refs: Optional[np.ndarray] = None
 
     def take(self, indices):
         indices = np.asarray(indices, np.int64)
@@ -72,8 +79,9 @@ class Index(NamedTuple):
             stamps = stamps[indices]
         masks = None if self.mask_paths is None else [self.mask_paths[i] for i in indices]
         boxes = None if self.boxes is None else [self.boxes[i] for i in indices]
+        mask_refs = None if self.mask_refs is None else self.mask_refs[indices]
         return Index([self.file_paths[i] for i in indices], labels, self.class_names,
-                     self.tfrecord_files, refs, stamps, masks, boxes)
+                     self.tfrecord_files, refs, stamps, masks, boxes, mask_refs)
 
     def without(self, paths, *, keep_classes=False):
         """This index less `paths`; classes left without samples are dropped (and

@@ -19,7 +19,8 @@ MODE `recipes`: `fit` with each augmentation recipe and each batch mixing, and
 their first pass against the native epoch.
 MODE `cache`: the decoded-image cache (`cache=`) in both native formats.
 MODE `grain`: `grain_job.py`'s `fit`, `evaluate` and `predict` on Grain datasets.
-MODE `shards`: the images as WebDataset tar shards: two passes and a `fit`.
+MODE `shards`: the images as WebDataset tar shards: two passes and a `fit`; masks and
+boxes from shards (`dense_shards`) against the same images as a folder.
 MODE `fits`: `epochs_job.py`'s epochs that `fit` trains on; MODE `rule`: its epoch
 rule, in the "pydataset" and "grain" formats. MODE `plain_run`:
 `epochs_job.py`'s run, never killed; its records.
@@ -320,8 +321,67 @@ def shards(tagged_dir):
         counts = EpochCounts()
         tag_model().fit(train, epochs=1, verbose=0, callbacks=[counts])
         result["fit_counts"] = counts.epochs
+    result["dense"] = dense_shards()
     result["tensorflow_loaded"] = "tensorflow" in sys.modules
     return result
+
+
+def dense_shards():
+    """Masks and boxes from tar shards (`masks=".seg.png"`, `boxes=".json"`, written by
+    `write_webdataset` from the dense sample data of `test_masks.SAMPLE`), against the
+    same images as a folder with the same seed: whether two passes of the backend's
+    default format give the folder's batches, and a segmentation `fit`'s losses."""
+    import tempfile
+
+    from dalipipe.annotations.inputs import index_with_boxes, index_with_masks
+    from dalipipe.options import Options
+    from dalipipe.ranges.write import write_webdataset
+    from dalipipe.sample_data import make_dense_sample_dataset
+    from test_masks import SAMPLE
+
+    base = dict(image_size=(48, 64), batch_size=4, seed=3, device="cpu", verbose=False,
+                augment=True)
+    found = {}
+    with tempfile.TemporaryDirectory() as folder:
+        dense, out = os.path.join(folder, "dense"), os.path.join(folder, "shards")
+        make_dense_sample_dataset(dense, **SAMPLE)
+        images = os.path.join(dense, "images")
+        masks, _ = index_with_masks(images, Options(masks=os.path.join(dense, "masks"),
+                                                    verbose=False))
+        write_webdataset(masks.file_paths, None, None, os.path.join(out, "m"), num_shards=2,
+                         mask_paths=masks.mask_paths)
+        boxes, _ = index_with_boxes(images, Options(boxes=os.path.join(dense, "instances.json"),
+                                                    bounding_box_format="xyxy", verbose=False))
+        write_webdataset(boxes.file_paths, None, boxes.class_names, os.path.join(out, "b"),
+                         num_shards=2, boxes=boxes.boxes)
+        cases = {
+            "masks": (os.path.join(out, "m", "train-{000000..000001}.tar"),
+                      dict(masks=".seg.png"), dict(masks=os.path.join(dense, "masks"))),
+            "boxes": (os.path.join(out, "b", "train-*.tar"),
+                      dict(boxes=".json", bounding_box_format="xyxy"),
+                      dict(boxes=os.path.join(dense, "instances.json"),
+                           bounding_box_format="xyxy")),
+        }
+        for case, (pattern, from_shards, from_folder) in cases.items():
+            train = dalipipe.make_dali_dataset(pattern, **base, **from_shards)
+            folder_ds = dalipipe.make_dali_dataset(images, **base, **from_folder)
+            equal = True
+            for _ in range(2):
+                for i in range(len(train)):
+                    ours, theirs = keras.tree.flatten(train[i]), keras.tree.flatten(folder_ds[i])
+                    equal &= len(ours) == len(theirs) and all(
+                        np.array_equal(ops.convert_to_numpy(a), ops.convert_to_numpy(b))
+                        for a, b in zip(ours, theirs))
+            found[case] = {"equal_to_folder": bool(equal), "len": len(train),
+                           "class_names": list(train.class_names)}
+            if case == "masks":
+                model = keras.Sequential([keras.Input((48, 64, 3)),
+                                          keras.layers.Conv2D(4, 3, padding="same")])
+                model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(
+                    from_logits=True))
+                history = model.fit(train, epochs=1, verbose=0)
+                found[case]["losses"] = history.history["loss"]
+    return found
 
 
 def grain(tagged_dir):

@@ -139,8 +139,8 @@ def test_errors_name_the_source_the_shard_and_the_member(shards, tmp_path):
     text = write_tar(tmp_path / "text.tar", [("a.png", png), ("a.cls", b"cat")])
     with pytest.raises(ValueError, match=r"text\.tar#a\.png has the \.cls text 'cat'"):
         sources.index_source(text)
-    with pytest.raises(ValueError, match=r"Masks and boxes from tar shards are not supported "
-                                         r"yet.*Received: masks="):
+    with pytest.raises(ValueError, match=r"With tar shards, `masks` names the extension .*"
+                                         r"Received: masks='masks'"):
         make_dali_pipeline(brace(shards), masks="masks", **OPTIONS)
 
 
@@ -178,6 +178,11 @@ def test_passes_and_fit_on_the_backend(backend, backend_jobs):
         assert result[f"pass_{epoch}_equals_native"]
     assert result["pass_0_rows"] != result["pass_1_rows"]
     assert result["fit_counts"] == [[1.0] * NUM_TAGGED]
+    # Masks and boxes from shards: the batches of the same images as a folder.
+    dense = result["dense"]
+    assert dense["masks"]["equal_to_folder"] and dense["boxes"]["equal_to_folder"], dense
+    assert dense["boxes"]["class_names"] == ["circle", "square", "triangle"]
+    assert np.isfinite(dense["masks"]["losses"]).all()
     assert not result["tensorflow_loaded"]
 
 

@@ -12,6 +12,9 @@ nothing here imports DALI, TensorFlow or Keras.
   `dalipipe.checks.verdicts.Verdict` records.
 - `sample`: shapes drawn over pictures, whose pixels define masks and boxes.
 
+- `members`: masks and boxes from WebDataset tar shards, companions of each
+  sample's image member named by their extension (`masks=".seg.png"`,
+  `boxes=".json"`).
 - `inputs`: the masks of `make_dali_pipeline(..., masks=)`: a source's pairs,
   checked, as the 8-bit greyscale PNGs that the DALI graph reads; and the boxes of
   `boxes=`, checked, with each image's size.

@@ -51,7 +51,7 @@ JPEG_EXTENSIONS = (".jpg", ".jpeg", ".jpe", ".jfif")
 
 
 def mask_verdicts(pairs, *, class_names=None, mask_fill_value=None, sizes=None, check=None,
-                  verbose=False, outside=None, seen=None):
+                  verbose=False, outside=None, seen=None, read_masks=read_files, rejected=None):
     """What is wrong with each image's mask.
 
     Args:
@@ -71,16 +71,23 @@ def mask_verdicts(pairs, *, class_names=None, mask_fill_value=None, sizes=None, 
             whose mask is sound but holds ids outside `class_names`, `ids` the
             sorted ids of the mask (for `class_ids_error`).
         seen: a set, or None: given, it gets the ids of every sound mask.
+        read_masks: `read_masks(masks)` gives `(bytes, None)` or `(None, reason)`
+            for each of a list of masks (`pairs.mask_paths`). Defaults to
+            `dalipipe.storage.fetch.read_files` (files and objects).
+        rejected: `{mask: reason}` of the masks DALI's decoder rejects, where the
+            caller judged them (members of tar shards); None: judged here at the
+            level of `check`.
 
     Returns:
         A list of `Verdict`, one per image of `pairs`, in its order.
     """
-    rejected = _rejected_masks(pairs.mask_paths, check, verbose)
+    if rejected is None:
+        rejected = _rejected_masks(pairs.mask_paths, check, verbose)
     verdicts, jpegs = [], []
     for start in range(0, len(pairs.image_paths), _CHUNK):
         images = pairs.image_paths[start:start + _CHUNK]
         masks = pairs.mask_paths[start:start + _CHUNK]
-        mask_data = iter(read_files([m for m in masks if m is not None]))
+        mask_data = iter(read_masks([m for m in masks if m is not None]))
         for image, mask, size in zip(images, masks, _sizes(images, sizes, start)):
             if mask is None:
                 verdicts.append(Verdict(image, "has no mask", size))

@@ -30,6 +30,10 @@ relative paths start at its own folder, and every read goes through
 by dalipipe and fed as bytes (`remote_sources.read_in_python`), each beside its
 mask's local path with `masks` (`dalipipe.feed.pack_records`).
 
+WebDataset tar shards take `masks` and `boxes` as a member extension (`masks=".seg.png"`,
+`boxes=".json"`): `dalipipe.annotations.members` judges their samples, and the graph
+reads each mask member's bytes.
+
 Not supported yet (refused with an error naming the source): TFRecord files, and a
 table as the images' source with `boxes`. Class ids above 255 are refused by the
 check, naming each mask.
@@ -40,6 +44,7 @@ import os
 import numpy as np
 
 from dalipipe import checks, sources, tfrecord
+from dalipipe.annotations import members
 from dalipipe.annotations.boxes import BoxSource, ImageBoxes, table_boxes
 from dalipipe.annotations.checks import (box_verdicts, class_ids_error, mask_verdicts,
                                          turned_images)
@@ -49,6 +54,7 @@ from dalipipe.annotations.masks import MaskPairs, column_masks, greyscale_masks,
 from dalipipe.annotations.settings import shown
 from dalipipe.checks.verdicts import Verdict
 from dalipipe.calls import warn
+from dalipipe.ranges import samples as ranges, tar
 from dalipipe.storage import remote_sources as remote
 from dalipipe.tfrecord.files import GLOB_CHARS
 
@@ -87,8 +93,10 @@ def index_with_masks(source, options, *, device_id=0):
     if options.class_names is None:
         index = sources.Index(**{**index._asdict(),
                                  "class_names": id_names(seen, options.mask_fill_value)})
-    masks = greyscale_masks(index.mask_paths)
     sizes = checks.image_sizes(images)
+    if index.mask_refs is not None:  # members of tar shards
+        return members.graph_masks(index), sizes
+    masks = greyscale_masks(index.mask_paths)
     return sources.Index(**{**index._asdict(), "mask_paths": masks}), sizes
 
 
@@ -118,6 +126,11 @@ def judge_pairs(source, options, *, device_id=0, outside=None, seen=None):
         (reasons None where `options.check` is None); and a `Verdict` per image
         whose reason is the image's, else its mask's, else its EXIF orientation's.
     """
+    shards = tar.tar_files(source)
+    if shards is not None:
+        return members.judge_masks(
+            shards, options, outside=outside, seen=seen,
+            image_check=lambda index: _image_check(index, options, device_id, "masks"))
     pairs = _pairs(source, options)
     index = sources.Index(pairs.image_paths, None, options.class_names,
                           mask_paths=pairs.mask_paths)
@@ -159,6 +172,32 @@ def index_with_boxes(source, options, *, device_id=0):
             differs from a COCO JSON's categories, and bad images or boxes with
             `on_bad_file="raise"` (each named, with its reason).
     """
+    shards = tar.tar_files(source)
+    if shards is not None:
+        index, entries, images, verdicts = members.judge_boxes(
+            shards, options,
+            image_check=lambda index: _image_check(index, options, device_id, "boxes"))
+        verdicts = [v._replace(reason=v.reason or _unsized(v, v)) for v in verdicts]
+    else:
+        index, entries, images, verdicts = judge_boxes(source, options, device_id)
+    entries = [entry._replace(size=verdict.size) for entry, verdict in zip(entries, verdicts)]
+    over = [(e.path, len(e.boxes)) for e in entries if len(e.boxes) > options.max_boxes]
+    if over:
+        warn(f"{len(over)} image(s) have more than max_boxes={options.max_boxes} boxes; "
+             f"each keeps its first {options.max_boxes}. The first: {over[0][0]!r}, with "
+             f"{over[0][1]} boxes")
+    count = options.max_boxes
+    entries = [e._replace(boxes=e.boxes[:count], labels=e.labels[:count]) for e in entries]
+    index = sources.Index(index.file_paths, None, index.class_names, index.tfrecord_files,
+                          index.refs, boxes=entries)
+    index = _apply_policy(index, verdicts, options)
+    return index, checks.image_sizes(images)
+
+
+def judge_boxes(source, options, device_id):
+    """The images of a folder or a list with their boxes, and a verdict on each (the
+    check of `index_with_boxes`, before `on_bad_file`): `members.judge_boxes`'s
+    `(index, entries, images, verdicts)`."""
     found = _box_source(source, options)
     index = sources.Index([e.path for e in found.images], None, found.class_names)
     images = _image_check(index, options, device_id, "boxes")
@@ -170,17 +209,7 @@ def index_with_boxes(source, options, *, device_id=0):
     turned = _turned(reasons, [image.path for image in images], "boxes")
     verdicts = [Verdict(image.path, reason or why, image.size or box.size, image.stamp)
                 for image, box, reason, why in zip(images, verdicts, reasons, turned)]
-    entries = [entry._replace(size=verdict.size) for entry, verdict in zip(found.images, verdicts)]
-    over = [(e.path, len(e.boxes)) for e in entries if len(e.boxes) > options.max_boxes]
-    if over:
-        warn(f"{len(over)} image(s) have more than max_boxes={options.max_boxes} boxes; "
-             f"each keeps its first {options.max_boxes}. The first: {over[0][0]!r}, with "
-             f"{over[0][1]} boxes")
-    count = options.max_boxes
-    entries = [e._replace(boxes=e.boxes[:count], labels=e.labels[:count]) for e in entries]
-    index = sources.Index(index.file_paths, None, index.class_names, boxes=entries)
-    index = _apply_policy(index, verdicts, options)
-    return index, checks.image_sizes(images)
+    return index, found.images, images, verdicts
 
 
 def _image_check(index, options, device_id, what):
@@ -190,8 +219,9 @@ def _image_check(index, options, device_id, what):
         print(f"Found {len(index)} files with {what}.")
     if options.check is None:
         return None
-    return checks.check_index(index, check=options.check, verbose=options.verbose,
-                              device=options.device, device_id=device_id)
+    return checks.check_index(index, check=options.check, read_records=ranges.load_encoded,
+                              verbose=options.verbose, device=options.device,
+                              device_id=device_id)
 
 
 def _apply_policy(index, verdicts, options):
@@ -247,6 +277,7 @@ def _box_source(source, options):
     """The `BoxSource` of `options.boxes` for the images of `source`."""
     boxes = options.boxes
     _refuse_tfrecords(source, "boxes", "a folder of images or a list of paths")
+    members.refuse_members(source, None, boxes)
     if sources.read_table(source, options.root) is not None:
         raise ValueError("With `boxes`, the source must be a flat folder of images or a list "
                          "of image paths (the boxes' table or JSON names the images). "
@@ -281,6 +312,7 @@ def _pairs(source, options):
     """The `MaskPairs` of `source` (missing masks kept, for the check to report)."""
     masks = options.masks
     _refuse_tfrecords(source, "masks", "a folder of images, a list of paths or a table")
+    members.refuse_members(source, masks, None)
     table = sources.read_table(source, options.root)
     if table is None:
         pairs = match_masks(_images(source, options), masks, allow_missing=True)

@@ -57,8 +57,9 @@ def check_dense(options):
                          "masks=None, boxes=None")
     if masks is not None and not isinstance(masks, (str, os.PathLike)):
         raise ValueError(
-            "`masks` must be a folder of masks (matched to the images by file stem) or "
-            f"the name of a table's mask column. Received: masks={masks!r}")
+            "`masks` must be a folder of masks (matched to the images by file stem), "
+            "the name of a table's mask column, or for tar shards the extension of each "
+            f"sample's mask member ('.seg.png'). Received: masks={masks!r}")
     if boxes is not None and not (isinstance(boxes, (str, os.PathLike))
                                   or hasattr(boxes, "to_dict") or isinstance(boxes, dict)):
         raise ValueError(

@@ -4,10 +4,12 @@ A shard is an uncompressed tar file (`.tar`). Its members are grouped into sampl
 key, the member's name up to the first dot of its base name (`"a/000123.jpg"` and
 `"a/000123.cls"` make the sample `"a/000123"`), as WebDataset groups them. Each sample
 has one image member (`IMAGE_SUFFIXES`); a `.cls` member holds its class as an integer
-in text, a `.json` member an object of which `labels=<field>` names the field.
+in text, a `.json` member an object of which `labels=<field>` names the field. Other
+members (a mask `.seg.png`, boxes in `.boxes.json`) are companions, found by their
+extension (`Shards.members`, read by `dalipipe.annotations.members`).
 
 The index of a shard (each sample's key, image member, its byte range, its `.cls`
-and `.json`) is read once with Python's `tarfile` and cached per shard
+and `.json`, and the byte range of each companion) is read once with Python's `tarfile` and cached per shard
 (`ranges.cache.cached_scan`, kind `tar-index`), never written beside the shard.
 Samples are named `"<shard>#<image member>"`, so that a damaged one is named by
 shard and member.
@@ -32,7 +34,7 @@ from dalipipe.ranges.read import is_remote, read_ranges
 IMAGE_SUFFIXES = ("jpg", "jpeg", "png", "webp", "bmp", "tif", "tiff", "jp2", "ppm", "pgm", "pbm",
                   "pnm")
 INDEX_WORKERS = 8  # objects indexed at once
-_INDEX_VERSION = 1  # bump when what `_read_index` caches changes
+_INDEX_VERSION = 2  # bump when what `_read_index` caches changes
 _BRACE = re.compile(r"\{([^{}]*)\}")
 
 
@@ -134,17 +136,6 @@ def _checked(paths, received):
     return paths
 
 
-def refuse_dense(source, masks, boxes):
-    """ValueError when `source` is tar shards: their masks and boxes are not read yet."""
-    if tar_files(source) is None:
-        return
-    given = f"masks={masks!r}" if masks is not None else f"boxes={boxes!r}"
-    raise ValueError(
-        "Masks and boxes from tar shards are not supported yet: train on labels, or give "
-        "the images as a folder or a table with `masks` or `boxes`. "
-        f"Received: {given} with source={source!r}")
-
-
 class Shards(NamedTuple):
     """The samples of tar shards, in shard order then member order.
 
@@ -154,6 +145,8 @@ class Shards(NamedTuple):
         names: `"<shard>#<image member>"` of each sample.
         cls: the `.cls` text of each sample, or None where it has none.
         meta: the `.json` object of each sample, or None where it has none.
+        members: each sample's companions, `{extension: (name, offset, size)}`
+            (the extension in lower case after the key's dot, e.g. `"seg.png"`).
     """
 
     shards: list
@@ -161,6 +154,7 @@ class Shards(NamedTuple):
     names: list
     cls: list
     meta: list
+    members: list
 
     def __len__(self):
         return len(self.refs)
@@ -176,7 +170,7 @@ def scan(shards, verbose=False):
     """
     from dalipipe.utils import progress
 
-    refs, names, cls, meta = [], [], [], []
+    refs, names, cls, meta, members = [], [], [], [], []
     with progress(len(shards), "tar shards indexed", enabled=verbose) as bar, \
             concurrent.futures.ThreadPoolExecutor(INDEX_WORKERS) as pool:
         # Objects are indexed `INDEX_WORKERS` at a time (each one streamed whole).
@@ -184,14 +178,17 @@ def scan(shards, verbose=False):
             else map(_shard_index, shards)
         for number, (shard, index) in enumerate(zip(shards, indexes)):
             found = index["samples"]
-            refs += [(number, offset, size) for _, _, offset, size, _, _ in found]
-            names += [f"{shard}#{member}" for _, member, _, _, _, _ in found]
-            cls += [c for *_, c, _ in found]
-            meta += [m for *_, m in found]
+            refs += [(number, offset, size) for _, _, offset, size, *_ in found]
+            names += [f"{shard}#{member}" for _, member, *_ in found]
+            cls += [c for *_, c, _, _ in found]
+            meta += [m for *_, m, _ in found]
+            members += [{suffix: tuple(where) for suffix, where in m.items()}
+                        for *_, m in found]
             bar.update(1)
     if not refs:
         raise ValueError(f"The tar shards hold no image: {shards[:3]}")
-    return Shards(list(shards), np.array(refs, np.int64).reshape(-1, 3), names, cls, meta)
+    return Shards(list(shards), np.array(refs, np.int64).reshape(-1, 3), names, cls, meta,
+                  members)
 
 
 def _shard_index(shard):
@@ -217,8 +214,8 @@ def _shard_index(shard):
 
 
 def _read_index(shard, fileobj, size):
-    """{"samples": [[key, image member, offset, size, cls text, json], ...]} of a shard
-    read in order (`fileobj` a file or a streamed object of `size` bytes).
+    """{"samples": [[key, image member, offset, size, cls text, json, companions], ...]}
+    of a shard read in order (companions: `{extension: [member, offset, size]}`) (`fileobj` a file or a streamed object of `size` bytes).
 
     Raises:
         ValueError: for a shard cut short (it lacks the end-of-archive blocks, or a
@@ -241,7 +238,8 @@ def _read_index(shard, fileobj, size):
             key = posixpath.join(folder, stem)
             sample = samples.get(key)
             if sample is None:
-                sample = samples[key] = {"images": [], "cls": None, "json": None}
+                sample = samples[key] = {"images": [], "cls": None, "json": None,
+                                         "members": {}}
                 order.append(key)
             suffix = suffix.lower()
             if suffix in IMAGE_SUFFIXES:
@@ -249,6 +247,8 @@ def _read_index(shard, fileobj, size):
             elif suffix in ("cls", "json"):
                 data = archive.extractfile(member).read()
                 sample[suffix] = _small_member(shard, member.name, suffix, data)
+            else:
+                sample["members"][suffix] = [member.name, member.offset_data, member.size]
     except _Cut:
         end = size + 1  # a header or data read past the end
     finally:
@@ -267,7 +267,8 @@ def _read_index(shard, fileobj, size):
                 f"Each sample of a tar shard must have one image member (a name ending in "
                 f"{', '.join('.' + s for s in IMAGE_SUFFIXES[:4])}, ...). The sample "
                 f"{key!r} of {shard!r} has {what}")
-        found.append([key, *images[0], samples[key]["cls"], samples[key]["json"]])
+        found.append([key, *images[0], samples[key]["cls"], samples[key]["json"],
+                      samples[key]["members"]])
     return {"samples": found}
 
 
