@@ -30,6 +30,7 @@ a validation split) keeps one epoch's.
 """
 
 import collections
+import os
 import threading
 import weakref
 
@@ -159,6 +160,10 @@ class _Builder:
     order: started when one is asked for, ended when none is left."""
 
     def __init__(self):
+        self._reset()
+
+    def _reset(self):
+        # Also in a forked child, where the parent's thread does not run.
         self._asked = collections.deque()  # of (weak InputsAhead, build, epoch, start)
         self._lock = threading.Lock()
         self._thread = None
@@ -185,3 +190,4 @@ class _Builder:
 
 
 _BUILDER = _Builder()
+os.register_at_fork(after_in_child=_BUILDER._reset)  # builds asked there are taken by `get`

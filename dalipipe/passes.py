@@ -51,12 +51,9 @@ from dalipipe.report import FeedTimes
 
 
 class Cursor:
-    """Where the next pass of a dataset starts: `(epoch, step)`. Thread-safe.
-
-    The inputs of the pass it foresees are built in the background
-    (`ImagePipeline.inputs_ahead`) as soon as it foresees it: epoch 0's when it is
-    made, those of each position set, and the next epoch's when a training pass
-    starts (see `start_pass`).
+    """Where the next pass of a dataset starts: `(epoch, step)`; the inputs of the
+    passes it foresees are built ahead (`ImagePipeline.inputs_ahead`, the module's
+    doc). Thread-safe.
 
     Args:
         image_pipeline: the pipeline whose passes it numbers.
@@ -123,9 +120,8 @@ class Cursor:
         return epoch, start, True
 
     def _first_of(self, loop):
-        """The `(epoch, step)` of the first pass of `loop`, a `fit` whose epochs have
-        not started (by the rule of the module's doc: its `initial_epoch`, or where
-        the cursor is), or None for any other loop."""
+        """`(epoch, step)` of the first pass of `loop`, a `fit` whose epochs have not
+        started (by the module's rule), or None for any other loop."""
         if loop is None or loop.kind != "fit" or loop.asked_epoch is None:
             return None
         with self._lock:

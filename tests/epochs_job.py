@@ -23,7 +23,8 @@ for the training and the validation datasets, in the "pydataset" and "grain"
 formats, over a `fit` on a new model (Keras reads a batch up front to build it,
 leaving that pass) and a second `fit`: how many were built, and how many are alive
 after them (the garbage collector off meanwhile: the ones freed only when it runs
-count as alive).
+count as alive), and the inputs built (`dalipipe.ahead`) for them and for a
+`fit(initial_epoch=2)` on a new dataset and model.
 
 MODE `interrupted` (`python epochs_job.py interrupted SOURCE`): `fit` on SOURCE
 (an `s3://` copy of TAGGED_DIR) for ever, saying "training" on stdout after its
@@ -146,6 +147,8 @@ def pipelines(tagged_dir):
 
     native = dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS, **SPLIT)[0]
     natives = [native_rows(native, e) for e in range(3)]
+    whole = dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS)
+    resumed_native = [native_rows(whole, e) for e in range(3)]
     result = {}
     for format in ("pydataset", "grain"):
         splits = dalipipe.make_dali_dataset(tagged_dir, **OPTIONS, **SPLIT, format=format)
@@ -164,7 +167,15 @@ def pipelines(tagged_dir):
             gc.enable()
         result[format] = {"built": {name: len(refs) for name, refs in made.items()},
                           "alive": alive,
-                          "trained_on": trained_on(first, natives) + trained_on(second, natives)}
+                          "trained_on": trained_on(first, natives) + trained_on(second, natives),
+                          "inputs_built": list(splits[0].image_pipeline.inputs_ahead.built)}
+    # `fit(initial_epoch=2)` on a new dataset and model: Keras's peek reads epoch 0's
+    # first batch, while epoch 2's inputs are built.
+    dataset = dalipipe.make_dali_dataset(tagged_dir, **OPTIONS)
+    reads = Reads()
+    signature_model().fit(dataset, epochs=3, initial_epoch=2, verbose=0, callbacks=[reads])
+    result["resumed"] = {"inputs_built": list(dataset.image_pipeline.inputs_ahead.built),
+                         "trained_on": trained_on(reads, resumed_native)}
     return result
 
 

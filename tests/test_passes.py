@@ -182,11 +182,18 @@ def test_a_fit_builds_one_dali_pipeline_per_dataset_and_a_pass_left_early_keeps_
         backend, backend_jobs):
     """torch: Keras's first-batch peek leaves a pass; the passes after it (three
     epochs over two `fit`s, with validation) run on the same DALI pipeline, and no
-    other is left alive, in both native formats."""
-    for format, result in backend_jobs(backend, "pipelines").items():
+    other is left alive, in both native formats. Every pass's inputs are built in
+    the background (`dalipipe.ahead`), the first one's too, and with
+    `fit(initial_epoch=2)` epoch 2's while Keras peeks at epoch 0's first batch."""
+    results = backend_jobs(backend, "pipelines")
+    for format in ("pydataset", "grain"):
+        result = results[format]
         assert result["built"] == {"train": 1, "val": 1}, format
         assert result["alive"] == {"train": 1, "val": 1}, format
         assert result["trained_on"] == [0, 1, 2], format
+        assert result["inputs_built"] == [[e, 0, True] for e in range(4)], format
+    assert results["resumed"] == {"inputs_built": [[0, 0, True], [2, 0, True], [3, 0, True]],
+                                  "trained_on": [2]}
 
 
 def feed_of(tagged_dir, count, depth):
