@@ -228,3 +228,28 @@ def test_no_inputs_are_built_for_a_dataset_collected_before_their_build(tagged_d
     busy.inputs_ahead.prepare(4)  # asked after those: its build shows theirs are passed
     wait_built_ahead(busy, 4)
     assert calls == []
+
+
+@pytest.mark.parametrize("format", ["pydataset", "grain", "tf"])
+def test_a_position_set_has_its_pass_s_inputs_built_ahead(tagged_dir, format):
+    """`set_position` (which `dalipipe.BackupAndRestore` calls as it is made) or a
+    Grain iterator's `set_state`: the resumed pass's inputs are built in the
+    background (a whole epoch's on format "tf"), and the pass builds none itself."""
+    if format == "grain":
+        pytest.importorskip("grain")
+    dataset = dalipipe.make_dali_dataset(tagged_dir, **OPTIONS, augment=True, format=format)
+    pipe = dataset.image_pipeline
+    if format == "grain":
+        reader = iter(dataset)
+        reader.set_state({"epoch": 2, "batch": 3, "fingerprint": dataset.fingerprint})
+    else:
+        dataset.set_position(2, 3)
+        reader = iter(dataset) if format == "tf" else (dataset[i] for i in range(2))
+    start = 0 if format == "tf" else 3
+    wait_built_ahead(pipe, 2, start)
+    calls = calls_by_thread(pipe)
+    first = next(reader)
+    assert (2, start) not in [(e, s) for e, s, _ in calls]  # taken, not built again
+    want = next(iter(dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS, augment=True)
+                     .epoch(2, start_batch=3)))
+    np.testing.assert_array_equal(np.asarray(first[0]), want[0])
