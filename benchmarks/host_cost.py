@@ -14,8 +14,9 @@ in Python (docs/gpus.md, "Host budget and GPU memory"). Here, on 16x16 JPEGs:
   (`ImagePipeline.epoch_inputs`) and each batch's `load_samples`;
 - `epoch_start`: for `--epoch-samples` samples of fake paths (no file is read), seconds
   of `epoch_inputs` (the order, the draws, and with boxes their placement) built in
-  place (`first_s`, `later_s`) and ahead, in the background (`ahead_s`), and what a
-  later pass's start waits for in the reading thread (`wait_s`, `pass_start`).
+  place (`first_s`, `later_s`) and ahead, in the background (`ahead_s`; the first
+  pass's from when the dataset is made, `first_ahead_s`), and what a later pass's
+  start waits for in the reading thread (`wait_s`, `pass_start`).
 
 Each format runs in a process of its own (`tf` on Keras's TensorFlow backend,
 `pydataset` and `grain` on torch), one warm-up epoch then `--epochs` timed ones
@@ -315,21 +316,31 @@ def epoch_starts(count, batch_size):
 
 
 def pass_start(pipe):
-    """A later pass's start in steady state, as the adapters run it: a training pass
-    of epoch 1 starts (`passes.Cursor.start_pass`, which has epoch 2's inputs built
-    ahead, `dalipipe.ahead`) and runs longer than that build (an epoch of 1.28M samples
+    """The first pass's inputs, built from when the dataset is made, and a later
+    pass's start in steady state, as the adapters run it: a training pass of epoch 1
+    starts (`passes.Cursor.start_pass`, which has epoch 2's inputs built ahead,
+    `dalipipe.ahead`) and runs longer than that build (an epoch of 1.28M samples
     lasts about a minute at 19,000 images/s); then the pass of epoch 2 takes them.
 
     Returns:
-        `ahead_s`: seconds of the build in the background thread (to within the 1 ms
-        ticks); `stall_s`: the longest the reading thread waited for Python's lock
-        meanwhile (ticks of `time.sleep(0.001)`); `wait_s`: seconds of the reading
-        thread's `inputs_ahead.get` at the start of epoch 2's pass.
+        `first_ahead_s`: seconds from the dataset's cursor made (which has the first
+        pass's inputs built ahead) to those inputs built, what a first pass that
+        starts at once waits for (to within the 1 ms ticks); `ahead_s`: seconds of
+        epoch 2's build in the background thread; `stall_s`: the longest the reading
+        thread waited for Python's lock meanwhile (ticks of `time.sleep(0.001)`);
+        `wait_s`: seconds of the reading thread's `inputs_ahead.get` at the start of
+        epoch 2's pass.
     """
     from dalipipe import passes
 
-    cursor = passes.Cursor(pipe)
+    started = time.perf_counter()
+    cursor = passes.Cursor(pipe)  # as a dataset is made: epoch 0's inputs built ahead
+    while (0, 0, True) not in pipe.inputs_ahead.built:
+        time.sleep(0.001)
+    first = time.perf_counter() - started
     cursor.set_position(1)
+    while (1, 0, True) not in pipe.inputs_ahead.built:  # a resumed position's, let finish
+        time.sleep(0.01)
     started = time.perf_counter()
     cursor.start_pass(None)  # epoch 1's pass: epoch 2's inputs built meanwhile
     stall, last = 0.0, time.perf_counter()
@@ -345,7 +356,8 @@ def pass_start(pipe):
     wait = time.perf_counter() - started
     while (3, 0, True) not in pipe.inputs_ahead.built:  # the next build, let finish
         time.sleep(0.01)
-    return {"ahead_s": round(ahead, 3), "stall_s": round(stall, 4), "wait_s": round(wait, 4)}
+    return {"first_ahead_s": round(first, 3), "ahead_s": round(ahead, 3),
+            "stall_s": round(stall, 4), "wait_s": round(wait, 4)}
 
 
 def summary(report):
@@ -361,9 +373,11 @@ def summary(report):
                          f"{r['us']:8.1f} µs, host {r['host_us']:7.1f}, inputs {r['inputs_us']}"))
     starts = report["epoch_start"]
     lines.append(f"  epoch start, {starts['samples']} samples, built in place / ahead "
-                 "(longest stall of the reading thread meanwhile) / the pass's wait: " +
+                 "(longest stall of the reading thread meanwhile) / the pass's wait / the "
+                 "first pass's, built from the dataset's making: " +
                  ", ".join(f"{k} {v['later_s']} / {v['ahead_s']} ({v['stall_s']}) / "
-                           f"{v['wait_s']} s" for k, v in starts.items() if k != "samples"))
+                           f"{v['wait_s']} / {v['first_ahead_s']} s"
+                           for k, v in starts.items() if k != "samples"))
     return "\n".join(lines)
 
 

@@ -141,6 +141,7 @@ class DALIGrainIterator(grain.DatasetIterator):
         if batch == pipeline.steps:
             epoch, batch = epoch + 1, 0
         self._epoch, self._batch = pipeline.check_position(epoch, batch)
+        pipeline.inputs_ahead.prepare(self._epoch, self._batch)  # built ahead of its read
 
 
 def make_grain_dataset(splits, backend):

@@ -60,11 +60,14 @@ class KerasLoop(NamedTuple):
         initial_epoch: for `"fit"` once its epochs run (after `on_train_begin`), the
             epoch it started at: its `initial_epoch`, or the one a backup callback
             set (`model._initial_epoch`); else None.
+        asked_epoch: for `"fit"` before its epochs run (while it builds the model
+            from a batch), its `initial_epoch` argument; else None.
     """
 
     kind: str
     call: object = None
     initial_epoch: int | None = None
+    asked_epoch: int | None = None
 
 
 _LOOPS = ("fit", "evaluate", "predict")
@@ -89,8 +92,9 @@ def keras_loop():
                 if frame.f_code.co_name != "fit":
                     return KerasLoop(frame.f_code.co_name)
                 started = "epoch" in names
+                initial = int(names["initial_epoch"] or 0)
                 return KerasLoop("fit", names.get("epoch_iterator"),
-                                 int(names["initial_epoch"] or 0) if started else None)
+                                 initial if started else None, None if started else initial)
         frame = frame.f_back
     return None
 

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from dalipipe import cache, checks
+from dalipipe import cache, checks, dali_hooks
 from dalipipe.ranges import samples as ranges
 
 # DALI's decoder errors: a sample it cannot decode, a header nvImageCodec cannot read.
@@ -25,7 +25,18 @@ _DECODE_FAILURE = re.compile(r"Failed to decode sample #(\d+)|nvImageCodec failu
 class Runner:
     """Feeds an `ImagePipeline`'s graph from NumPy inputs, one epoch per `run`.
 
-    The DALI pipeline is built once, on the first `run`, and reset for each.
+    The DALI pipeline is built once, on the first `run`, and reset for each. A run
+    left before its end (Keras's first-batch peek, a pass restarted at another step)
+    leaves batches in flight in DALI's queue: the next run ends it first (its
+    inputs end there, and the batches in flight are run and dropped), and the same
+    pipeline serves it, with its threads, its decoder's set-up and its memory. A
+    pipeline that fails (an error of DALI's, in a run or while the batches in flight
+    are dropped) is shut down at once (`dali_hooks.shut_down`), and the next run
+    builds another.
+
+    Attributes:
+        pipe: the DALI pipeline, or None before the first run and after a failure.
+        built: the DALI pipelines built so far.
     """
 
     def __init__(self, image_pipeline):
@@ -33,8 +44,10 @@ class Runner:
         self.batches = {}
         self.position = {}
         self.pipe = None
+        self.built = 0
         self.finished = True  # whether the last run was read to its end
         self.load_seconds = 0.0  # spent giving DALI its inputs (`dalipipe.report`)
+        self._run_token = None  # the run under way's: an earlier run's generator stops
 
     def run(self, sample_ids, random=None, weights=None, *, copy_to_host=True):
         """See `ImagePipeline.run` (a generator: nothing runs before the first batch)."""
@@ -50,13 +63,12 @@ class Runner:
             "weights": np.ones(count, np.float32)
             if weights is None else np.asarray(weights, np.float32),
         }
-        if not self.finished:
-            # A run left before its end leaves prefetched batches in DALI's queue.
-            self.pipe = None
+        self._end_left_run()
         if self.pipe is None:
             from nvidia.dali.pipeline import do_not_convert
 
             self.pipe = self.image_pipeline.build_dali_pipeline(feed=do_not_convert(self.source))
+            self.built += 1
             self.pipe.build()
         size = self.image_pipeline.batch_size
         self.batches = {
@@ -66,11 +78,16 @@ class Runner:
         self.position = dict.fromkeys(inputs, 0)
         self.pipe.reset()
         self.finished = False
+        token = self._run_token = object()
         store = self.image_pipeline.cache
         if store is not None:
             store.pass_ended()  # what other processes stored meanwhile
         returned = 0
         while True:
+            if self._run_token is not token:
+                raise RuntimeError(
+                    "This run of the DALI pipeline was ended by a later one: read a run "
+                    "before starting the next (a run left is ended by the next).")
             try:
                 outputs = self.pipe.run()
             except StopIteration:
@@ -79,7 +96,7 @@ class Runner:
                     store.pass_ended()
                 return
             except RuntimeError as e:
-                self.pipe = None  # DALI's pipeline is no longer valid: the next run builds one
+                self._release()  # no longer valid: the next run builds one
                 message = self.decode_failure(str(e), returned)
                 if message is None:
                     raise
@@ -97,6 +114,32 @@ class Runner:
             if self.image_pipeline.unbatched:  # batches of one: single samples
                 arrays = tuple(array[0] for array in arrays)
             yield arrays
+
+    def _end_left_run(self):
+        """Ends the run left before its end, if any: its inputs end where it was
+        left, and DALI runs the batches it has in flight, which are dropped, so that
+        its pipeline can start the next run. A failure there (a file that DALI
+        cannot decode, in a batch nobody reads) shuts the pipeline down instead."""
+        if self.finished or self.pipe is None:
+            return
+        self._run_token = None
+        for name, batches in self.batches.items():
+            self.position[name] = len(batches)  # every input ends here
+        try:
+            while True:
+                self.pipe.run()
+        except StopIteration:
+            self.finished = True
+        except Exception:  # DALI's error, raised again by a run that reads its batch
+            self._release()
+
+    def _release(self):
+        """Shuts the DALI pipeline down now (its threads, its device memory) rather
+        than when it is collected; the next run builds another."""
+        pipe, self.pipe = self.pipe, None
+        self.finished = True
+        if pipe is not None:
+            dali_hooks.shut_down(pipe)
 
     def decode_failure(self, error, batch):
         """The message for DALI's decoder `error` in batch number `batch`, naming the

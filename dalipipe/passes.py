@@ -19,8 +19,11 @@ cursor `(epoch, step)`: `(0, 0)` at first or what `set_position` says.
 So pass `n` read whole loads `epoch(n)`, whatever Keras reads on the side: the
 batches it reads up front to build a model or learn the structure, the iterators
 it makes and never reads, and its peeks at the element spec start and count nothing.
-When a training pass of epoch `e` starts, the inputs of epoch `e + 1` from its first
-step are built in the background (`dalipipe.ahead`), for the next pass to take.
+The inputs of the pass that the cursor foresees are built in the background
+(`dalipipe.ahead`), for that pass to take: the first pass's when the dataset is
+made, the pass's at each position set, the fit's first pass's while Keras peeks at
+a batch, and when a training pass of epoch `e` starts, epoch `e + 1`'s from its
+first step.
 
 "Read to its end" is the end each protocol has: a `keras.utils.PyDataset`'s
 `len()`-th item, a Python iterator's StopIteration (`format="grain"`), and on
@@ -48,13 +51,24 @@ from dalipipe.report import FeedTimes
 
 
 class Cursor:
-    """Where the next pass of a dataset starts: `(epoch, step)`. Thread-safe."""
+    """Where the next pass of a dataset starts: `(epoch, step)`; the inputs of the
+    passes it foresees are built ahead (`ImagePipeline.inputs_ahead`, the module's
+    doc). Thread-safe.
 
-    def __init__(self, image_pipeline):
+    Args:
+        image_pipeline: the pipeline whose passes it numbers.
+        whole_epochs: whether the passes take a whole epoch's inputs whatever their
+            first step (`format="tf"`, which feeds DALI the batches from that step
+            on); else the inputs from the pass's first step (`PassStream`).
+    """
+
+    def __init__(self, image_pipeline, *, whole_epochs=False):
         self.image_pipeline = image_pipeline
+        self._whole_epochs = whole_epochs
         self._epoch, self._start = 0, 0
         self._fit = None  # a weak reference to the epoch iterator of the last `fit` seen
         self._lock = threading.Lock()
+        self._prepare(0, 0)  # the first pass's, whenever it starts
 
     @property
     def position(self):
@@ -71,15 +85,21 @@ class Cursor:
         epoch, batch = self.image_pipeline.check_position(epoch, batch)
         with self._lock:
             self._epoch, self._start = epoch, batch
+        self._prepare(epoch, batch)
 
     def start_pass(self, loop):
         """Where a pass that starts now loads from, and whether it counts (the rule
-        of the module's doc): `(epoch, step, counts)`. A pass that counts has the
-        next epoch's inputs built ahead (`ImagePipeline.inputs_ahead`).
+        of the module's doc): `(epoch, step, counts)`.
+
+        A pass that counts has the next epoch's inputs built ahead
+        (`ImagePipeline.inputs_ahead`); one that a `fit` reads before its epochs run
+        (Keras's first-batch peek) has its first epoch's instead, where the fit's
+        `initial_epoch` moves the cursor.
 
         Args:
             loop: the Keras loop that reads the pass (`keras_hooks.KerasLoop`: its
-                `kind`, its `call` and its `initial_epoch`), or None outside Keras.
+                `kind`, its `call`, its `initial_epoch` and `asked_epoch`), or None
+                outside Keras.
         """
         with self._lock:
             if loop is not None and loop.kind != "fit":
@@ -91,9 +111,27 @@ class Cursor:
                     epoch, _ = self.image_pipeline.check_position(loop.initial_epoch, 0)
                     self._epoch, self._start = epoch, 0
             epoch, start = self._epoch, self._start
-        # Read whole, this pass makes the next one epoch + 1: its inputs built meanwhile.
-        self.image_pipeline.inputs_ahead.prepare(epoch + 1, 0)
+        first = self._first_of(loop)
+        if first is not None and first != (epoch, start):
+            self._prepare(*first)  # the fit's first pass, which starts after this one
+        else:
+            # Read whole, this pass makes the next one epoch + 1: its inputs built meanwhile.
+            self._prepare(epoch + 1, 0)
         return epoch, start, True
+
+    def _first_of(self, loop):
+        """`(epoch, step)` of the first pass of `loop`, a `fit` whose epochs have not
+        started (by the module's rule), or None for any other loop."""
+        if loop is None or loop.kind != "fit" or loop.asked_epoch is None:
+            return None
+        with self._lock:
+            if loop.asked_epoch > 0 and self._epoch != loop.asked_epoch:
+                return loop.asked_epoch, 0
+            return self._epoch, self._start
+
+    def _prepare(self, epoch, step):
+        """Has the inputs of the pass of `(epoch, step)` built ahead."""
+        self.image_pipeline.inputs_ahead.prepare(epoch, 0 if self._whole_epochs else step)
 
     def _seen(self, call):
         """Whether `call` is the `fit` whose first epoch already set the cursor."""
@@ -190,14 +228,14 @@ class PassStream:
         return batch
 
     def close(self, wait=None):
-        """Ends the pass under way, dropping what was read ahead. A feed that does not
-        stop within `wait` seconds (defaults to `STOP_WAIT`; a read stalled in
-        storage) is left to its thread, with its DALI pipeline: the next pass builds
-        another."""
+        """Ends the pass under way, dropping what was read ahead; its DALI pipeline
+        serves the next pass (`native.Runner`). A feed that does not stop within
+        `wait` seconds (defaults to `STOP_WAIT`; a read stalled in storage) is left
+        to its thread, with its DALI pipeline: the next pass builds another."""
         feed = self._feed[0]
         _Feed.stop_held(self._feed, STOP_WAIT if wait is None else wait)
         if feed is not None and feed.abandoned:
-            # A pass left before its end builds DALI's pipeline again anyway.
+            # Its thread may still run the pipeline: the next pass has a runner of its own.
             self._runner = native.Runner(self.image_pipeline)
         self._at = None
 
@@ -316,7 +354,7 @@ class _Feed:
         return False
 
     def stop(self, wait=STOP_WAIT):
-        """Stops the pass (a pass left before its end builds DALI's pipeline again).
+        """Stops the pass (the runner's next run ends DALI's, `native.Runner`).
         Waits `wait` seconds at most for the feed thread: one still running (a read
         stalled in storage) is left, never joined, with its DALI pipeline, and
         `abandoned` is True."""

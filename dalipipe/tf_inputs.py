@@ -80,7 +80,7 @@ class EpochFeed:
         self.per_sample, self.parts = feed_parts(
             num_loaded, image_pipeline.batch_size, feeds_bytes=image_pipeline.feeds_bytes,
             gpu=gpu)
-        self.cursor = passes.Cursor(image_pipeline)
+        self.cursor = passes.Cursor(image_pipeline, whole_epochs=True)
         self.pass_epochs = []
         self.pass_counts = []
         self.loops = collections.deque()  # of the iterators made whose passes have not started

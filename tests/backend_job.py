@@ -22,7 +22,8 @@ MODE `grain`: `grain_job.py`'s `fit`, `evaluate` and `predict` on Grain datasets
 MODE `shards`: the images as WebDataset tar shards: two passes and a `fit`; masks and
 boxes from shards (`dense_shards`) against the same images as a folder.
 MODE `fits`: `epochs_job.py`'s epochs that `fit` trains on; MODE `rule`: its epoch
-rule, in the "pydataset" and "grain" formats. MODE `plain_run`:
+rule, in the "pydataset" and "grain" formats; MODE `pipelines`: the DALI pipelines
+that its `fit`s build. MODE `plain_run`:
 `epochs_job.py`'s run, never killed; its records.
 MODE `report`: `report_job.py`'s `dalipipe.InputReport` runs.
 MODE `map`: `fit` through `DALIPyDataset.map` and through a user's `PyDataset`
@@ -414,6 +415,12 @@ def rule(tagged_dir):
     return {format: epochs_job.rule(tagged_dir, format) for format in ("pydataset", "grain")}
 
 
+def pipelines(tagged_dir):
+    import epochs_job
+
+    return epochs_job.pipelines(tagged_dir)
+
+
 def plain_run(tagged_dir):
     import tempfile
 
@@ -492,6 +499,7 @@ def unet(tagged_dir):
 MODES = {"single": single, "cache": cache, "data_parallel": data_parallel, "targets": targets,
          "torch_distributed": torch_distributed, "recipes": recipes, "grain": grain,
          "fits": fits, "plain_run": plain_run, "rule": rule, "report": report,
+         "pipelines": pipelines,
          "shards": shards, "map": map_mode, "unet": unet, "kerashub": kerashub,
          "masks": masks, "single_s3": single_s3}
 

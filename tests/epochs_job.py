@@ -18,6 +18,14 @@ MODE `run`: `fit` for `EPOCHS` epochs with `validation_data` and a
 of epoch E; at the end, a line with Keras's "ran out of data" warnings and the steps
 that a `resume_job.StepCount` callback, whose state the backups hold, counted.
 
+MODE `pipelines` (run by `backend_job.py`): the DALI pipelines that `fit` builds
+for the training and the validation datasets, in the "pydataset" and "grain"
+formats, over a `fit` on a new model (Keras reads a batch up front to build it,
+leaving that pass) and a second `fit`: how many were built, and how many are alive
+after them (the garbage collector off meanwhile: the ones freed only when it runs
+count as alive), and the inputs built (`dalipipe.ahead`) for them and for a
+`fit(initial_epoch=2)` on a new dataset and model.
+
 MODE `interrupted` (`python epochs_job.py interrupted SOURCE`): `fit` on SOURCE
 (an `s3://` copy of TAGGED_DIR) for ever, saying "training" on stdout after its
 third step; the test stalls the storage and sends SIGINT.
@@ -117,6 +125,58 @@ def fits(tagged_dir):
                     "validation_passes": len(history.history.get("val_loss", []))}
             cases[f"shuffle={shuffle},validation={validation}"] = case
     return {"backend": keras.backend.backend(), "cases": cases}
+
+
+def pipelines(tagged_dir):
+    """See MODE `pipelines` above: `{format: {"built": {split: n}, "alive": {split:
+    n}, "trained_on": [...]}}`."""
+    import gc
+    import weakref
+
+    def watched(image_pipeline):
+        """The weak references of the DALI pipelines that `image_pipeline` builds."""
+        made, build = [], image_pipeline.build_dali_pipeline
+
+        def recorded(*args, **kwargs):
+            pipe = build(*args, **kwargs)
+            made.append(weakref.ref(pipe))
+            return pipe
+
+        image_pipeline.build_dali_pipeline = recorded
+        return made
+
+    native = dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS, **SPLIT)[0]
+    natives = [native_rows(native, e) for e in range(3)]
+    whole = dalipipe.make_dali_pipeline(tagged_dir, **OPTIONS)
+    resumed_native = [native_rows(whole, e) for e in range(3)]
+    result = {}
+    for format in ("pydataset", "grain"):
+        splits = dalipipe.make_dali_dataset(tagged_dir, **OPTIONS, **SPLIT, format=format)
+        made = {name: watched(d.image_pipeline) for name, d in zip(("train", "val"), splits)}
+        first, second = Reads(), Reads()
+        gc.collect()
+        gc.disable()
+        try:
+            model = signature_model()
+            model.fit(splits[0], validation_data=splits[1], epochs=2, verbose=0,
+                      callbacks=[first])
+            model.fit(splits[0], validation_data=splits[1], epochs=3, initial_epoch=2,
+                      verbose=0, callbacks=[second])
+            alive = {name: sum(ref() is not None for ref in refs) for name, refs in made.items()}
+        finally:
+            gc.enable()
+        result[format] = {"built": {name: len(refs) for name, refs in made.items()},
+                          "alive": alive,
+                          "trained_on": trained_on(first, natives) + trained_on(second, natives),
+                          "inputs_built": list(splits[0].image_pipeline.inputs_ahead.built)}
+    # `fit(initial_epoch=2)` on a new dataset and model: Keras's peek reads epoch 0's
+    # first batch, while epoch 2's inputs are built.
+    dataset = dalipipe.make_dali_dataset(tagged_dir, **OPTIONS)
+    reads = Reads()
+    signature_model().fit(dataset, epochs=3, initial_epoch=2, verbose=0, callbacks=[reads])
+    result["resumed"] = {"inputs_built": list(dataset.image_pipeline.inputs_ahead.built),
+                         "trained_on": trained_on(reads, resumed_native)}
+    return result
 
 
 def trained_on(reads, natives):

@@ -304,3 +304,25 @@ def test_native_gpu_bench_loader_copies_each_batch_to_the_host_once(color_dir):
     # A view of the host buffer that DALI's `as_cpu` copied the batch into.
     assert isinstance(images, np.ndarray) and not images.flags.owndata
     assert images.shape == (16, 224, 224, 3) and labels.shape == (16,)
+
+
+def test_a_gpu_run_left_early_hands_its_pipeline_to_the_next(color_dir):
+    """Keras's first-batch peek on the GPU: the run left keeps its DALI pipeline (the
+    mixed decoder's set-up and memory), whose next run gives what a new pipeline
+    gives."""
+    from dalipipe.native import Runner
+
+    gpu = make_dali_pipeline(color_dir, device="gpu", image_size=(16, 16), batch_size=8,
+                             seed=2, normalization=None, dtype="uint8")
+    inputs = gpu.epoch_inputs(0)
+    runner = Runner(gpu)
+    left = runner.run(*inputs)
+    next(left)
+    dali = runner.pipe
+    again = list(runner.run(*inputs))
+    assert runner.pipe is dali and runner.built == 1
+    fresh = list(Runner(gpu).run(*inputs))
+    assert len(again) == len(fresh) == 12  # 90 images
+    for (images, labels), (want_images, want_labels) in zip(again, fresh):
+        np.testing.assert_array_equal(labels, want_labels)
+        assert np.abs(images.astype(int) - want_images.astype(int)).max() <= 1

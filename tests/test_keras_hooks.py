@@ -273,7 +273,8 @@ class Watched(keras.utils.PyDataset):
 
     def on_epoch_begin(self):
         loop = keras_hooks.keras_loop()
-        self.loops.append(None if loop is None else (loop.kind, loop.initial_epoch))
+        self.loops.append(None if loop is None else
+                          (loop.kind, loop.initial_epoch, loop.asked_epoch))
         if loop is not None and loop.kind == "fit" and loop.call is not None:
             self.call = loop.call
 
@@ -285,8 +286,9 @@ class Watched(keras.utils.PyDataset):
 
 def test_keras_loop_names_the_running_loop_and_fits_initial_epoch():
     """`fit` (`None` as its initial epoch while it builds the model, before its
-    epochs), the validation inside it and `evaluate` and `predict`; a backup
-    callback's `model._initial_epoch` wins over `initial_epoch`."""
+    epochs, and its `initial_epoch` argument as the one asked), the validation inside
+    it and `evaluate` and `predict`; a backup callback's `model._initial_epoch` wins
+    over `initial_epoch`."""
     from keras.src.trainers.epoch_iterator import EpochIterator
 
     dataset = Watched()
@@ -295,19 +297,20 @@ def test_keras_loop_names_the_running_loop_and_fits_initial_epoch():
     model.fit(dataset, epochs=3, initial_epoch=1, validation_data=dataset, verbose=0)
     assert isinstance(dataset.call, EpochIterator)
     # On torch and JAX, `fit` first builds the metrics from a batch (initial epoch None).
-    building = [("fit", None)] * (keras.backend.backend() != "tensorflow")
-    assert dataset.loops == [*building, ("fit", 1), ("evaluate", None), ("fit", 1),
-                             ("evaluate", None)]
+    building = [("fit", None, 1)] * (keras.backend.backend() != "tensorflow")
+    assert dataset.loops == [*building, ("fit", 1, None), ("evaluate", None, None),
+                             ("fit", 1, None), ("evaluate", None, None)]
     dataset.loops.clear()
     recorder = OnBegin(lambda callback: keras_hooks.set_initial_epoch(callback.model, 2))
     model.fit(dataset, epochs=3, verbose=0, callbacks=[recorder])
     model.evaluate(dataset, verbose=0)
     model.predict(dataset, verbose=0)
-    assert dataset.loops == [("fit", 2), ("evaluate", None), ("predict", None)]
+    assert dataset.loops == [("fit", 2, None), ("evaluate", None, None),
+                             ("predict", None, None)]
     dataset.loops.clear()
     small = Watched()
     small_model().fit(small, epochs=1, verbose=0)  # built here (on torch and JAX, from a batch)
-    assert small.loops == [*building, ("fit", 0)]
+    assert small.loops == [(*loop[:2], 0) for loop in building] + [("fit", 0, None)]
     assert keras_hooks.keras_loop() is None  # outside them
 
 

@@ -2,6 +2,8 @@
 CPU, one epoch per `run`: partial batches, runs left before their end, single
 samples, and the file a decoder error comes from."""
 
+import os
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -44,12 +46,23 @@ def test_each_run_is_an_epoch_on_one_dali_pipeline(indexed_dir):
     assert runner.pipe is dali  # built once, reset for each run
 
 
-def test_a_run_left_before_its_end_does_not_leak_into_the_next(indexed_dir):
+@pytest.mark.parametrize("read", [1, 3])
+def test_a_run_left_before_its_end_does_not_leak_into_the_next_which_reuses_its_pipeline(
+        indexed_dir, read):
+    """Left after its first batch (DALI's queue full) or near its end, a run's batches
+    in flight are dropped, and its DALI pipeline runs the next run; the run left
+    cannot be read on."""
     runner = Runner(indexed_pipeline(indexed_dir))
     left = runner.run(np.arange(NUM_INDEXED))
-    assert tags([next(left)]) == [list(range(8))]
+    assert tags(next(left) for _ in range(read))[0] == list(range(8))
     assert not runner.finished
+    dali = runner.pipe
     assert sum(tags(runner.run(np.arange(20, 29))), []) == list(range(20, 29))
+    assert runner.pipe is dali and runner.built == 1
+    with pytest.raises(RuntimeError, match="ended by a later one"):
+        next(left)
+    assert sum(tags(runner.run(np.arange(NUM_INDEXED)[::-1])), []) == \
+        list(range(NUM_INDEXED))[::-1]
 
 
 def test_nothing_runs_before_the_first_batch_is_asked_for(indexed_dir):
@@ -131,6 +144,24 @@ def test_a_decoder_error_names_each_bad_file_of_the_batch_and_its_reason(two_bad
         list(runner.run(np.array([0, 6])))
     assert str(info.value).startswith(
         f"DALI failed to decode {two_bad_files[6]}: not an image DALI decodes")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+def test_a_pipeline_that_fails_is_shut_down_at_once(two_bad_files):
+    """Its threads end with the error, not when it is collected (held here, as a
+    traceback or a user's variable may hold it); the next run builds another."""
+    pipe = make_dali_pipeline(two_bad_files, labels=None, image_size=(4, 4), batch_size=4,
+                              shuffle=False, check=None, device="cpu", verbose=False,
+                              num_threads=4)
+    runner = Runner(pipe)
+    list(runner.run(np.arange(5)))
+    failing, running = runner.pipe, len(os.listdir("/proc/self/task"))
+    with pytest.raises(RuntimeError, match="DALI failed to decode"):
+        list(runner.run(np.arange(10)))
+    assert runner.pipe is None and failing is not None
+    assert len(os.listdir("/proc/self/task")) <= running - 4
+    assert [len(b[0]) for b in runner.run(np.array([0, 1, 2, 3, 4, 7]))] == [4, 2]
+    assert runner.built == 2
 
 
 def test_other_errors_are_not_taken_for_a_decoder_s(indexed_dir):

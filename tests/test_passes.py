@@ -176,6 +176,26 @@ def test_the_epoch_rule_on_torch_and_jax(backend, backend_jobs):
     assert result == {"pydataset": PYDATASET_RULE, "grain": RULE}
 
 
+@pytest.mark.backend_job("pipelines")
+@pytest.mark.parametrize("backend", ["torch"])
+def test_a_fit_builds_one_dali_pipeline_per_dataset_and_a_pass_left_early_keeps_it(
+        backend, backend_jobs):
+    """torch: Keras's first-batch peek leaves a pass; the passes after it (three
+    epochs over two `fit`s, with validation) run on the same DALI pipeline, and no
+    other is left alive, in both native formats. Every pass's inputs are built in
+    the background (`dalipipe.ahead`), the first one's too, and with
+    `fit(initial_epoch=2)` epoch 2's while Keras peeks at epoch 0's first batch."""
+    results = backend_jobs(backend, "pipelines")
+    for format in ("pydataset", "grain"):
+        result = results[format]
+        assert result["built"] == {"train": 1, "val": 1}, format
+        assert result["alive"] == {"train": 1, "val": 1}, format
+        assert result["trained_on"] == [0, 1, 2], format
+        assert result["inputs_built"] == [[e, 0, True] for e in range(4)], format
+    assert results["resumed"] == {"inputs_built": [[0, 0, True], [2, 0, True], [3, 0, True]],
+                                  "trained_on": [2]}
+
+
 def feed_of(tagged_dir, count, depth):
     """A `_Feed` of the last 3 batches of `epoch(0)`, told that the pass has `count`."""
     from dalipipe import native, passes
