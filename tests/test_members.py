@@ -160,12 +160,18 @@ def test_a_bad_boxes_member_is_named(dense, tmp_path):
     found["00000001.json"] = json.dumps({"boxes": [[1, 2, 3]], "labels": ["circle"],
                                          "bounding_box_format": "xyxy"}).encode()
     found["00000002.json"] = json.dumps({"boxes": [], "labels": []}).encode()
+    found["00000003.json"] = b'{"boxes": [[1, 2,'  # cut short: a bad file of its sample
     copy = write_tar(tmp_path / "b.tar", sorted(found.items()))
     with pytest.raises(ValueError) as raised:
         make_dali_pipeline(copy, boxes=".json", **BOXES, **dict(OPTIONS, verbose=False))
     message = str(raised.value)
     assert f"its boxes' member {copy}#00000001.json has \"boxes\" that are not" in message
     assert f"{copy}#00000002.json has the bounding_box_format None" in message
+    assert f"{copy}#00000003.png: its .json member {copy}#00000003.json is not JSON (" \
+        in message
+    with pytest.warns(UserWarning, match="Left out 3 of 4"):
+        kept = make_dali_pipeline(copy, boxes=".json", on_bad_file="skip", **BOXES, **OPTIONS)
+    assert [os.path.basename(p) for p in kept.file_paths] == ["b.tar#00000000.png"]
 
 
 @pytest.mark.parametrize("source, options, match", [
