@@ -8,6 +8,7 @@ import glob
 import io
 import json
 import os
+import re
 import tarfile
 
 import numpy as np
@@ -172,6 +173,37 @@ def test_a_bad_boxes_member_is_named(dense, tmp_path):
     with pytest.warns(UserWarning, match="Left out 3 of 4"):
         kept = make_dali_pipeline(copy, boxes=".json", on_bad_file="skip", **BOXES, **OPTIONS)
     assert [os.path.basename(p) for p in kept.file_paths] == ["b.tar#00000000.png"]
+
+
+def _report(text):
+    """The lines of the bad-file report whose path `text` names, less its heading."""
+    path = re.search(r"^report: (.*)$|Report: (.*)$", text, re.M).group(1, 2)
+    with open(next(p for p in path if p)) as f:
+        return f.readlines()[1:]
+
+
+def test_dalipipe_check_judges_the_members_as_the_dataset_does(dense, tmp_path, capsys):
+    """`dalipipe check SHARDS --masks .seg.png` (`--boxes .json`) reports the bad
+    samples that `make_dali_dataset` refuses (its pipeline's check), with the same
+    names and reasons."""
+    _, masks, boxes = dense
+    found = members(sorted(glob.glob(masks))[0])
+    found["00000001.seg.png"] = bad_idat_crc(found["00000001.seg.png"])
+    del found["00000002.seg.png"]
+    mask_copy = write_tar(tmp_path / "m.tar", sorted(found.items()))
+    found = members(sorted(glob.glob(boxes))[0])
+    found["00000001.json"] = b'{"boxes": [[1, 2,'
+    box_copy = write_tar(tmp_path / "b.tar", sorted(found.items()))
+    for copy, flag, options, count in ((mask_copy, "--masks", dict(masks=".seg.png"), 2),
+                                       (box_copy, "--boxes", dict(boxes=".json", **BOXES), 1)):
+        capsys.readouterr()
+        assert main(["check", copy, flag, options.get("masks", ".json")]) == 1
+        printed = _report(capsys.readouterr().out)
+        with pytest.raises(ValueError) as raised:
+            make_dali_pipeline(copy, check="structure", **options, **OPTIONS)
+        assert printed == _report(str(raised.value)) and len(printed) == count
+    assert main(["check", sorted(glob.glob(masks))[0], "--masks", ".seg.png"]) == 0
+    assert "all 4 files are sound" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("source, options, match", [
