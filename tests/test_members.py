@@ -83,6 +83,35 @@ def test_shards_give_the_folder_s_batches_for_the_seed(dense, case):
             assert all(np.array_equal(a, b) for a, b in zip(ours, theirs, strict=True))
 
 
+def test_masks_and_boxes_from_shards_in_s3(dense, s3_server):
+    """The shards in a bucket give the local shards' batches (`shuffle=False`: the
+    same order, the shards'); an epoch's masks and images come from one ranged GET per
+    shard, not one request per member."""
+    from dalipipe.ranges import read
+    from s3_server import upload_folder
+
+    folder, masks, boxes = dense
+    client = s3_server.client()
+    client.create_bucket(Bucket="members")
+    upload_folder(client, os.path.join(folder, "m"), "members", "m")
+    upload_folder(client, os.path.join(folder, "b"), "members", "b")
+    for case, local, uri in (("masks", masks, "s3://members/m/train-{000000..000001}.tar"),
+                             ("boxes", boxes, "s3://members/b/*.tar")):
+        remote = make_dali_pipeline(uri, shuffle=False, **OPTIONS, **shard_options(case))
+        here = make_dali_pipeline(local, shuffle=False, **OPTIONS, **shard_options(case))
+        assert remote.file_paths == [p.replace(os.path.dirname(local), uri.rsplit("/", 1)[0])
+                                     for p in here.file_paths]
+        if case == "masks":  # read from the shards, none rewritten
+            assert (remote.index.mask_refs[:, 0] >= 0).all()
+        for epoch in (0, 1):
+            read.forget_chunks()
+            since = s3_server.log_size()
+            for ours, theirs in zip(remote.epoch(epoch), here.epoch(epoch), strict=True):
+                assert all(np.array_equal(a, b) for a, b in zip(ours, theirs, strict=True))
+            gets = s3_server.object_gets("members", since)
+            assert sorted(gets) == [f"{case[0]}/train-00000{i}.tar" for i in (0, 1)], gets
+
+
 def test_the_tf_format_gives_the_native_batches(dense):
     pytest.importorskip("tensorflow")
     folder, masks, boxes = dense
