@@ -210,13 +210,23 @@ def build_parser():
     check.add_argument("--path-column", default="path",
                        help="a CSV's column of image paths (default: %(default)s)")
     check.add_argument("--full", action="store_true", help="also decode every image")
-    check.add_argument("--masks", default=None,
+    dense = check.add_mutually_exclusive_group()
+    dense.add_argument("--masks", default=None,
                        help="also check each image's segmentation mask, as "
                             "make_dali_dataset(masks=MASKS) does: a folder of masks matched "
-                            "to a flat SOURCE folder's images by file stem, or a CSV "
-                            "SOURCE's column of mask paths; a mask is bad where DALI's "
-                            "decoder rejects it (as for images, with --full too), it is not "
-                            "one channel of class ids, or its size is not its image's")
+                            "to a flat SOURCE folder's images by file stem, a CSV "
+                            "SOURCE's column of mask paths, or, for tar shards, the "
+                            "extension of each sample's mask member (.seg.png); a mask is "
+                            "bad where DALI's decoder rejects it (as for images, with --full "
+                            "too), it is not one channel of class ids, or its size is not "
+                            "its image's")
+    dense.add_argument("--boxes", default=None,
+                       help="also check each image's boxes, as "
+                            "make_dali_dataset(boxes=BOXES) does: a COCO JSON or a CSV "
+                            "table of boxes for a flat SOURCE folder, or, for tar shards, "
+                            "the extension of each sample's boxes member (.json); boxes are "
+                            "bad where the member is not JSON or does not fit the schema "
+                            "(docs/shards.md), or a box lies outside its image")
     check.set_defaults(func=_check)
 
     convert = commands.add_parser(
@@ -332,17 +342,20 @@ def _check(args):
 
     level = "full" if args.full else "structure"
     started = time.perf_counter()
-    if args.masks is None:
+    if args.masks is None and args.boxes is None:
         index = _training_index(args.source, path_column=args.path_column)
         verdicts = checks.check_index(index, check=level, read_records=ranges.load_encoded,
                                       verbose=True)
-    else:
-        from dalipipe.annotations.inputs import judge_pairs
+    else:  # with masks or boxes: as make_dali_dataset judges them (tar shards too)
+        from dalipipe.annotations.inputs import judge_boxes, judge_pairs
         from dalipipe.options import Options
 
-        options = Options(masks=args.masks, check=level, device="cpu",
-                          path_column=args.path_column)
-        index, _, verdicts = judge_pairs(args.source, options)
+        common = dict(check=level, device="cpu", path_column=args.path_column)
+        if args.masks is not None:
+            index, _, verdicts = judge_pairs(args.source, Options(masks=args.masks, **common))
+        else:
+            options = Options(boxes=args.boxes, bounding_box_format="xyxy", **common)
+            index, _, _, verdicts = judge_boxes(args.source, options)
     bad = checks.bad_files(verdicts)
     print(f"checked {len(index)} files in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     if not bad:

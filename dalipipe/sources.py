@@ -58,6 +58,10 @@ class Index(NamedTuple):
             offset and size of each mask member, `(-1, -1, -1)` where the graph
             reads the file of `mask_paths` instead (`dalipipe.annotations.members`);
             else None.
+        faults: `{sample name: reason}` of samples found bad while indexed (of tar
+            shards, those whose label cannot be read, kept by `allow_missing`), for
+            the check to report with the other bad files (`checks.check_index`); else
+            None.
     """
 
     file_paths: list
@@ -69,6 +73,7 @@ class Index(NamedTuple):
     mask_paths: Optional[list] = None
     boxes: Optional[list] = None
     mask_refs: Optional[np.ndarray] = None
+    faults: Optional[dict] = None
 
     def take(self, indices):
         indices = np.asarray(indices, np.int64)
@@ -81,7 +86,7 @@ class Index(NamedTuple):
         boxes = None if self.boxes is None else [self.boxes[i] for i in indices]
         mask_refs = None if self.mask_refs is None else self.mask_refs[indices]
         return Index([self.file_paths[i] for i in indices], labels, self.class_names,
-                     self.tfrecord_files, refs, stamps, masks, boxes, mask_refs)
+                     self.tfrecord_files, refs, stamps, masks, boxes, mask_refs, self.faults)
 
     def without(self, paths, *, keep_classes=False):
         """This index less `paths`; classes left without samples are dropped (and
@@ -126,8 +131,9 @@ def index_source(source, *, labels="inferred", class_names=None, path_column="pa
             folders (class folders that are links are always walked).
         root: folder that relative paths of a table or list resolve against.
             Defaults to the CSV file's folder, else the current directory.
-        allow_missing: keep paths of a table or list that do not exist (for a
-            pre-flight check to report with the other bad files) instead of raising.
+        allow_missing: keep paths of a table or list that do not exist, and
+            samples of tar shards whose label cannot be read (`Index.faults`), for a
+            pre-flight check to report with the other bad files, instead of raising.
         verbose: show progress bars while TFRecord files are indexed and scanned.
             Defaults to None: when stderr is a terminal.
         label_columns: for a table, the columns of its targets for `label_mode`
@@ -161,7 +167,8 @@ def index_source(source, *, labels="inferred", class_names=None, path_column="pa
         labels = None  # the targets are the columns
     shards = tar.tar_files(source)  # before folders: a brace pattern is no prefix
     if shards is not None:
-        return _index_shards(tar.scan(shards, verbose=verbose), labels, class_names)
+        return _index_shards(tar.scan(shards, verbose=verbose), labels, class_names,
+                             allow_missing)
     tree = remote.prefix_tree(source)  # a folder in s3:// or gs://, else None
     if tree is not None:
         return _index_directory(os.fspath(source), labels, class_names, False, tree=tree)
@@ -293,20 +300,23 @@ def _index_records(records, labels, class_names):
     return _encode_classes(names, records, class_names, (tfrecord.LABEL, tfrecord.TEXT))
 
 
-def _index_shards(found, labels, class_names):
+def _index_shards(found, labels, class_names, allow_bad):
     """An `Index` of the samples of tar shards (see `index_source`): labels from
     each sample's `.cls` member (`labels="inferred"`), from the field `labels` of its
-    `.json` member, or none; classes as `_encode_classes` makes them."""
+    `.json` member, or none; classes as `_encode_classes` makes them. With
+    `allow_bad`, samples whose label cannot be read are kept, in `faults`
+    (`tar.label_values`)."""
     if labels is None:
         return Index(found.names, None, None, found.shards, found.refs)
     if not isinstance(labels, str):
         raise ValueError(
             "For tar shards, `labels` must be 'inferred' (each sample's .cls member), the "
             f"name of a field of its .json member, or None. Received: labels={labels!r}")
-    values, texts = tar.label_values(found, labels)
+    values, texts, bad = tar.label_values(found, labels, allow_bad=allow_bad)
     records = tfrecord.Records(found.shards, found.refs, values, texts)
     what = (".cls", None) if is_inferred(labels) else (f".json field {labels!r}",) * 2
-    return _encode_classes(found.names, records, class_names, what)
+    index = _encode_classes(found.names, records, class_names, what)
+    return Index(**{**index._asdict(), "faults": bad or None})
 
 
 def _encode_classes(names, records, class_names, what):

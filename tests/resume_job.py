@@ -14,8 +14,9 @@ files and before the rename.
 
 With DENSE_DIR (sample data with masks), the same process then trains a segmentation
 model on its masks three times (`dense_runs`): uninterrupted, interrupted by an
-exception (which stands for the kill) and resumed from the backup; a last line holds
-the digest of the masks each step trained on.
+exception (which stands for the kill) and resumed from the backup; then the same three
+on tar shards written from it by `dalipipe convert --masks` (`masks=".seg.png"`). A
+last line holds the digest of the masks each step trained on.
 """
 
 import json
@@ -176,13 +177,12 @@ class MaskSteps(keras.callbacks.Callback):
             raise Interrupted()
 
 
-def dense_fit(dense_dir, backup_dir, kill_at=None):
+def dense_fit(source, masks, backup_dir, kill_at=None):
     """A new masks dataset, model and `BackupAndRestore` in `backup_dir`, as a started
     program makes them; `fit` until the end or `kill_at`. Returns the steps trained."""
     from dalipipe.annotations.sample import MASK_CLASS_NAMES
 
-    train = dalipipe.make_dali_dataset(os.path.join(dense_dir, "images"),
-                                       masks=os.path.join(dense_dir, "masks"),
+    train = dalipipe.make_dali_dataset(source, masks=masks,
                                        class_names=list(MASK_CLASS_NAMES), **DENSE)
     backup = dalipipe.BackupAndRestore(backup_dir, train, save_freq=1)
     model = keras.Sequential([keras.Input((*DENSE["image_size"], 3)),
@@ -200,10 +200,22 @@ def dense_fit(dense_dir, backup_dir, kill_at=None):
 
 
 def dense_runs(dense_dir, backup_dir):
-    """The masks' runs: uninterrupted, interrupted at `DENSE_KILL`, resumed."""
-    return {"whole": dense_fit(dense_dir, backup_dir + "-whole"),
-            "killed": dense_fit(dense_dir, backup_dir + "-dense", DENSE_KILL),
-            "resumed": dense_fit(dense_dir, backup_dir + "-dense")}
+    """The masks' runs: uninterrupted, interrupted at `DENSE_KILL`, resumed; from the
+    folder, and under `"shards"` from tar shards of it."""
+    from dalipipe.cli import main as cli
+
+    images, masks = os.path.join(dense_dir, "images"), os.path.join(dense_dir, "masks")
+    shards = backup_dir + "-shards"
+    assert cli(["convert", images, shards, "--shards", "2", "--format", "webdataset",
+                "--masks", masks]) == 0
+    found = {}
+    for name, source, target in (("folder", images, masks),
+                                 ("shards", os.path.join(shards, "train-*.tar"), ".seg.png")):
+        found[name] = {
+            "whole": dense_fit(source, target, f"{backup_dir}-{name}-whole"),
+            "killed": dense_fit(source, target, f"{backup_dir}-{name}", DENSE_KILL),
+            "resumed": dense_fit(source, target, f"{backup_dir}-{name}")}
+    return {**found.pop("folder"), **found}
 
 
 def main(tagged_dir, backup_dir, records, kill="", dense_dir=None):

@@ -8,6 +8,7 @@ import glob
 import io
 import json
 import os
+import re
 import tarfile
 
 import numpy as np
@@ -80,6 +81,35 @@ def test_shards_give_the_folder_s_batches_for_the_seed(dense, case):
     for epoch in (0, 1):
         for ours, theirs in zip(shards.epoch(epoch), files.epoch(epoch), strict=True):
             assert all(np.array_equal(a, b) for a, b in zip(ours, theirs, strict=True))
+
+
+def test_masks_and_boxes_from_shards_in_s3(dense, s3_server):
+    """The shards in a bucket give the local shards' batches (`shuffle=False`: the
+    same order, the shards'); an epoch's masks and images come from one ranged GET per
+    shard, not one request per member."""
+    from dalipipe.ranges import read
+    from s3_server import upload_folder
+
+    folder, masks, boxes = dense
+    client = s3_server.client()
+    client.create_bucket(Bucket="members")
+    upload_folder(client, os.path.join(folder, "m"), "members", "m")
+    upload_folder(client, os.path.join(folder, "b"), "members", "b")
+    for case, local, uri in (("masks", masks, "s3://members/m/train-{000000..000001}.tar"),
+                             ("boxes", boxes, "s3://members/b/*.tar")):
+        remote = make_dali_pipeline(uri, shuffle=False, **OPTIONS, **shard_options(case))
+        here = make_dali_pipeline(local, shuffle=False, **OPTIONS, **shard_options(case))
+        assert remote.file_paths == [p.replace(os.path.dirname(local), uri.rsplit("/", 1)[0])
+                                     for p in here.file_paths]
+        if case == "masks":  # read from the shards, none rewritten
+            assert (remote.index.mask_refs[:, 0] >= 0).all()
+        for epoch in (0, 1):
+            read.forget_chunks()
+            since = s3_server.log_size()
+            for ours, theirs in zip(remote.epoch(epoch), here.epoch(epoch), strict=True):
+                assert all(np.array_equal(a, b) for a, b in zip(ours, theirs, strict=True))
+            gets = s3_server.object_gets("members", since)
+            assert sorted(gets) == [f"{case[0]}/train-00000{i}.tar" for i in (0, 1)], gets
 
 
 def test_the_tf_format_gives_the_native_batches(dense):
@@ -160,12 +190,49 @@ def test_a_bad_boxes_member_is_named(dense, tmp_path):
     found["00000001.json"] = json.dumps({"boxes": [[1, 2, 3]], "labels": ["circle"],
                                          "bounding_box_format": "xyxy"}).encode()
     found["00000002.json"] = json.dumps({"boxes": [], "labels": []}).encode()
+    found["00000003.json"] = b'{"boxes": [[1, 2,'  # cut short: a bad file of its sample
     copy = write_tar(tmp_path / "b.tar", sorted(found.items()))
     with pytest.raises(ValueError) as raised:
         make_dali_pipeline(copy, boxes=".json", **BOXES, **dict(OPTIONS, verbose=False))
     message = str(raised.value)
     assert f"its boxes' member {copy}#00000001.json has \"boxes\" that are not" in message
     assert f"{copy}#00000002.json has the bounding_box_format None" in message
+    assert f"{copy}#00000003.png: its .json member {copy}#00000003.json is not JSON (" \
+        in message
+    with pytest.warns(UserWarning, match="Left out 3 of 4"):
+        kept = make_dali_pipeline(copy, boxes=".json", on_bad_file="skip", **BOXES, **OPTIONS)
+    assert [os.path.basename(p) for p in kept.file_paths] == ["b.tar#00000000.png"]
+
+
+def _report(text):
+    """The lines of the bad-file report whose path `text` names, less its heading."""
+    path = re.search(r"^report: (.*)$|Report: (.*)$", text, re.M).group(1, 2)
+    with open(next(p for p in path if p)) as f:
+        return f.readlines()[1:]
+
+
+def test_dalipipe_check_judges_the_members_as_the_dataset_does(dense, tmp_path, capsys):
+    """`dalipipe check SHARDS --masks .seg.png` (`--boxes .json`) reports the bad
+    samples that `make_dali_dataset` refuses (its pipeline's check), with the same
+    names and reasons."""
+    _, masks, boxes = dense
+    found = members(sorted(glob.glob(masks))[0])
+    found["00000001.seg.png"] = bad_idat_crc(found["00000001.seg.png"])
+    del found["00000002.seg.png"]
+    mask_copy = write_tar(tmp_path / "m.tar", sorted(found.items()))
+    found = members(sorted(glob.glob(boxes))[0])
+    found["00000001.json"] = b'{"boxes": [[1, 2,'
+    box_copy = write_tar(tmp_path / "b.tar", sorted(found.items()))
+    for copy, flag, options, count in ((mask_copy, "--masks", dict(masks=".seg.png"), 2),
+                                       (box_copy, "--boxes", dict(boxes=".json", **BOXES), 1)):
+        capsys.readouterr()
+        assert main(["check", copy, flag, options.get("masks", ".json")]) == 1
+        printed = _report(capsys.readouterr().out)
+        with pytest.raises(ValueError) as raised:
+            make_dali_pipeline(copy, check="structure", **options, **OPTIONS)
+        assert printed == _report(str(raised.value)) and len(printed) == count
+    assert main(["check", sorted(glob.glob(masks))[0], "--masks", ".seg.png"]) == 0
+    assert "all 4 files are sound" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("source, options, match", [

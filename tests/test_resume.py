@@ -319,8 +319,9 @@ def test_a_run_killed_during_a_backup_write_resumes_from_the_previous_one(tagged
 @pytest.mark.slow
 def test_the_uninterrupted_run_sees_the_native_epochs(tagged_dir, tmp_path, dense):  # noqa: F811
     """The same process then fits masks uninterrupted, interrupted and resumed
-    (`resume_job.dense_runs`): the resumed steps are the uninterrupted run's, and
-    those are the native epochs' masks."""
+    (`resume_job.dense_runs`), from a folder and from tar shards of it: the resumed
+    steps are the uninterrupted run's, and those are the folder's native epochs'
+    masks."""
     records = tmp_path / "whole.jsonl"
     assert run_job("tensorflow", tagged_dir, tmp_path / "backup", records, dense=dense)[0] == 0
     (run,) = read_runs(records)
@@ -328,20 +329,20 @@ def test_the_uninterrupted_run_sees_the_native_epochs(tagged_dir, tmp_path, dens
     assert steps_of(run) == [
         (epoch, batch, [tag_of(image) for image in images])
         for epoch in range(EPOCHS) for batch, (images, _) in enumerate(pipeline.epoch(epoch))]
-    runs = run[-1]["dense"]
     masks = dalipipe.make_dali_pipeline(os.path.join(dense, "images"),
                                         masks=os.path.join(dense, "masks"), **DENSE)
     want = [[epoch, step, mask_digest(batch)] for epoch in range(DENSE_EPOCHS)
             for step, (_, batch) in enumerate(masks.epoch(epoch))]
-    assert runs["whole"]["steps"] == want
-    kill = list(DENSE_KILL)
-    assert runs["killed"]["steps"] == [s for s in want if s[:2] <= kill]
-    start = runs["resumed"]["start"]
-    # The backup after the interrupted step is written at the next step's start (all
-    # callbacks have seen the step then): lost with the interruption, as with SIGKILL,
-    # so the resumed run trains that step again.
-    assert start == kill
-    assert runs["resumed"]["steps"] == [s for s in want if s[:2] >= start]
+    for runs in (run[-1]["dense"], run[-1]["dense"]["shards"]):
+        assert runs["whole"]["steps"] == want
+        kill = list(DENSE_KILL)
+        assert runs["killed"]["steps"] == [s for s in want if s[:2] <= kill]
+        start = runs["resumed"]["start"]
+        # The backup after the interrupted step is written at the next step's start
+        # (all callbacks have seen the step then): lost with the interruption, as with
+        # SIGKILL, so the resumed run trains that step again.
+        assert start == kill
+        assert runs["resumed"]["steps"] == [s for s in want if s[:2] >= start]
 
 
 def test_double_checkpoint_restores_the_older_backup_when_the_newer_is_broken(

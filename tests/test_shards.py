@@ -129,7 +129,9 @@ def test_errors_name_the_source_the_shard_and_the_member(shards, tmp_path):
     with pytest.raises(ValueError, match=r"Not a tar shard: 'a\.png'"):
         sources.index_source([shards[0], "a.png"])
     with pytest.raises(ValueError, match=r"The sample .*train-000000\.tar#00000000\.png has "
-                                         r"None\. Received: labels='nope'"):
+                                         r"no field 'nope' in its \.json member .*train-000000"
+                                         r"\.tar#00000000\.json \(and 120 more of the 121 "
+                                         r"samples\)\. Received: labels='nope'"):
         sources.index_source(brace(shards), labels="nope")
     png = open(sources.index_source(brace(shards)).tfrecord_files[0], "rb").read()[512:600]
     two = write_tar(tmp_path / "two.tar", [("a.jpg", png), ("a.png", png)])
@@ -214,6 +216,36 @@ def test_a_damaged_member_is_named_before_training_or_left_out(shards, tmp_path)
                                              r"inside or after the member '\d+\.\w+'.*"
                                              r"train-000003\.tar'"):
             make_dali_pipeline(pattern, on_bad_file="skip", **OPTIONS)
+
+
+def test_a_json_member_without_its_label_is_a_bad_file_of_its_sample(shards, tmp_path):
+    """A `.json` member that is not JSON, or lacks the `labels` field, is a bad file
+    of its sample (not of its shard), named by shard and member."""
+    for shard in shards:
+        shutil.copy2(shard, tmp_path)
+    copy = rewritten(shards[1], tmp_path, lambda name, data: {
+        "00000040.json": b'{"label": 1, "cla', "00000041.json": b'{"label": 2}'}.get(name, data))
+    pattern = str(tmp_path / "train-*.tar")
+    with pytest.raises(ValueError) as raised:
+        make_dali_pipeline(pattern, labels="class", **OPTIONS)
+    message = str(raised.value)
+    assert "2 of 121 files cannot be loaded" in message
+    assert f"{copy}#00000040.png: its .json member {copy}#00000040.json is not JSON (" in message
+    assert f"{copy}#00000041.png: has no field 'class' in its .json member " \
+           f"{copy}#00000041.json" in message
+    with pytest.warns(UserWarning, match="Left out 2 of 121"):
+        pipe = make_dali_pipeline(pattern, labels="class", on_bad_file="skip", **OPTIONS)
+    found, _ = rows(pipe, 0)
+    assert len(found) == len({t for t, _ in found}) == NUM_TAGGED - 2
+    assert not {f"{copy}#00000040.png", f"{copy}#00000041.png"} & set(pipe.file_paths)
+    assert pipe.class_names == list(CLASSES) and all(label == tag % 3 for tag, label in found)
+    # Without the check (check=None), nothing reports them: refused, named.
+    with pytest.raises(ValueError, match=r"The sample .*train-000001\.tar#00000040\.png its "
+                                         r"\.json member .*00000040\.json is not JSON .*\(and 1 "
+                                         r"more of the 121 samples\)"):
+        make_dali_pipeline(pattern, labels="class", check=None, **OPTIONS)
+    # Labels from .cls: the .json members are not read.
+    assert len(make_dali_pipeline(pattern, **OPTIONS).file_paths) == NUM_TAGGED
 
 
 def test_convert_writes_shards_that_webdataset_reads(tagged_dir, tmp_path):

@@ -172,14 +172,7 @@ def index_with_boxes(source, options, *, device_id=0):
             differs from a COCO JSON's categories, and bad images or boxes with
             `on_bad_file="raise"` (each named, with its reason).
     """
-    shards = tar.tar_files(source)
-    if shards is not None:
-        index, entries, images, verdicts = members.judge_boxes(
-            shards, options,
-            image_check=lambda index: _image_check(index, options, device_id, "boxes"))
-        verdicts = [v._replace(reason=v.reason or _unsized(v, v)) for v in verdicts]
-    else:
-        index, entries, images, verdicts = judge_boxes(source, options, device_id)
+    index, entries, images, verdicts = judge_boxes(source, options, device_id)
     entries = [entry._replace(size=verdict.size) for entry, verdict in zip(entries, verdicts)]
     over = [(e.path, len(e.boxes)) for e in entries if len(e.boxes) > options.max_boxes]
     if over:
@@ -194,10 +187,21 @@ def index_with_boxes(source, options, *, device_id=0):
     return index, checks.image_sizes(images)
 
 
-def judge_boxes(source, options, device_id):
-    """The images of a folder or a list with their boxes, and a verdict on each (the
-    check of `index_with_boxes`, before `on_bad_file`): `members.judge_boxes`'s
-    `(index, entries, images, verdicts)`."""
+def judge_boxes(source, options, device_id=0):
+    """The images of `source` with their boxes, and a verdict on each: the check of
+    `index_with_boxes` (and of `dalipipe check --boxes`), before `on_bad_file`.
+
+    Returns:
+        `members.judge_boxes`'s `(index, entries, images, verdicts)`, for tar shards
+        as for a folder or a list.
+    """
+    shards = tar.tar_files(source)
+    if shards is not None:
+        index, entries, images, verdicts = members.judge_boxes(
+            shards, options,
+            image_check=lambda index: _image_check(index, options, device_id, "boxes"))
+        verdicts = [v._replace(reason=v.reason or _unsized(v, v)) for v in verdicts]
+        return index, entries, images, verdicts
     found = _box_source(source, options)
     index = sources.Index([e.path for e in found.images], None, found.class_names)
     images = _image_check(index, options, device_id, "boxes")

@@ -224,7 +224,10 @@ def _box_members(found, extension):
     for i, name in enumerate(found.names):
         shard = name.rsplit("#", 1)[0]
         if others is None:
-            member, meta = f"{name.rsplit('#', 1)[1].split('.')[0]}.json", found.meta[i]
+            member, meta = tar.companion(name, "json").rsplit("#", 1)[1], found.meta[i]
+            if found.faults[i] is not None:  # not JSON
+                parsed.append((None, found.faults[i]))
+                continue
             missing = meta is None
         else:
             where = others[i]

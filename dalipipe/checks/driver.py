@@ -287,12 +287,18 @@ def check_index(index, *, check="structure", read_records=None, verbose=False, d
         reason (None for a sound image), the `(width, height)` the decoder read of
         its header (also from the cache: the GPU decoder's preallocation hints), and
         the stamp of the file (of its TFRecord file, for a record) as it was when
-        checked (for `verify_unchanged`). `apply_policy` makes the index to train on.
+        checked (for `verify_unchanged`). A sample of `index.faults` (found bad while
+        indexed: a tar shard's sample whose label cannot be read) has that reason
+        where its image has none. `apply_policy` makes the index to train on.
     """
     how = dict(check=check, verbose=verbose, device=device, device_id=device_id)
     if index.refs is None:
-        return check_paths(index.file_paths, **how)
-    if read_records is None:
+        verdicts = check_paths(index.file_paths, **how)
+    elif read_records is None:
         raise TypeError("check_index() needs `read_records` for TFRecord records")
-    return check_records(index.file_paths, index.tfrecord_files, index.refs,
-                         read_records=read_records, **how)
+    else:
+        verdicts = check_records(index.file_paths, index.tfrecord_files, index.refs,
+                                 read_records=read_records, **how)
+    faults = index.faults or {}
+    return [v if v.reason is not None or v.path not in faults else
+            v._replace(reason=faults[v.path]) for v in verdicts]

@@ -12,7 +12,10 @@ The index of a shard (each sample's key, image member, its byte range, its `.cls
 and `.json`, and the byte range of each companion) is read once with Python's `tarfile` and cached per shard
 (`ranges.cache.cached_scan`, kind `tar-index`), never written beside the shard.
 Samples are named `"<shard>#<image member>"`, so that a damaged one is named by
-shard and member.
+shard and member. A `.json` member that is not JSON is a fault of its sample
+(`Shards.faults`), not of its shard: it matters where the sample's label or boxes
+come from it (`label_values`, `dalipipe.annotations.members`), and there the sample
+is a bad file like a damaged image.
 """
 
 import collections
@@ -34,7 +37,7 @@ from dalipipe.ranges.read import is_remote, read_ranges
 IMAGE_SUFFIXES = ("jpg", "jpeg", "png", "webp", "bmp", "tif", "tiff", "jp2", "ppm", "pgm", "pbm",
                   "pnm")
 INDEX_WORKERS = 8  # objects indexed at once
-_INDEX_VERSION = 2  # bump when what `_read_index` caches changes
+_INDEX_VERSION = 3  # bump when what `_read_index` caches changes
 _BRACE = re.compile(r"\{([^{}]*)\}")
 
 
@@ -147,6 +150,8 @@ class Shards(NamedTuple):
         meta: the `.json` object of each sample, or None where it has none.
         members: each sample's companions, `{extension: (name, offset, size)}`
             (the extension in lower case after the key's dot, e.g. `"seg.png"`).
+        faults: why each sample's `.json` member cannot be read (it is not JSON),
+            naming the shard and the member; None where it has none or reads.
     """
 
     shards: list
@@ -155,6 +160,7 @@ class Shards(NamedTuple):
     cls: list
     meta: list
     members: list
+    faults: list
 
     def __len__(self):
         return len(self.refs)
@@ -170,25 +176,25 @@ def scan(shards, verbose=False):
     """
     from dalipipe.utils import progress
 
-    refs, names, cls, meta, members = [], [], [], [], []
+    refs, names, cls, meta, members, faults = [], [], [], [], [], []
     with progress(len(shards), "tar shards indexed", enabled=verbose) as bar, \
             concurrent.futures.ThreadPoolExecutor(INDEX_WORKERS) as pool:
         # Objects are indexed `INDEX_WORKERS` at a time (each one streamed whole).
         indexes = pool.map(_shard_index, shards) if any(map(is_remote, shards)) \
             else map(_shard_index, shards)
         for number, (shard, index) in enumerate(zip(shards, indexes)):
-            found = index["samples"]
-            refs += [(number, offset, size) for _, _, offset, size, *_ in found]
-            names += [f"{shard}#{member}" for _, member, *_ in found]
-            cls += [c for *_, c, _, _ in found]
-            meta += [m for *_, m, _ in found]
-            members += [{suffix: tuple(where) for suffix, where in m.items()}
-                        for *_, m in found]
+            for _, member, offset, size, text, obj, others, fault in index["samples"]:
+                refs.append((number, offset, size))
+                names.append(f"{shard}#{member}")
+                cls.append(text)
+                meta.append(obj)
+                members.append({suffix: tuple(where) for suffix, where in others.items()})
+                faults.append(fault)
             bar.update(1)
     if not refs:
         raise ValueError(f"The tar shards hold no image: {shards[:3]}")
     return Shards(list(shards), np.array(refs, np.int64).reshape(-1, 3), names, cls, meta,
-                  members)
+                  members, faults)
 
 
 def _shard_index(shard):
@@ -214,8 +220,10 @@ def _shard_index(shard):
 
 
 def _read_index(shard, fileobj, size):
-    """{"samples": [[key, image member, offset, size, cls text, json, companions], ...]}
-    of a shard read in order (companions: `{extension: [member, offset, size]}`) (`fileobj` a file or a streamed object of `size` bytes).
+    """{"samples": [[key, image member, offset, size, cls text, json, companions,
+    fault], ...]} of a shard read in order (companions: `{extension: [member, offset,
+    size]}`; fault: why its `.json` member is not JSON, else None) (`fileobj` a file
+    or a streamed object of `size` bytes).
 
     Raises:
         ValueError: for a shard cut short (it lacks the end-of-archive blocks, or a
@@ -239,14 +247,17 @@ def _read_index(shard, fileobj, size):
             sample = samples.get(key)
             if sample is None:
                 sample = samples[key] = {"images": [], "cls": None, "json": None,
-                                         "members": {}}
+                                         "members": {}, "fault": None}
                 order.append(key)
             suffix = suffix.lower()
             if suffix in IMAGE_SUFFIXES:
                 sample["images"].append((member.name, member.offset_data, member.size))
-            elif suffix in ("cls", "json"):
-                data = archive.extractfile(member).read()
-                sample[suffix] = _small_member(shard, member.name, suffix, data)
+            elif suffix == "cls":
+                sample["cls"] = archive.extractfile(member).read().decode(
+                    "utf-8", "replace").strip()
+            elif suffix == "json":
+                sample["json"], sample["fault"] = _json_member(
+                    shard, member.name, archive.extractfile(member).read())
             else:
                 sample["members"][suffix] = [member.name, member.offset_data, member.size]
     except _Cut:
@@ -267,8 +278,8 @@ def _read_index(shard, fileobj, size):
                 f"Each sample of a tar shard must have one image member (a name ending in "
                 f"{', '.join('.' + s for s in IMAGE_SUFFIXES[:4])}, ...). The sample "
                 f"{key!r} of {shard!r} has {what}")
-        found.append([key, *images[0], samples[key]["cls"], samples[key]["json"],
-                      samples[key]["members"]])
+        found.append([key, *images[0], *(samples[key][k] for k in
+                                         ("cls", "json", "members", "fault"))])
     return {"samples": found}
 
 
@@ -292,14 +303,13 @@ def _members(archive, shard):
         yield member
 
 
-def _small_member(shard, name, suffix, data):
-    text = data.decode("utf-8", "replace")
-    if suffix == "cls":
-        return text.strip()
+def _json_member(shard, name, data):
+    """`(object, None)` of a `.json` member, or `(None, why)` for one that is not
+    JSON, naming the shard and the member."""
     try:
-        return json.loads(text)
+        return json.loads(data.decode("utf-8", "replace")), None
     except ValueError as e:
-        raise ValueError(f"The member {name!r} of {shard!r} is not JSON ({e})") from None
+        return None, f"its .json member {shard}#{name} is not JSON ({e})"
 
 
 def members_bytes(shards, refs):
@@ -318,50 +328,80 @@ def members_bytes(shards, refs):
     return found
 
 
-def label_values(found, labels):
-    """`(values, texts)` of the samples' labels, the form `sources` encodes.
+def label_values(found, labels, *, allow_bad=False):
+    """`(values, texts, bad)` of the samples' labels, the form `sources` encodes.
 
     Args:
         found: `Shards`.
         labels: `"inferred"` for `.cls` members, or the name of a `.json` field.
+        allow_bad: keep the samples whose label cannot be read (a `.cls` text that
+            is not an integer, a `.json` member that is not JSON or lacks the field)
+            in `bad`, for the check to report them with the other bad files, as
+            `sources.index_source`'s `allow_missing` keeps missing files; unless they
+            are half the samples or more, which is a wrong `labels`, not damaged
+            members.
 
     Returns:
-        `(int64 (n,), None)` for integer labels; `(int64 (n,), texts)` for string
-        labels: `values` number the sorted distinct texts.
+        `values`: `int64 (n,)`, with `texts` None for integer labels; for string
+        labels, `values` number the sorted distinct `texts`. `bad`: `{sample name:
+        reason}` of the samples whose label cannot be read (empty without
+        `allow_bad`); each has another sample's value and text.
 
     Raises:
-        ValueError: naming the shard and member of a sample without the label, or
-            whose label is neither an integer nor a string.
+        ValueError: naming the shard and member of the first sample without the
+            label, or whose label is neither an integer nor a string (and how many
+            there are); for labels of both kinds.
     """
     inferred = labels == "inferred"
-    raw = []
-    for name, cls, meta in zip(found.names, found.cls, found.meta):
+    raw, bad = [], {}
+    for name, cls, meta, fault in zip(found.names, found.cls, found.meta, found.faults):
         if inferred:
             value = None if cls is None else _integer(cls)
-            if value is None:
-                why = "no .cls member" if cls is None else f"the .cls text {cls!r}"
-                raise ValueError(
-                    f"`labels='inferred'` reads a .cls member holding an integer per sample: "
-                    f"{name} has {why}. Pass labels=None for images only, or the name of a "
-                    f".json field.")
+            why = None if value is not None else (
+                "has no .cls member" if cls is None else f"has the .cls text {cls!r}")
         else:
             value = meta.get(labels) if isinstance(meta, dict) else None
-            if isinstance(value, bool) or not isinstance(value, (int, str)):
-                raise ValueError(
-                    f"`labels` names a field of each sample's .json member holding an integer "
-                    f"or a string. The sample {name} has {value!r}"
-                    f"{'' if meta is not None else ' (no .json member)'}. "
-                    f"Received: labels={labels!r}")
+            member = companion(name, "json")
+            why = (None if isinstance(value, (int, str)) and not isinstance(value, bool) else
+                   fault or ("has no .json member" if meta is None else
+                             f"has no field {labels!r} in its .json member {member}"
+                             if not isinstance(meta, dict) or labels not in meta else
+                             f"has {value!r} in the field {labels!r} of its .json member "
+                             f"{member}, not an integer or a string"))
+        if why is not None:
+            bad[name] = why
         raw.append(value)
+    if bad and (not allow_bad or 2 * len(bad) > len(raw)):
+        name, why = next(iter(bad.items()))
+        more = f" (and {len(bad) - 1} more of the {len(raw)} samples)" if len(bad) > 1 else ""
+        if inferred:
+            raise ValueError(
+                f"`labels='inferred'` reads a .cls member holding an integer per sample: "
+                f"{name} {why}{more}. Pass labels=None for images only, or the name of a "
+                f".json field.")
+        raise ValueError(
+            f"`labels` names a field of each sample's .json member holding an integer or a "
+            f"string. The sample {name} {why}{more}. Received: labels={labels!r}")
+    if bad:
+        stand_in = next(v for name, v in zip(found.names, raw) if name not in bad)
+        raw = [stand_in if name in bad else v for name, v in zip(found.names, raw)]
     kinds = {type(v) for v in raw}
     if kinds == {int}:
-        return np.array(raw, np.int64), None
+        return np.array(raw, np.int64), None, bad
     if kinds == {str}:
         _, values = np.unique(np.array(raw, dtype=object).astype(str), return_inverse=True)
-        return values.astype(np.int64), raw
+        return values.astype(np.int64), raw, bad
     raise ValueError(f"The labels of tar shards must be all integers or all strings. "
                      f"Received: labels={labels!r} with values of types "
                      f"{sorted(k.__name__ for k in kinds)}")
+
+
+def companion(name, extension):
+    """`"<shard>#<key>.<extension>"`: the member of `extension` beside the image member
+    of the sample `name` (`"<shard>#<image member>"`)."""
+    shard, member = name.rsplit("#", 1)
+    folder, base = posixpath.split(member)
+    return f"{shard}#{posixpath.join(folder, base.partition('.')[0])}.{extension}"
 
 
 def _integer(text) -> Optional[int]:
