@@ -42,10 +42,10 @@ class DALIGrainDataset(grain.IterDataset):
     and validation passes load the cursor's epoch and move nothing. So the batches
     that Keras's Grain adapter reads up front to learn the structure, and any pass
     left before its end, start no epoch: the next iterator loads the same one. (On
-    TensorFlow, Keras reads Grain datasets in `tf.data`'s threads, where the loop
-    is not known: every pass there counts as a training pass.) DALI runs one pass
-    at a time: an iterator read after another one restarts its pass at its next
-    batch.
+    TensorFlow, Keras reads Grain datasets in `tf.data`'s threads: the loop is the
+    one, in another thread, whose epoch iterator reads this dataset,
+    `keras_hooks.keras_loop`.) DALI runs one pass at a time: an iterator read after
+    another one restarts its pass at its next batch.
 
     Several devices: under `torch.distributed` or a Keras `DataParallel`
     distribution, each process loads its shard of every global batch, as the
@@ -108,7 +108,7 @@ class DALIGrainIterator(grain.DatasetIterator):
     def __next__(self):
         if self._epoch is None:
             self._epoch, _, self._counts = self._dataset.cursor.start_pass(
-                keras_hooks.keras_loop())
+                keras_hooks.keras_loop(self._dataset))
         epoch, batch = self._position()
         if batch >= self._dataset.image_pipeline.steps:
             if self._counts:

@@ -16,6 +16,7 @@ Checked on Keras 3.11 and 3.15: the range `pyproject.toml` gives, which
 """
 
 import sys
+import threading
 from typing import NamedTuple
 
 import keras
@@ -73,22 +74,45 @@ class KerasLoop(NamedTuple):
 _LOOPS = ("fit", "evaluate", "predict")
 
 
-def keras_loop():
+def keras_loop(dataset=None):
     """The innermost Keras `fit`, `evaluate` or `predict` running in this thread, as a
     `KerasLoop`, or None outside them.
 
     Found by walking up the stack to the first frame of one of those methods of a
     Keras `Trainer` (a model). Every backend's `fit` names its epoch iterator
     `epoch_iterator`, its running epoch `epoch`, and its first epoch `initial_epoch`
-    (reassigned to `self._initial_epoch or initial_epoch` before its first epoch).
+    (reassigned to `self._initial_epoch or initial_epoch` before its first epoch);
+    `evaluate` and `predict` name theirs `epoch_iterator` too.
+
+    Args:
+        dataset: the dataset being read, for a read outside the loop's thread: on
+            the TensorFlow backend Keras reads a Grain dataset in `tf.data`'s threads
+            (`tf.data.Dataset.from_generator`). When no loop runs in this thread,
+            the innermost loop of another thread whose epoch iterator reads
+            `dataset` (or a Grain dataset made from it, `map`'s) is returned.
     """
     from keras.src.trainers.trainer import Trainer
 
-    frame = sys._getframe(1)
+    loop = _loop_in(sys._getframe(1), Trainer)
+    if loop is not None or dataset is None:
+        return loop
+    this = threading.get_ident()
+    for thread, frame in sys._current_frames().items():
+        if thread != this:
+            loop = _loop_in(frame, Trainer, dataset)
+            if loop is not None:
+                return loop
+    return None
+
+
+def _loop_in(frame, trainer, dataset=None):
+    """The innermost Keras loop on the stack from `frame` up (`keras_loop`); with
+    `dataset`, the innermost whose epoch iterator reads it."""
     while frame is not None:
         if frame.f_code.co_name in _LOOPS:
             names = frame.f_locals
-            if isinstance(names.get("self"), Trainer):
+            if isinstance(names.get("self"), trainer) and (
+                    dataset is None or _reads(names.get("epoch_iterator"), dataset)):
                 if frame.f_code.co_name != "fit":
                     return KerasLoop(frame.f_code.co_name)
                 started = "epoch" in names
@@ -97,6 +121,21 @@ def keras_loop():
                                  initial if started else None, None if started else initial)
         frame = frame.f_back
     return None
+
+
+def _reads(epoch_iterator, dataset):
+    """Whether `epoch_iterator` (None before it is made) reads `dataset`: its
+    adapter's dataset is `dataset`, or a Grain dataset made from it (Grain's
+    `parents`)."""
+    if epoch_iterator is None:
+        return False
+    found = [trained_dataset(epoch_iterator, None)]
+    while found:
+        data = found.pop()
+        if data is dataset:
+            return True
+        found.extend(getattr(data, "parents", ()))
+    return False
 
 
 # The frames a `PyDataset` that wraps a dalipipe dataset (`DALIPyDataset.map`'s, or a

@@ -128,17 +128,20 @@ RULE = {"resumed": [2, 3], "two_fits": [[0, 1], [2]], "validation_itself": [0, 1
 PYDATASET_RULE = {**RULE, "num_batches_read": [0, 1], "items_after_a_raise": True}
 
 
-@pytest.mark.parametrize("format", ["tf", "pydataset"])
+@pytest.mark.parametrize("format", ["tf", "pydataset", "grain"])
 def test_the_epoch_rule_on_tensorflow(tagged_dir, format):
     """`fit(initial_epoch=2)` on a new dataset trains epochs 2 and 3 on `epoch(2)`
     and `epoch(3)`; a second `fit` goes on where the first ended, `evaluate` and
     `predict` between them and validation passes on the dataset itself move
     nothing; a callback reading `num_batches` mid-epoch restarts nothing, and
-    `ds[i]` after a `fit` that raised is batch `i` (`epochs_job.rule`)."""
+    `ds[i]` after a `fit` that raised is batch `i` (`epochs_job.rule`). With
+    `"grain"`, Keras reads the passes in `tf.data`'s threads, away from the loop."""
     import keras
 
     if keras.backend.backend() != "tensorflow":
         pytest.skip("Keras's backend here is not TensorFlow")
+    if format == "grain":
+        pytest.importorskip("grain")
     from epochs_job import rule
 
     assert rule(tagged_dir, format) == (PYDATASET_RULE if format == "pydataset" else RULE)
