@@ -33,7 +33,7 @@ MODE `masks`: `masks_job.py`'s reads and fits of masks and boxes, on the dense
 sample data it makes (TAGGED_DIR unused).
 MODE `torch_distributed` (with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set): one
 process of a `torch.distributed` group reads two passes of its shard, in the
-"pydataset" and the "grain" formats. The images are
+"pydataset" format, through its `map`, and in the "grain" format. The images are
 `tagged_dir`'s (see `conftest.py`): each tells its index from its pixels.
 """
 
@@ -219,12 +219,15 @@ def torch_distributed(tagged_dir):
 
     dist.init_process_group("gloo")
     result = {"rank": int(os.environ["RANK"])}
-    for format in ("pydataset", "grain"):
-        train = dalipipe.make_dali_dataset(tagged_dir, seed=7, format=format, **OPTIONS)
+    for format in ("pydataset", "mapped", "grain"):
+        train = dalipipe.make_dali_dataset(tagged_dir, seed=7, **OPTIONS,
+                                           format="grain" if format == "grain" else "pydataset")
+        if format == "mapped":  # `DALIPyDataset.map` reads the dataset's shard
+            train = train.map(lambda images, labels, weights: (images, labels + 3, weights))
         runs = []
         for _ in range(2):
             seen = []
-            batches = ([train[i] for i in range(len(train))] if format == "pydataset"
+            batches = ([train[i] for i in range(len(train))] if format != "grain"
                        else list(train))
             for batch in batches:
                 images, labels, weights = (ops.convert_to_numpy(t) for t in batch)

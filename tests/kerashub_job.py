@@ -1,7 +1,8 @@
 """KerasHub's models fed by `make_dali_dataset`, built from config with random
 weights (no downloads), tiny: a `RetinaNetObjectDetector` on boxes and a
-`DeepLabV3ImageSegmenter` on masks, each fit for 2 steps and predicting, with
-`preprocessor=None` (the data are already resized).
+`DFineObjectDetector` on the same boxes and a `DeepLabV3ImageSegmenter` on masks,
+each fit for 2 steps and predicting, with `preprocessor=None` (the data are already
+resized).
 
 Run in pytest's process on TensorFlow with format "tf" (`test_kerashub.py`), and by
 `backend_job.py`'s MODE `kerashub` on torch and JAX with format "grain": the
@@ -52,6 +53,41 @@ def retinanet(folder, format):
     return {"losses": losses, "shapes": {k: list(v.shape) for k, v in predicted.items()}}
 
 
+def dfine(folder, format):
+    """A D-FINE trained on `"rel_center_xywh"` boxes, the format its loss reads
+    whatever its `bounding_box_format` (which its predictions follow): the losses of
+    2 steps and the shapes of `predict`'s outputs."""
+    import keras_hub
+
+    train = dalipipe.make_dali_dataset(
+        os.path.join(folder, "images"), boxes=os.path.join(folder, "instances.json"),
+        bounding_box_format="rel_center_xywh", max_boxes=4, format=format, **COMMON)
+    encoder = keras_hub.models.HGNetV2Backbone(
+        stem_channels=[3, 8, 8],
+        stackwise_stage_filters=[[8, 8, 16, 1, 1, 3], [16, 8, 32, 1, 1, 3],
+                                 [32, 16, 64, 1, 1, 3]],
+        apply_downsample=[False, True, True], use_lightweight_conv_block=[False, False, True],
+        depths=[1, 1, 1], hidden_sizes=[16, 32, 64], embedding_size=8,
+        use_learnable_affine_block=False, hidden_act="relu", image_shape=(*SIZE, 3),
+        out_features=["stage2", "stage3"])
+    backbone = keras_hub.models.DFineBackbone(
+        backbone=encoder, decoder_in_channels=[16, 16], encoder_hidden_dim=16,
+        num_denoising=0, num_labels=len(train.class_names), hidden_dim=16,
+        learn_initial_query=False, num_queries=10, anchor_image_size=SIZE, feat_strides=[8, 16],
+        num_feature_levels=2, encoder_in_channels=[32, 64], encode_proj_layers=[1],
+        num_attention_heads=2, encoder_ffn_dim=16, num_encoder_layers=1, hidden_expansion=0.34,
+        depth_multiplier=0.5, eval_idx=-1, num_decoder_layers=1, decoder_attention_heads=2,
+        decoder_ffn_dim=16, decoder_n_points=[2, 2], lqe_hidden_dim=8, num_lqe_layers=1,
+        out_features=["stage2", "stage3"], image_shape=(*SIZE, 3), seed=0)
+    model = keras_hub.models.DFineObjectDetector(
+        backbone=backbone, num_classes=len(train.class_names), bounding_box_format="yxyx",
+        preprocessor=None)
+    model.compile(optimizer="sgd")
+    losses = model.fit(train, epochs=1, steps_per_epoch=2, verbose=0).history["loss"]
+    predicted = model.predict(train, verbose=0)
+    return {"losses": losses, "shapes": {k: list(v.shape) for k, v in predicted.items()}}
+
+
 def deeplab(folder, format):
     """A DeepLabV3 on the masks: the losses of 2 steps and `predict`'s shape."""
     import keras_hub
@@ -73,11 +109,12 @@ def deeplab(folder, format):
 
 
 def kerashub_fits(format):
-    """Both models on 8 sample images with masks and boxes."""
+    """The three models on 8 sample images with masks and boxes."""
     keras.utils.set_random_seed(0)
     with tempfile.TemporaryDirectory() as folder:
         make_dense_sample_dataset(folder, num_images=8, seed=0, crop_width=(48, 64))
-        found = {"retinanet": retinanet(folder, format), "deeplab": deeplab(folder, format)}
-    found["finite"] = all(math.isfinite(v) for model in ("retinanet", "deeplab")
+        found = {"retinanet": retinanet(folder, format), "dfine": dfine(folder, format),
+                 "deeplab": deeplab(folder, format)}
+    found["finite"] = all(math.isfinite(v) for model in ("retinanet", "dfine", "deeplab")
                           for v in found[model]["losses"])
     return found

@@ -147,6 +147,10 @@ def test_torch_distributed_processes_read_their_shards(tagged_dir, tmp_path):
     results = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in range(world)]
     for format in ("pydataset", "grain"):
         check_shards([result[f"{format}_runs"] for result in results], world)
+    # Through `DALIPyDataset.map` (labels + 3), each process reads its shard, as unmapped.
+    for result in results:
+        assert [[[tag, label - 3, weight] for tag, label, weight in seen]
+                for seen in result["mapped_runs"]] == result["pydataset_runs"]
 
 
 def check_shards(runs, world):

@@ -1,5 +1,5 @@
 """KerasHub's models fed by dalipipe (`kerashub_job.py`): a RetinaNet on `"yxyx"`
-boxes and a DeepLabV3 on masks, built from config with random weights, fit for 2
+boxes, a D-FINE on `"rel_center_xywh"` boxes and a DeepLabV3 on masks, built from config with random weights, fit for 2
 steps and predicting, in the formats KerasHub's `fit` takes: "tf" on TensorFlow,
 "grain" on torch and JAX."""
 
@@ -14,6 +14,8 @@ def check(found):
     assert found["finite"], found
     assert found["retinanet"]["shapes"] == {"boxes": [8, 100, 4], "confidence": [8, 100],
                                             "labels": [8, 100], "num_detections": [8]}
+    assert found["dfine"]["shapes"] == {"boxes": [8, 10, 4], "confidence": [8, 10],
+                                        "labels": [8, 10], "num_detections": [8]}
     assert found["deeplab"]["shape"] == [8, 64, 64, 4]
 
 

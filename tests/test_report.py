@@ -129,10 +129,20 @@ def test_the_cost_benchmark_runs_and_writes_its_json(tmp_path):
 
     out = tmp_path / "cost.json"
     assert report_cost.main(["--images", "24", "--rounds", "1", "--epochs", "1",
-                             "--image-size", "32", "--batch-size", "8", "--out", str(out)]) == 0
+                             "--image-size", "32", "--batch-size", "8", "--step-ms", "5",
+                             "--feed-batches", "1000", "--out", str(out)]) == 0
     import json
 
     found = json.loads(out.read_text())
-    assert [run["report"] for run in found["runs"]] == ["without", "with"]
-    assert len(found["runs"][1]["input_wait"]) == 1 and not found["runs"][0]["input_wait"]
-    assert set(found["summary"]) == {"images_per_s", "cost_percent", "input_wait"}
+    without, with_report = found["runs"]
+    assert [without["report"], with_report["report"]] == ["without", "with"]
+    assert len(with_report["input_wait"]) == 1 and not without["input_wait"]
+    # The callback's hooks of the timed fit, timed: train begin and end, epoch begin and end.
+    assert with_report["hook_calls"] == 4 and with_report["hooks_seconds"] > 0
+    assert without["hook_calls"] == 0 and with_report["steps"] == 3
+    assert found["feed_timing"]["per_batch_us"] > 0
+    summary = found["summary"]
+    assert summary["step_ms"] > 5 and 0 < summary["direct_percent"] < 100, summary
+    assert set(summary) == {"images_per_s", "cost_percent", "round_cost_percent", "step_ms",
+                            "hooks_us_per_step", "feed_timing_us_per_batch",
+                            "fit_thread_us_per_step", "direct_percent", "input_wait"}
