@@ -35,6 +35,8 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGE_SIZE = (16, 16)
 FEATURES = ("classification", "augment", "recipe", "mix", "masks", "boxes", "tfrecord")
@@ -114,7 +116,6 @@ def make_data(root, count):
     """`count` 16x16 JPEGs in two class folders; the same images in a flat folder with a
     greyscale PNG mask each and a COCO JSON of `BOXES_PER_IMAGE` boxes each; and a
     TFRecord file of the class folders' images. Returns their paths (a dict)."""
-    import numpy as np
     from PIL import Image
 
     from dalipipe.tfrecord.write import write_tfrecords
@@ -176,47 +177,179 @@ def feature_source(feature, data):
 
 
 def measure_format(*, format, data, features, epochs, batch_size):
-    """µs per sample of the plain pipeline and of each feature read in `format`, in
-    this process (Keras's backend set by the parent)."""
-    plain = plain_us(data["files"], batch_size, epochs)
-    results = {"plain_us": plain, "features": {}}
+    """µs per sample of the plain pipeline and of each feature read in `format`, with
+    its references, in this process (Keras's backend set by the parent)."""
+    results = {"plain_us": plain_us(data["files"], batch_size, epochs), "features": {}}
     for feature in features:
         try:
             results["features"][feature] = measure_feature(format, feature, data, epochs,
-                                                           batch_size, plain)
+                                                           batch_size)
         except Exception as e:  # one feature's failure leaves the others measured
             results["features"][feature] = {"error": f"{type(e).__name__}: {e}"[:300]}
     return results
 
 
-def measure_feature(format, feature, data, epochs, batch_size, plain):
+def measure_feature(format, feature, data, epochs, batch_size):
+    """The feature's passes read in `format` and its references, timed in turn, one
+    pass of each per round (a warm-up round, then `epochs`): the medians of their
+    steady state (µs per sample after each pass's first batch) and of their first
+    batch (ms)."""
     from dalipipe import make_dali_dataset
 
     source, options = feature_source(feature, data)
     dataset = make_dali_dataset(source, batch_size=batch_size, format=format, **options)
-    samples = len(dataset.file_paths)
-    times = [timed_epoch(format, dataset) for _ in range(epochs + 1)][1:]
-    epoch_us = statistics.median(times) * 1e6 / samples
-    pipe = dataset.image_pipeline if hasattr(dataset, "image_pipeline") else None
-    result = {"samples": samples, "us": round(epoch_us, 2),
-              "host_us": round(epoch_us - plain, 2),
-              "inputs_us": None if pipe is None else round(inputs_us(pipe, epochs), 2)}
-    budget = BUDGET_US.get(feature, BUDGET_US["classification"] if feature in (
-        "classification", "tfrecord") else None)
-    if budget is not None:
-        result["budget_us"], result["within_budget"] = budget, result["host_us"] <= budget
+    pipe = dataset.image_pipeline
+    runs = {"": lambda: timed_epoch(format, dataset), "bare_": BareRun(pipe).epoch}
+    if format == "tf":
+        runs["plugin_"] = PluginRun(pipe).epoch
+    times = {name: [] for name in runs}
+    for _ in range(epochs + 1):
+        for name, run in runs.items():
+            times[name].append(run())
+    result = {"samples": len(pipe.file_paths)}
+    rest = len(pipe.file_paths) - pipe.batch_size  # the samples after each pass's first batch
+    for name, passes in times.items():
+        passes = passes[1:]  # each `(batches, 2)`: wall and CPU seconds per batch
+        for clock, key in enumerate(("us", "cpu_us")):
+            result[name + key] = round(float(statistics.median(
+                b[1:, clock].sum() for b in passes)) * 1e6 / rest, 2)
+        for clock, key in enumerate(("first_ms", "first_cpu_ms")):
+            result[name + key] = round(float(statistics.median(
+                b[0, clock] for b in passes)) * 1e3, 2)
+    reference = "plugin_" if format == "tf" else "bare_"
+    for key in ("us", "cpu_us", "first_ms", "first_cpu_ms"):
+        result["host_" + key] = round(result[key] - result[reference + key], 2)
+    if format == "tf":
+        result["plugin_own_cpu_us"] = round(result["plugin_cpu_us"] - result["bare_cpu_us"], 2)
+    result["inputs_us"] = round(inputs_us(pipe, epochs), 2)
+    result["budget_us"] = BUDGET_US.get(feature, BUDGET_US["classification"])
+    result["within_budget"] = result["host_cpu_us"] <= result["budget_us"]
     return result
 
 
 def timed_epoch(format, dataset):
-    start = time.perf_counter()
+    """The seconds of each batch of a pass over `dataset`, read as Keras reads it."""
+    times = [clocks()]
     if format == "pydataset":
         for i in range(len(dataset)):
             dataset[i]
+            times.append(clocks())
     else:  # a `tf.data.Dataset` or a Grain dataset: each iterator is a pass
         for _ in dataset:
-            pass
-    return time.perf_counter() - start
+            times.append(clocks())
+    return np.diff(times, axis=0)
+
+
+def clocks():
+    """`(wall, CPU)` seconds: `time.perf_counter()`, and the CPU time of the process,
+    every thread (DALI's, the feed's, `tf.data`'s)."""
+    return time.perf_counter(), time.process_time()
+
+
+def epoch_batches(pipe, epoch=1):
+    """The inputs of `pipe`'s epoch `epoch`, batch by batch, made beforehand:
+    `{input name: [batch, ...]}` (`"samples"`: `load_samples` of each batch)."""
+    sample_ids, random, weights = pipe.epoch_inputs(epoch)
+    rows = [slice(i, i + pipe.batch_size) for i in range(0, len(sample_ids), pipe.batch_size)]
+    batches = {"samples": [pipe.load_samples(sample_ids[r]) for r in rows]}
+    if "random" in pipe.input_names:
+        batches["random"] = [np.ascontiguousarray(random[r]) for r in rows]
+    if "weights" in pipe.input_names:
+        batches["weights"] = [np.ascontiguousarray(weights[r]) for r in rows]
+    return batches
+
+
+class BareRun:
+    """The dataset's own DALI graph (`ImagePipeline.build_dali_pipeline`, the same
+    operators and external sources) run bare: `Pipeline.run` in a loop, its inputs
+    made beforehand and handed over as they are, its outputs taken as NumPy views
+    (`as_tensor`), no copy. An epoch of the dataset minus one of these is dalipipe's
+    Python: the inputs made per batch, the outputs converted, the passes, the adapter."""
+
+    def __init__(self, pipe):
+        from nvidia.dali.pipeline import do_not_convert
+
+        self.batches = epoch_batches(pipe)
+        self.current = {}
+        self.pipe = pipe.build_dali_pipeline(feed=do_not_convert(self.source))
+        self.pipe.build()
+
+    def source(self, name):
+        from nvidia.dali.pipeline import do_not_convert
+
+        return do_not_convert(lambda: next(self.current[name]))  # StopIteration ends the epoch
+
+    def epoch(self):
+        """The seconds of each batch of a pass."""
+        self.current = {name: iter(batches) for name, batches in self.batches.items()}
+        times = [clocks()]
+        self.pipe.reset()
+        while True:
+            try:
+                outputs = self.pipe.run()
+            except StopIteration:
+                return np.diff(times, axis=0)
+            for out in outputs:
+                np.asarray(out.as_tensor())
+            times.append(clocks())
+
+
+class PluginRun:
+    """The dataset's own DALI graph in DALI's TensorFlow dataset
+    (`DALIDatasetWithInputs`), fed from `tf.data` datasets of inputs made beforehand
+    (`from_tensor_slices(...).batch`; TFRecord records one per sample, as dalipipe
+    feeds them), read eagerly as the dataset is: its epoch minus a `BareRun`'s is the
+    plugin's and `tf.data`'s own cost, an epoch of the "tf" format minus this one
+    dalipipe's."""
+
+    def __init__(self, pipe):
+        import tensorflow as tf
+
+        from dalipipe import feed as packing
+        from dalipipe.install import import_dali_tf
+        from dalipipe.tf_keras_dataset import keras_structure, output_shapes
+
+        dali_tf = import_dali_tf()
+        batches, size = epoch_batches(pipe), pipe.batch_size
+        per_sample = pipe.feeds_bytes and len(pipe.file_paths) % size == 0
+        inputs = {}
+        for name, values in batches.items():
+            if name == "samples" and pipe.feeds_bytes:
+                records = [r for batch in values for r in batch]
+                if per_sample:
+                    lengths = np.array([len(r) for r in records], np.int64)
+                    flat, ends = tf.constant(np.concatenate(records)), np.cumsum(lengths)
+                    inputs[name] = tf.data.Dataset.from_tensor_slices(
+                        (ends - lengths, ends)).map(lambda a, b: flat[a:b])
+                    continue
+                values = [packing.pad_records(np.concatenate(records[i:i + size]),
+                                              np.array([len(r) for r in records[i:i + size]]))
+                          for i in range(0, len(records), size)]
+            width = max(v.shape[1] for v in values) if values[0].ndim == 2 else None
+            rows = np.concatenate([v if width is None else
+                                   np.pad(v, ((0, 0), (0, width - v.shape[1])))
+                                   for v in values])
+            inputs[name] = tf.data.Dataset.from_tensor_slices(rows).batch(size)
+        _, order = keras_structure(pipe)
+        shapes = output_shapes(pipe)
+        with tf.device("/cpu:0"):
+            self.dataset = dali_tf.experimental.DALIDatasetWithInputs(
+                pipeline=pipe.build_dali_pipeline(order=order),
+                input_datasets={
+                    name: dali_tf.experimental.Input(
+                        data, batch=not (name == "samples" and per_sample))
+                    for name, data in inputs.items()},
+                output_dtypes=tuple(tf.as_dtype(pipe.output_dtypes[i]) for i in order),
+                output_shapes=tuple(tf.TensorShape(shapes[i]) for i in order),
+                batch_size=size, num_threads=pipe.options.num_threads, device_id=None,
+                prefetch_queue_depth=pipe.options.prefetch_queue_depth)
+
+    def epoch(self):
+        """The seconds of each batch of a pass."""
+        times = [clocks()]
+        for _ in self.dataset:
+            times.append(clocks())
+        return np.diff(times, axis=0)
 
 
 def inputs_us(pipe, epochs):
@@ -268,8 +401,6 @@ def epoch_starts(count, batch_size):
     file read): the order, the draws, and with boxes (`BOXES_PER_IMAGE` each, made
     as flat arrays) their placement. The first epoch's with boxes also makes the
     boxes' table; the second's is the start of every later epoch."""
-    import numpy as np
-
     from dalipipe import sources
     from dalipipe.annotations.placement import BoxTable
     from dalipipe.options import Options

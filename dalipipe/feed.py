@@ -46,6 +46,7 @@ NumPy only on import; the graph's side imports DALI inside its functions.
 import math
 import os
 import struct
+import sys
 from typing import Optional, Sequence
 
 import numpy as np
@@ -77,6 +78,77 @@ def _label_rows(labels, count):
     return np.ascontiguousarray(values.astype(kind).reshape(count, -1)).view(np.uint8)
 
 
+class PathTable:
+    """File paths encoded once (`os.fsencode`), packed into `"samples"` batches
+    without a Python step per sample.
+
+    Args:
+        paths: file paths (`str`, `bytes` or path-like).
+
+    Attributes:
+        flat: uint8, every path's bytes one after the other.
+        starts, lengths: int64 `(len(paths),)`, each path's place in `flat`.
+    """
+
+    def __init__(self, paths):
+        paths = list(paths)
+        encoding, errors = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+        try:  # one encode of them all; one byte per character: the lengths are known
+            joined = "".join(paths).encode(encoding, errors)
+            lengths = np.fromiter(map(len, paths), np.int64, len(paths))
+            if len(joined) != lengths.sum():
+                raise TypeError("a character of more than one byte")
+        except TypeError:  # bytes, path-likes, other characters: one at a time
+            encoded = [os.fsencode(p) for p in paths]
+            joined = b"".join(encoded)
+            lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
+        self.flat = np.frombuffer(joined, np.uint8)
+        self.lengths = lengths
+        self.starts = np.cumsum(lengths) - lengths
+
+    def __len__(self):
+        return len(self.lengths)
+
+    def pack(self, ids, labels):
+        """`pack_paths` of the paths `ids` (int indices) with their `labels`."""
+        head = _label_rows(labels, len(ids))
+        return np.concatenate([head, self.rows(ids)], axis=1)
+
+    def pack_pairs(self, ids, masks):
+        """`pack_pairs` of the paths `ids` and the same rows of `masks` (a `PathTable`
+        aligned with this one)."""
+        ids = np.asarray(ids, np.int64)
+        lengths = self.lengths[ids]
+        head = lengths.astype("<i4").reshape(-1, 1).view(np.uint8)
+        return np.concatenate([head, self.rows(ids, then=masks)], axis=1)
+
+    def rows(self, ids, *, then=None):
+        """uint8 `(len(ids), longest)`: the paths `ids` (int indices), each followed by
+        the same row of `then` (a `PathTable` aligned with this one) if given, padded
+        with NUL bytes."""
+        ids = np.asarray(ids, np.int64)
+        lengths = self.lengths[ids]
+        total = lengths if then is None else lengths + then.lengths[ids]
+        offsets = np.arange(int(total.max(initial=0)))
+        rows = _gather(self.flat, self.starts[ids][:, None] + offsets,
+                       offsets < lengths[:, None])
+        if then is not None:
+            after = offsets - lengths[:, None]  # the offset in the second path
+            rows = np.where(after >= 0, _gather(then.flat, then.starts[ids][:, None] + after,
+                                                (after >= 0) & (offsets < total[:, None])),
+                            rows)
+        return rows
+
+
+def _gather(flat, index, inside):
+    """`flat[index]` where `inside`, else 0 (uint8, `index`'s shape)."""
+    if not len(flat):
+        return np.zeros(index.shape, np.uint8)
+    values = flat[np.clip(index, 0, len(flat) - 1)]
+    values[~inside] = 0
+    return values
+
+
 def pack_paths(file_paths: Sequence[str], labels: Optional[np.ndarray]) -> np.ndarray:
     """The `"samples"` batch of image files that DALI reads: per sample its label
     (`labels`: int32 `(n,)`, float32 `(n,)` or `(n, k)`, or None), then its path.
@@ -85,14 +157,7 @@ def pack_paths(file_paths: Sequence[str], labels: Optional[np.ndarray]) -> np.nd
         uint8 `(len(file_paths), label bytes + longest path in bytes)`, paths padded
         with NUL bytes.
     """
-    paths = [os.fsencode(p) for p in file_paths]
-    head = _label_rows(labels, len(paths))
-    width = head.shape[1]
-    packed = np.zeros((len(paths), width + max(len(p) for p in paths)), np.uint8)
-    packed[:, :width] = head
-    for row, path in zip(packed, paths):
-        row[width:width + len(path)] = np.frombuffer(path, np.uint8)
-    return packed
+    return PathTable(file_paths).pack(np.arange(len(file_paths)), labels)
 
 
 def pack_pairs(file_paths: Sequence[str], mask_paths: Sequence[str]) -> np.ndarray:
@@ -104,8 +169,7 @@ def pack_pairs(file_paths: Sequence[str], mask_paths: Sequence[str]) -> np.ndarr
         uint8 `(len(file_paths), 4 + longest pair of paths in bytes)`, padded with
         NUL bytes.
     """
-    return pad_records(*pack_records([os.fsencode(p) for p in file_paths], None,
-                                     mask_paths=mask_paths))
+    return PathTable(file_paths).pack_pairs(np.arange(len(file_paths)), PathTable(mask_paths))
 
 
 def unpack_pairs(samples, *, feeds_bytes):
