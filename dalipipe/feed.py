@@ -43,6 +43,7 @@ generators with each new iterator) and the same draws on CPU and GPU.
 NumPy only on import; the graph's side imports DALI inside its functions.
 """
 
+import itertools
 import math
 import os
 import struct
@@ -212,20 +213,19 @@ def pack_records(payloads: Sequence[bytes], labels: Optional[np.ndarray], *,
         raise ValueError("A sample with a mask has no label: pass `labels=None` with "
                          f"`mask_paths`. Received: labels of shape {np.shape(labels)}")
     if mask_paths is None:
-        heads, tails = _label_rows(labels, count), [b""] * count
+        heads, tails = _label_rows(labels, count), itertools.repeat(b"", count)
+        tail_lengths = 0
     else:
         heads, tails = np.zeros((count, 0), np.uint8), [os.fsencode(m) for m in mask_paths]
+        tail_lengths = np.fromiter(map(len, tails), np.int64, count)
+    sizes = np.fromiter(map(len, payloads), np.int64, count)
     width = heads.shape[1] + VALUE_BYTES
-    lengths = np.array([width + len(p) + len(t) for p, t in zip(payloads, tails)], np.int64)
-    flat = np.empty(int(lengths.sum()), np.uint8)
-    for start, head, payload, tail in zip(np.cumsum(lengths) - lengths, heads, payloads, tails):
-        flat[start:start + len(head)] = head
-        flat[start + len(head):start + width] = np.frombuffer(
-            struct.pack("<i", len(payload)), np.uint8)
-        body = start + width + len(payload)
-        flat[start + width:body] = np.frombuffer(payload, np.uint8)
-        flat[body:body + len(tail)] = np.frombuffer(tail, np.uint8)
-    return flat, lengths
+    fronts = np.concatenate([heads, sizes.astype("<i4").reshape(-1, 1).view(np.uint8)], axis=1)
+    fronts = fronts.tobytes()
+    fronts = [fronts[i:i + width] for i in range(0, count * width, width)]
+    flat = np.frombuffer(b"".join(itertools.chain.from_iterable(zip(fronts, payloads, tails))),
+                         np.uint8)
+    return flat, width + sizes + tail_lengths
 
 
 def split_records(flat, lengths):
@@ -235,7 +235,8 @@ def split_records(flat, lengths):
     Returns:
         A list of `len(lengths)` uint8 arrays (views of `flat`).
     """
-    return np.split(flat, np.cumsum(lengths)[:-1])
+    ends = np.cumsum(lengths).tolist()
+    return [flat[start:end] for start, end in zip([0] + ends[:-1], ends)]
 
 
 def pad_records(flat, lengths):
