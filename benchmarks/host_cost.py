@@ -1,27 +1,53 @@
-"""The host's share: microseconds per sample of dalipipe's own host work, against a plain
-DALI pipeline, on tiny images where DALI's own work is small; and the time of an
-epoch's start for ImageNet's 1.28M samples.
+"""The host's share: microseconds per sample of dalipipe's own host work, against the
+very DALI graph it runs, run bare, on tiny images where DALI's own work is small; and
+the time of an epoch's start for ImageNet's 1.28M samples.
 
 At 19,000 images/s on a GPU the host has about 50 µs per sample for everything it does
-in Python (docs/gpus.md, "Host budget and GPU memory"). Here, on 16x16 JPEGs:
-- `plain`: a DALI pipeline alone (file reader, decode, resize, normalize), run with
-  `Pipeline.run`: µs per sample of an epoch, the reference;
-- per format (`tf`, `pydataset`, `grain`) and feature (classification, `augment`, a
-  recipe, `mix`, masks, boxes, TFRecord): µs per sample of an epoch read as Keras
-  reads it, and `host_us`, that minus `plain` (it also counts what the feature adds
-  to DALI's graph: a crop, a recipe's operators, a mask's decode);
-- `inputs_us`: dalipipe's Python work alone, without DALI: the epoch's inputs
-  (`ImagePipeline.epoch_inputs`) and each batch's `load_samples`;
-- `epoch_start`: for `--epoch-samples` samples of fake paths (no file is read), seconds
-  of `epoch_inputs` (the order, the draws, and with boxes their placement) built in
-  place (`first_s`, `later_s`) and ahead, in the background (`ahead_s`), and what a
-  later pass's start waits for in the reading thread (`wait_s`, `pass_start`).
+in Python (docs/gpus.md, "Host budget and GPU memory"). Here, on 16x16 JPEGs, per
+format (`tf`, `pydataset`, `grain`) and feature (classification, `augment`, a recipe,
+`mix`, masks, boxes, TFRecord), three runs are timed in turn, one pass of each per
+round (a warm-up round, then `--epochs` rounds):
+- the dataset, read as Keras reads that format (`ds[i]` in order, or its iterator);
+- `bare`: the dataset's own DALI graph (`ImagePipeline.build_dali_pipeline`: the same
+  operators and external sources), built once and run with `Pipeline.run` in a loop,
+  its inputs made beforehand (`epoch_inputs`, each batch's `load_samples`) and its
+  outputs taken as NumPy views;
+- `plugin` (format "tf" only): that graph in DALI's TensorFlow dataset
+  (`DALIDatasetWithInputs`), fed from `tf.data` datasets of the inputs made
+  beforehand, read eagerly as the dataset is.
+
+Columns of each feature (per sample: µs per sample of the passes' samples after
+their first batch, the steady state; each pass's first batch apart, in ms; the
+medians over the rounds):
+- `us`, `cpu_us`: the dataset's wall time, and CPU time of the whole process (every
+  thread: DALI's, the feed's, the inputs built ahead, `tf.data`'s);
+  `first_ms`, `first_cpu_ms`: its first batch of a pass (a "tf" pass builds its DALI
+  pipeline there);
+- `bare_...`, `plugin_...`: the same for the references;
+- `host_us`, `host_cpu_us`, `host_first_ms`, `host_first_cpu_ms`: the dataset minus
+  its reference (`plugin` for "tf", else `bare`), the median of each round's
+  difference: dalipipe's own host work (the inputs made per batch, the stat of checked
+  files, the outputs converted to the backend's tensors, the pass machinery, the
+  adapter); `host_cpu_us_iqr`: the quartiles of those differences, the noise;
+- `plugin_own_cpu_us` ("tf"): `plugin` minus `bare`, the plugin's and `tf.data`'s own
+  CPU time, not dalipipe's;
+- `inputs_us`: dalipipe's Python alone, without DALI: an epoch's inputs
+  (`ImagePipeline.epoch_inputs`) and its batches' `load_samples`, in one thread;
+- `budget_us`, `within_budget`: the budget, and whether `host_cpu_us` is within it
+  (CPU time: on shared cores the wall time of one run also holds the other
+  programs' turns);
+- `plain_us` (per format): a DALI pipeline with its own file reader (decode, resize,
+  normalize; `THREADS` threads), for scale only.
+And `epoch_start`: for `--epoch-samples` samples of fake paths (no file is read),
+seconds of `epoch_inputs` (the order, the draws, and with boxes their placement)
+built in place (`first_s`, `later_s`) and ahead, in the background (`ahead_s`), and
+what a later pass's start waits for in the reading thread (`wait_s`, `pass_start`).
 
 Each format runs in a process of its own (`tf` on Keras's TensorFlow backend,
-`pydataset` and `grain` on torch), one warm-up epoch then `--epochs` timed ones
-(median). Timings on a shared machine are noisy: the JSON records the load average
-before and after. Budgets (issue 45): at most 10 µs per sample for classification and
-20 µs with masks or boxes, a later epoch's start (`wait_s`) of at most 0.5 s.
+`pydataset` and `grain` on torch). Timings on a shared machine are noisy: the JSON
+records the load average before and after. Budgets (issue 45): at most 10 µs per
+sample for classification (every feature without masks or boxes) and 20 µs with
+masks or boxes, a later epoch's start (`wait_s`) of at most 0.5 s.
 
     python benchmarks/host_cost.py [--quick] [--out benchmarks/results/host-cost-cpu/host_cost.json]
 """
@@ -53,9 +79,10 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true",
                         help="64 images, batch 16, 2 timed epochs, epoch starts of 131,072 "
                              "samples (the values not given)")
-    parser.add_argument("--images", type=int, default=1024)
+    parser.add_argument("--images", type=int, default=2048)
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--epochs", type=int, default=5, help="timed epochs, after one warm-up")
+    parser.add_argument("--epochs", type=int, default=9,
+                        help="timed rounds (a pass of each), after one warm-up")
     parser.add_argument("--epoch-samples", type=int, default=1_281_167)
     parser.add_argument("--formats", default=",".join(FORMATS))
     parser.add_argument("--features", default=",".join(FEATURES))
@@ -208,19 +235,25 @@ def measure_feature(format, feature, data, epochs, batch_size):
             times[name].append(run())
     result = {"samples": len(pipe.file_paths)}
     rest = len(pipe.file_paths) - pipe.batch_size  # the samples after each pass's first batch
+    per_round = {}  # (run, key) -> the value of each timed round
     for name, passes in times.items():
         passes = passes[1:]  # each `(batches, 2)`: wall and CPU seconds per batch
         for clock, key in enumerate(("us", "cpu_us")):
-            result[name + key] = round(float(statistics.median(
-                b[1:, clock].sum() for b in passes)) * 1e6 / rest, 2)
+            per_round[name, key] = np.array([b[1:, clock].sum() * 1e6 / rest for b in passes])
         for clock, key in enumerate(("first_ms", "first_cpu_ms")):
-            result[name + key] = round(float(statistics.median(
-                b[0, clock] for b in passes)) * 1e3, 2)
+            per_round[name, key] = np.array([b[0, clock] * 1e3 for b in passes])
+        for key in ("us", "cpu_us", "first_ms", "first_cpu_ms"):
+            result[name + key] = round(float(np.median(per_round[name, key])), 2)
     reference = "plugin_" if format == "tf" else "bare_"
-    for key in ("us", "cpu_us", "first_ms", "first_cpu_ms"):
-        result["host_" + key] = round(result[key] - result[reference + key], 2)
+    for key in ("us", "cpu_us", "first_ms", "first_cpu_ms"):  # medians of each round's difference
+        differences = per_round["", key] - per_round[reference, key]
+        result["host_" + key] = round(float(np.median(differences)), 2)
+        if key == "cpu_us":
+            low, high = np.percentile(differences, [25, 75])
+            result["host_cpu_us_iqr"] = [round(float(low), 2), round(float(high), 2)]
     if format == "tf":
-        result["plugin_own_cpu_us"] = round(result["plugin_cpu_us"] - result["bare_cpu_us"], 2)
+        result["plugin_own_cpu_us"] = round(float(np.median(
+            per_round["plugin_", "cpu_us"] - per_round["bare_", "cpu_us"])), 2)
     result["inputs_us"] = round(inputs_us(pipe, epochs), 2)
     result["budget_us"] = BUDGET_US.get(feature, BUDGET_US["classification"])
     result["within_budget"] = result["host_cpu_us"] <= result["budget_us"]
@@ -486,10 +519,16 @@ def summary(report):
         if "error" in run:
             lines.append(f"  {name}: failed: {run['error']}")
             continue
-        lines.append(f"  {name}: plain DALI {run['plain_us']} µs")
+        lines.append(f"  {name}: plain DALI {run['plain_us']} µs; per feature: the dataset's "
+                     "µs (CPU µs), its reference's, dalipipe's own CPU µs [quartiles], "
+                     "inputs alone")
         for feature, r in run["features"].items():
+            reference = "plugin" if name == "tf" else "bare"
             lines.append(f"    {feature:15s} " + (r["error"] if "error" in r else
-                         f"{r['us']:8.1f} µs, host {r['host_us']:7.1f}, inputs {r['inputs_us']}"))
+                         f"{r['us']:7.1f} ({r['cpu_us']:.1f}), {reference} "
+                         f"{r[reference + '_us']:.1f} ({r[reference + '_cpu_us']:.1f}), "
+                         f"host {r['host_cpu_us']:.1f} {r['host_cpu_us_iqr']} of "
+                         f"{r['budget_us']}, inputs {r['inputs_us']}"))
     starts = report["epoch_start"]
     lines.append(f"  epoch start, {starts['samples']} samples, built in place / ahead "
                  "(longest stall of the reading thread meanwhile) / the pass's wait: " +
