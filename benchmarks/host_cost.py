@@ -17,25 +17,25 @@ round (a warm-up round, then `--epochs` rounds):
   beforehand, read eagerly as the dataset is.
 
 Columns of each feature (per sample: µs per sample of the passes' samples after
-their first batch, the steady state; each pass's first batch apart, in ms; the
-medians over the rounds):
-- `us`, `cpu_us`: the dataset's wall time, and CPU time of the whole process (every
-  thread: DALI's, the feed's, the inputs built ahead, `tf.data`'s);
-  `first_ms`, `first_cpu_ms`: its first batch of a pass (a "tf" pass builds its DALI
-  pipeline there);
+their first batch, the steady state; the medians over the rounds):
+- `us`: the dataset's wall time; `cpu_us`: the CPU time of the whole process (every
+  thread); `python_us`: the CPU time outside DALI's own threads (its workers and
+  executor, named "[DALI]..."): dalipipe's Python, DALI's Python calls, the copies,
+  `tf.data`'s threads; `first_ms`: the wall time of a pass's first batch (a "tf" pass
+  builds its DALI pipeline there);
 - `bare_...`, `plugin_...`: the same for the references;
-- `host_us`, `host_cpu_us`, `host_first_ms`, `host_first_cpu_ms`: the dataset minus
-  its reference (`plugin` for "tf", else `bare`), the median of each round's
-  difference: dalipipe's own host work (the inputs made per batch, the stat of checked
-  files, the outputs converted to the backend's tensors, the pass machinery, the
-  adapter); `host_cpu_us_iqr`: the quartiles of those differences, the noise;
-- `plugin_own_cpu_us` ("tf"): `plugin` minus `bare`, the plugin's and `tf.data`'s own
-  CPU time, not dalipipe's;
+- `host_us`, `host_cpu_us`, `host_python_us`, `host_first_ms`: the dataset minus its
+  reference (`plugin` for "tf", else `bare`), the median of each round's difference;
+  `host_python_us` is dalipipe's own host work (the inputs made per batch, the stat of
+  checked files, the outputs converted to the backend's tensors, the pass machinery,
+  the adapter), without the noise of DALI's decoding on shared cores;
+  `host_python_us_iqr`: the quartiles of its differences;
+- `plugin_own_python_us` ("tf"): `plugin` minus `bare`, the plugin's and `tf.data`'s
+  own, not dalipipe's;
 - `inputs_us`: dalipipe's Python alone, without DALI: an epoch's inputs
-  (`ImagePipeline.epoch_inputs`) and its batches' `load_samples`, in one thread;
-- `budget_us`, `within_budget`: the budget, and whether `host_cpu_us` is within it
-  (CPU time: on shared cores the wall time of one run also holds the other
-  programs' turns);
+  (`ImagePipeline.epoch_inputs`) and its batches' `load_samples`, in one thread (in
+  a pass, the next epoch's inputs are built in the background: `dalipipe.ahead`);
+- `budget_us`, `within_budget`: the budget, and whether `host_python_us` is within it;
 - `plain_us` (per format): a DALI pipeline with its own file reader (decode, resize,
   normalize; `THREADS` threads), for scale only.
 And `epoch_start`: for `--epoch-samples` samples of fake paths (no file is read),
@@ -236,27 +236,27 @@ def measure_feature(format, feature, data, epochs, batch_size):
     result = {"samples": len(pipe.file_paths)}
     rest = len(pipe.file_paths) - pipe.batch_size  # the samples after each pass's first batch
     per_round = {}  # (run, key) -> the value of each timed round
+    keys = ("us", "cpu_us", "python_us")  # `batch_times`'s columns
     for name, passes in times.items():
-        passes = passes[1:]  # each `(batches, 2)`: wall and CPU seconds per batch
-        for clock, key in enumerate(("us", "cpu_us")):
+        passes = passes[1:]  # each `batch_times`: wall, CPU and outside DALI, per batch
+        for clock, key in enumerate(keys):
             per_round[name, key] = np.array([b[1:, clock].sum() * 1e6 / rest for b in passes])
-        for clock, key in enumerate(("first_ms", "first_cpu_ms")):
-            per_round[name, key] = np.array([b[0, clock] * 1e3 for b in passes])
-        for key in ("us", "cpu_us", "first_ms", "first_cpu_ms"):
+        per_round[name, "first_ms"] = np.array([b[0, 0] * 1e3 for b in passes])
+        for key in (*keys, "first_ms"):
             result[name + key] = round(float(np.median(per_round[name, key])), 2)
     reference = "plugin_" if format == "tf" else "bare_"
-    for key in ("us", "cpu_us", "first_ms", "first_cpu_ms"):  # medians of each round's difference
+    for key in (*keys, "first_ms"):  # the medians of each round's difference
         differences = per_round["", key] - per_round[reference, key]
         result["host_" + key] = round(float(np.median(differences)), 2)
-        if key == "cpu_us":
+        if key == "python_us":
             low, high = np.percentile(differences, [25, 75])
-            result["host_cpu_us_iqr"] = [round(float(low), 2), round(float(high), 2)]
+            result["host_python_us_iqr"] = [round(float(low), 2), round(float(high), 2)]
     if format == "tf":
-        result["plugin_own_cpu_us"] = round(float(np.median(
-            per_round["plugin_", "cpu_us"] - per_round["bare_", "cpu_us"])), 2)
+        result["plugin_own_python_us"] = round(float(np.median(
+            per_round["plugin_", "python_us"] - per_round["bare_", "python_us"])), 2)
     result["inputs_us"] = round(inputs_us(pipe, epochs), 2)
     result["budget_us"] = BUDGET_US.get(feature, BUDGET_US["classification"])
-    result["within_budget"] = result["host_cpu_us"] <= result["budget_us"]
+    result["within_budget"] = result["host_python_us"] <= result["budget_us"]
     return result
 
 
@@ -270,13 +270,41 @@ def timed_epoch(format, dataset):
     else:  # a `tf.data.Dataset` or a Grain dataset: each iterator is a pass
         for _ in dataset:
             times.append(clocks())
-    return np.diff(times, axis=0)
+    return batch_times(times)
 
 
 def clocks():
-    """`(wall, CPU)` seconds: `time.perf_counter()`, and the CPU time of the process,
-    every thread (DALI's, the feed's, `tf.data`'s)."""
-    return time.perf_counter(), time.process_time()
+    """A reading of the clocks: `(wall, CPU, DALI's)`: `time.perf_counter()`, the CPU
+    time of the process (every thread), and `{thread id: CPU ns}` of DALI's own
+    threads (named "[DALI]...": its workers and executor), from Linux's
+    `/proc/self/task` (empty elsewhere)."""
+    dali = {}
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        tasks = []
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                if not f.read().startswith("[DALI]"):
+                    continue
+            with open(f"/proc/self/task/{task}/schedstat") as f:
+                dali[task] = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):  # a thread that ended meanwhile
+            continue
+    return time.perf_counter(), time.process_time(), dali
+
+
+def batch_times(readings):
+    """float64 `(len(readings) - 1, 3)`: per batch, the seconds of wall time, of CPU
+    time (every thread) and of CPU time outside DALI's threads (dalipipe's Python,
+    DALI's Python calls, the copies, `tf.data`'s threads), from `clocks()` readings
+    taken between batches. A DALI thread counts where it is alive at both ends."""
+    rows = []
+    for (wall, cpu, dali), (wall2, cpu2, dali2) in zip(readings, readings[1:]):
+        inside = sum(dali2[t] - dali[t] for t in dali2.keys() & dali.keys()) / 1e9
+        rows.append((wall2 - wall, cpu2 - cpu, cpu2 - cpu - inside))
+    return np.array(rows)
 
 
 def epoch_batches(pipe, epoch=1):
@@ -321,7 +349,7 @@ class BareRun:
             try:
                 outputs = self.pipe.run()
             except StopIteration:
-                return np.diff(times, axis=0)
+                return batch_times(times)
             for out in outputs:
                 np.asarray(out.as_tensor())
             times.append(clocks())
@@ -382,7 +410,7 @@ class PluginRun:
         times = [clocks()]
         for _ in self.dataset:
             times.append(clocks())
-        return np.diff(times, axis=0)
+        return batch_times(times)
 
 
 def inputs_us(pipe, epochs):
@@ -520,14 +548,15 @@ def summary(report):
             lines.append(f"  {name}: failed: {run['error']}")
             continue
         lines.append(f"  {name}: plain DALI {run['plain_us']} µs; per feature: the dataset's "
-                     "µs (CPU µs), its reference's, dalipipe's own CPU µs [quartiles], "
+                     "µs (CPU µs outside DALI's threads), its reference's, dalipipe's own "
+                     "[quartiles], "
                      "inputs alone")
         for feature, r in run["features"].items():
             reference = "plugin" if name == "tf" else "bare"
             lines.append(f"    {feature:15s} " + (r["error"] if "error" in r else
-                         f"{r['us']:7.1f} ({r['cpu_us']:.1f}), {reference} "
-                         f"{r[reference + '_us']:.1f} ({r[reference + '_cpu_us']:.1f}), "
-                         f"host {r['host_cpu_us']:.1f} {r['host_cpu_us_iqr']} of "
+                         f"{r['us']:7.1f} ({r['python_us']:.1f}), {reference} "
+                         f"{r[reference + '_us']:.1f} ({r[reference + '_python_us']:.1f}), "
+                         f"host {r['host_python_us']:.1f} {r['host_python_us_iqr']} of "
                          f"{r['budget_us']}, inputs {r['inputs_us']}"))
     starts = report["epoch_start"]
     lines.append(f"  epoch start, {starts['samples']} samples, built in place / ahead "
