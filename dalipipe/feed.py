@@ -145,7 +145,7 @@ def _gather(flat, index, inside):
     """`flat[index]` where `inside`, else 0 (uint8, `index`'s shape)."""
     if not len(flat):
         return np.zeros(index.shape, np.uint8)
-    values = flat[np.clip(index, 0, len(flat) - 1)]
+    values = flat[np.minimum(index, len(flat) - 1)]  # `index` is never below 0
     values[~inside] = 0
     return values
 
