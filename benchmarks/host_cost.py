@@ -1,28 +1,54 @@
-"""The host's share: microseconds per sample of dalipipe's own host work, against a plain
-DALI pipeline, on tiny images where DALI's own work is small; and the time of an
-epoch's start for ImageNet's 1.28M samples.
+"""The host's share: microseconds per sample of dalipipe's own host work, against the
+very DALI graph it runs, run bare, on tiny images where DALI's own work is small; and
+the time of an epoch's start for ImageNet's 1.28M samples.
 
 At 19,000 images/s on a GPU the host has about 50 µs per sample for everything it does
-in Python (docs/gpus.md, "Host budget and GPU memory"). Here, on 16x16 JPEGs:
-- `plain`: a DALI pipeline alone (file reader, decode, resize, normalize), run with
-  `Pipeline.run`: µs per sample of an epoch, the reference;
-- per format (`tf`, `pydataset`, `grain`) and feature (classification, `augment`, a
-  recipe, `mix`, masks, boxes, TFRecord): µs per sample of an epoch read as Keras
-  reads it, and `host_us`, that minus `plain` (it also counts what the feature adds
-  to DALI's graph: a crop, a recipe's operators, a mask's decode);
-- `inputs_us`: dalipipe's Python work alone, without DALI: the epoch's inputs
-  (`ImagePipeline.epoch_inputs`) and each batch's `load_samples`;
-- `epoch_start`: for `--epoch-samples` samples of fake paths (no file is read), seconds
-  of `epoch_inputs` (the order, the draws, and with boxes their placement) built in
-  place (`first_s`, `later_s`) and ahead, in the background (`ahead_s`; the first
-  pass's from when the dataset is made, `first_ahead_s`), and what a later pass's
-  start waits for in the reading thread (`wait_s`, `pass_start`).
+in Python (docs/gpus.md, "Host budget and GPU memory"). Here, on 16x16 JPEGs, per
+format (`tf`, `pydataset`, `grain`) and feature (classification, `augment`, a recipe,
+`mix`, masks, boxes, TFRecord), three runs are timed in turn, one pass of each per
+round (a warm-up round, then `--epochs` rounds):
+- the dataset, read as Keras reads that format (`ds[i]` in order, or its iterator);
+- `bare`: the dataset's own DALI graph (`ImagePipeline.build_dali_pipeline`: the same
+  operators and external sources), built once and run with `Pipeline.run` in a loop,
+  its inputs made beforehand (`epoch_inputs`, each batch's `load_samples`) and its
+  outputs taken as NumPy views;
+- `plugin` (format "tf" only): that graph in DALI's TensorFlow dataset
+  (`DALIDatasetWithInputs`), fed from `tf.data` datasets of the inputs made
+  beforehand, read eagerly as the dataset is.
+
+Columns of each feature (per sample: µs per sample of the passes' samples after
+their first batch, the steady state; the medians over the rounds):
+- `us`: the dataset's wall time; `cpu_us`: the CPU time of the whole process (every
+  thread); `python_us`: the CPU time outside DALI's own threads (its workers and
+  executor, named "[DALI]..."): dalipipe's Python, DALI's Python calls, the copies,
+  `tf.data`'s threads; `first_ms`: the wall time of a pass's first batch (a "tf" pass
+  builds its DALI pipeline there);
+- `bare_...`, `plugin_...`: the same for the references;
+- `host_us`, `host_cpu_us`, `host_python_us`, `host_first_ms`: the dataset minus its
+  reference (`plugin` for "tf", else `bare`), the median of each round's difference;
+  `host_python_us` is dalipipe's own host work (the inputs made per batch, the stat of
+  checked files, the outputs converted to the backend's tensors, the pass machinery,
+  the adapter), without the noise of DALI's decoding on shared cores;
+  `host_python_us_iqr`: the quartiles of its differences;
+- `plugin_own_python_us` ("tf"): `plugin` minus `bare`, the plugin's and `tf.data`'s
+  own, not dalipipe's;
+- `inputs_us`: dalipipe's Python alone, without DALI: an epoch's inputs
+  (`ImagePipeline.epoch_inputs`) and its batches' `load_samples`, in one thread (in
+  a pass, the next epoch's inputs are built in the background: `dalipipe.ahead`);
+- `budget_us`, `within_budget`: the budget, and whether `host_python_us` is within it;
+- `plain_us` (per format): a DALI pipeline with its own file reader (decode, resize,
+  normalize; `THREADS` threads), for scale only.
+And `epoch_start`: for `--epoch-samples` samples of fake paths (no file is read),
+seconds of `epoch_inputs` (the order, the draws, and with boxes their placement)
+built in place (`first_s`, `later_s`) and ahead, in the background (`ahead_s`; the
+first pass's from when the dataset is made, `first_ahead_s`), and what a later pass's
+start waits for in the reading thread (`wait_s`, `pass_start`).
 
 Each format runs in a process of its own (`tf` on Keras's TensorFlow backend,
-`pydataset` and `grain` on torch), one warm-up epoch then `--epochs` timed ones
-(median). Timings on a shared machine are noisy: the JSON records the load average
-before and after. Budgets (issue 45): at most 10 µs per sample for classification and
-20 µs with masks or boxes, a later epoch's start (`wait_s`) of at most 0.5 s.
+`pydataset` and `grain` on torch). Timings on a shared machine are noisy: the JSON
+records the load average before and after. Budgets (issue 45): at most 10 µs per
+sample for classification (every feature without masks or boxes) and 20 µs with
+masks or boxes, a later epoch's start (`wait_s`) of at most 0.5 s.
 
     python benchmarks/host_cost.py [--quick] [--out benchmarks/results/host-cost-cpu/host_cost.json]
 """
@@ -35,6 +61,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import numpy as np
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGE_SIZE = (16, 16)
@@ -52,9 +80,10 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true",
                         help="64 images, batch 16, 2 timed epochs, epoch starts of 131,072 "
                              "samples (the values not given)")
-    parser.add_argument("--images", type=int, default=1024)
+    parser.add_argument("--images", type=int, default=2048)
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--epochs", type=int, default=5, help="timed epochs, after one warm-up")
+    parser.add_argument("--epochs", type=int, default=9,
+                        help="timed rounds (a pass of each), after one warm-up")
     parser.add_argument("--epoch-samples", type=int, default=1_281_167)
     parser.add_argument("--formats", default=",".join(FORMATS))
     parser.add_argument("--features", default=",".join(FEATURES))
@@ -115,7 +144,6 @@ def make_data(root, count):
     """`count` 16x16 JPEGs in two class folders; the same images in a flat folder with a
     greyscale PNG mask each and a COCO JSON of `BOXES_PER_IMAGE` boxes each; and a
     TFRecord file of the class folders' images. Returns their paths (a dict)."""
-    import numpy as np
     from PIL import Image
 
     from dalipipe.tfrecord.write import write_tfrecords
@@ -177,47 +205,213 @@ def feature_source(feature, data):
 
 
 def measure_format(*, format, data, features, epochs, batch_size):
-    """µs per sample of the plain pipeline and of each feature read in `format`, in
-    this process (Keras's backend set by the parent)."""
-    plain = plain_us(data["files"], batch_size, epochs)
-    results = {"plain_us": plain, "features": {}}
+    """µs per sample of the plain pipeline and of each feature read in `format`, with
+    its references, in this process (Keras's backend set by the parent)."""
+    results = {"plain_us": plain_us(data["files"], batch_size, epochs), "features": {}}
     for feature in features:
         try:
             results["features"][feature] = measure_feature(format, feature, data, epochs,
-                                                           batch_size, plain)
+                                                           batch_size)
         except Exception as e:  # one feature's failure leaves the others measured
             results["features"][feature] = {"error": f"{type(e).__name__}: {e}"[:300]}
     return results
 
 
-def measure_feature(format, feature, data, epochs, batch_size, plain):
+def measure_feature(format, feature, data, epochs, batch_size):
+    """The feature's passes read in `format` and its references, timed in turn, one
+    pass of each per round (a warm-up round, then `epochs`): the medians of their
+    steady state (µs per sample after each pass's first batch) and of their first
+    batch (ms)."""
     from dalipipe import make_dali_dataset
 
     source, options = feature_source(feature, data)
     dataset = make_dali_dataset(source, batch_size=batch_size, format=format, **options)
-    samples = len(dataset.file_paths)
-    times = [timed_epoch(format, dataset) for _ in range(epochs + 1)][1:]
-    epoch_us = statistics.median(times) * 1e6 / samples
-    pipe = dataset.image_pipeline if hasattr(dataset, "image_pipeline") else None
-    result = {"samples": samples, "us": round(epoch_us, 2),
-              "host_us": round(epoch_us - plain, 2),
-              "inputs_us": None if pipe is None else round(inputs_us(pipe, epochs), 2)}
-    budget = BUDGET_US.get(feature, BUDGET_US["classification"] if feature in (
-        "classification", "tfrecord") else None)
-    if budget is not None:
-        result["budget_us"], result["within_budget"] = budget, result["host_us"] <= budget
+    pipe = dataset.image_pipeline
+    runs = {"": lambda: timed_epoch(format, dataset), "bare_": BareRun(pipe).epoch}
+    if format == "tf":
+        runs["plugin_"] = PluginRun(pipe).epoch
+    times = {name: [] for name in runs}
+    for _ in range(epochs + 1):
+        for name, run in runs.items():
+            times[name].append(run())
+    result = {"samples": len(pipe.file_paths)}
+    rest = len(pipe.file_paths) - pipe.batch_size  # the samples after each pass's first batch
+    per_round = {}  # (run, key) -> the value of each timed round
+    keys = ("us", "cpu_us", "python_us")  # `batch_times`'s columns
+    for name, passes in times.items():
+        passes = passes[1:]  # each `batch_times`: wall, CPU and outside DALI, per batch
+        for clock, key in enumerate(keys):
+            per_round[name, key] = np.array([b[1:, clock].sum() * 1e6 / rest for b in passes])
+        per_round[name, "first_ms"] = np.array([b[0, 0] * 1e3 for b in passes])
+        for key in (*keys, "first_ms"):
+            result[name + key] = round(float(np.median(per_round[name, key])), 2)
+    reference = "plugin_" if format == "tf" else "bare_"
+    for key in (*keys, "first_ms"):  # the medians of each round's difference
+        differences = per_round["", key] - per_round[reference, key]
+        result["host_" + key] = round(float(np.median(differences)), 2)
+        if key == "python_us":
+            low, high = np.percentile(differences, [25, 75])
+            result["host_python_us_iqr"] = [round(float(low), 2), round(float(high), 2)]
+    if format == "tf":
+        result["plugin_own_python_us"] = round(float(np.median(
+            per_round["plugin_", "python_us"] - per_round["bare_", "python_us"])), 2)
+    result["inputs_us"] = round(inputs_us(pipe, epochs), 2)
+    result["budget_us"] = BUDGET_US.get(feature, BUDGET_US["classification"])
+    result["within_budget"] = result["host_python_us"] <= result["budget_us"]
     return result
 
 
 def timed_epoch(format, dataset):
-    start = time.perf_counter()
+    """The seconds of each batch of a pass over `dataset`, read as Keras reads it."""
+    times = [clocks()]
     if format == "pydataset":
         for i in range(len(dataset)):
             dataset[i]
+            times.append(clocks())
     else:  # a `tf.data.Dataset` or a Grain dataset: each iterator is a pass
         for _ in dataset:
-            pass
-    return time.perf_counter() - start
+            times.append(clocks())
+    return batch_times(times)
+
+
+def clocks():
+    """A reading of the clocks: `(wall, CPU, DALI's)`: `time.perf_counter()`, the CPU
+    time of the process (every thread), and `{thread id: CPU ns}` of DALI's own
+    threads (named "[DALI]...": its workers and executor), from Linux's
+    `/proc/self/task` (empty elsewhere)."""
+    dali = {}
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        tasks = []
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                if not f.read().startswith("[DALI]"):
+                    continue
+            with open(f"/proc/self/task/{task}/schedstat") as f:
+                dali[task] = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):  # a thread that ended meanwhile
+            continue
+    return time.perf_counter(), time.process_time(), dali
+
+
+def batch_times(readings):
+    """float64 `(len(readings) - 1, 3)`: per batch, the seconds of wall time, of CPU
+    time (every thread) and of CPU time outside DALI's threads (dalipipe's Python,
+    DALI's Python calls, the copies, `tf.data`'s threads), from `clocks()` readings
+    taken between batches. A DALI thread counts where it is alive at both ends."""
+    rows = []
+    for (wall, cpu, dali), (wall2, cpu2, dali2) in zip(readings, readings[1:]):
+        inside = sum(dali2[t] - dali[t] for t in dali2.keys() & dali.keys()) / 1e9
+        rows.append((wall2 - wall, cpu2 - cpu, cpu2 - cpu - inside))
+    return np.array(rows)
+
+
+def epoch_batches(pipe, epoch=1):
+    """The inputs of `pipe`'s epoch `epoch`, batch by batch, made beforehand:
+    `{input name: [batch, ...]}` (`"samples"`: `load_samples` of each batch)."""
+    sample_ids, random, weights = pipe.epoch_inputs(epoch)
+    rows = [slice(i, i + pipe.batch_size) for i in range(0, len(sample_ids), pipe.batch_size)]
+    batches = {"samples": [pipe.load_samples(sample_ids[r]) for r in rows]}
+    if "random" in pipe.input_names:
+        batches["random"] = [np.ascontiguousarray(random[r]) for r in rows]
+    if "weights" in pipe.input_names:
+        batches["weights"] = [np.ascontiguousarray(weights[r]) for r in rows]
+    return batches
+
+
+class BareRun:
+    """The dataset's own DALI graph (`ImagePipeline.build_dali_pipeline`, the same
+    operators and external sources) run bare: `Pipeline.run` in a loop, its inputs
+    made beforehand and handed over as they are, its outputs taken as NumPy views
+    (`as_tensor`), no copy. An epoch of the dataset minus one of these is dalipipe's
+    Python: the inputs made per batch, the outputs converted, the passes, the adapter."""
+
+    def __init__(self, pipe):
+        from nvidia.dali.pipeline import do_not_convert
+
+        self.batches = epoch_batches(pipe)
+        self.current = {}
+        self.pipe = pipe.build_dali_pipeline(feed=do_not_convert(self.source))
+        self.pipe.build()
+
+    def source(self, name):
+        from nvidia.dali.pipeline import do_not_convert
+
+        return do_not_convert(lambda: next(self.current[name]))  # StopIteration ends the epoch
+
+    def epoch(self):
+        """The seconds of each batch of a pass."""
+        self.current = {name: iter(batches) for name, batches in self.batches.items()}
+        times = [clocks()]
+        self.pipe.reset()
+        while True:
+            try:
+                outputs = self.pipe.run()
+            except StopIteration:
+                return batch_times(times)
+            for out in outputs:
+                np.asarray(out.as_tensor())
+            times.append(clocks())
+
+
+class PluginRun:
+    """The dataset's own DALI graph in DALI's TensorFlow dataset
+    (`DALIDatasetWithInputs`), fed from `tf.data` datasets of inputs made beforehand
+    (`from_tensor_slices(...).batch`; TFRecord records one per sample, as dalipipe
+    feeds them), read eagerly as the dataset is: its epoch minus a `BareRun`'s is the
+    plugin's and `tf.data`'s own cost, an epoch of the "tf" format minus this one
+    dalipipe's."""
+
+    def __init__(self, pipe):
+        import tensorflow as tf
+
+        from dalipipe import feed as packing
+        from dalipipe.install import import_dali_tf
+        from dalipipe.tf_keras_dataset import keras_structure, output_shapes
+
+        dali_tf = import_dali_tf()
+        batches, size = epoch_batches(pipe), pipe.batch_size
+        per_sample = pipe.feeds_bytes and len(pipe.file_paths) % size == 0
+        inputs = {}
+        for name, values in batches.items():
+            if name == "samples" and pipe.feeds_bytes:
+                records = [r for batch in values for r in batch]
+                if per_sample:
+                    lengths = np.array([len(r) for r in records], np.int64)
+                    flat, ends = tf.constant(np.concatenate(records)), np.cumsum(lengths)
+                    inputs[name] = tf.data.Dataset.from_tensor_slices(
+                        (ends - lengths, ends)).map(lambda a, b: flat[a:b])
+                    continue
+                values = [packing.pad_records(np.concatenate(records[i:i + size]),
+                                              np.array([len(r) for r in records[i:i + size]]))
+                          for i in range(0, len(records), size)]
+            width = max(v.shape[1] for v in values) if values[0].ndim == 2 else None
+            rows = np.concatenate([v if width is None else
+                                   np.pad(v, ((0, 0), (0, width - v.shape[1])))
+                                   for v in values])
+            inputs[name] = tf.data.Dataset.from_tensor_slices(rows).batch(size)
+        _, order = keras_structure(pipe)
+        shapes = output_shapes(pipe)
+        with tf.device("/cpu:0"):
+            self.dataset = dali_tf.experimental.DALIDatasetWithInputs(
+                pipeline=pipe.build_dali_pipeline(order=order),
+                input_datasets={
+                    name: dali_tf.experimental.Input(
+                        data, batch=not (name == "samples" and per_sample))
+                    for name, data in inputs.items()},
+                output_dtypes=tuple(tf.as_dtype(pipe.output_dtypes[i]) for i in order),
+                output_shapes=tuple(tf.TensorShape(shapes[i]) for i in order),
+                batch_size=size, num_threads=pipe.options.num_threads, device_id=None,
+                prefetch_queue_depth=pipe.options.prefetch_queue_depth)
+
+    def epoch(self):
+        """The seconds of each batch of a pass."""
+        times = [clocks()]
+        for _ in self.dataset:
+            times.append(clocks())
+        return batch_times(times)
 
 
 def inputs_us(pipe, epochs):
@@ -269,8 +463,6 @@ def epoch_starts(count, batch_size):
     file read): the order, the draws, and with boxes (`BOXES_PER_IMAGE` each, made
     as flat arrays) their placement. The first epoch's with boxes also makes the
     boxes' table; the second's is the start of every later epoch."""
-    import numpy as np
-
     from dalipipe import sources
     from dalipipe.annotations.placement import BoxTable
     from dalipipe.options import Options
@@ -367,10 +559,17 @@ def summary(report):
         if "error" in run:
             lines.append(f"  {name}: failed: {run['error']}")
             continue
-        lines.append(f"  {name}: plain DALI {run['plain_us']} µs")
+        lines.append(f"  {name}: plain DALI {run['plain_us']} µs; per feature: the dataset's "
+                     "µs (CPU µs outside DALI's threads), its reference's, dalipipe's own "
+                     "[quartiles], "
+                     "inputs alone")
         for feature, r in run["features"].items():
+            reference = "plugin" if name == "tf" else "bare"
             lines.append(f"    {feature:15s} " + (r["error"] if "error" in r else
-                         f"{r['us']:8.1f} µs, host {r['host_us']:7.1f}, inputs {r['inputs_us']}"))
+                         f"{r['us']:7.1f} ({r['python_us']:.1f}), {reference} "
+                         f"{r[reference + '_us']:.1f} ({r[reference + '_python_us']:.1f}), "
+                         f"host {r['host_python_us']:.1f} {r['host_python_us_iqr']} of "
+                         f"{r['budget_us']}, inputs {r['inputs_us']}"))
     starts = report["epoch_start"]
     lines.append(f"  epoch start, {starts['samples']} samples, built in place / ahead "
                  "(longest stall of the reading thread meanwhile) / the pass's wait / the "

@@ -45,9 +45,11 @@ generators with each new iterator) and the same draws on CPU and GPU.
 NumPy only on import; the graph's side imports DALI inside its functions.
 """
 
+import itertools
 import math
 import os
 import struct
+import sys
 from typing import Optional, Sequence
 
 import numpy as np
@@ -79,6 +81,77 @@ def _label_rows(labels, count):
     return np.ascontiguousarray(values.astype(kind).reshape(count, -1)).view(np.uint8)
 
 
+class PathTable:
+    """File paths encoded once (`os.fsencode`), packed into `"samples"` batches
+    without a Python step per sample.
+
+    Args:
+        paths: file paths (`str`, `bytes` or path-like).
+
+    Attributes:
+        flat: uint8, every path's bytes one after the other.
+        starts, lengths: int64 `(len(paths),)`, each path's place in `flat`.
+    """
+
+    def __init__(self, paths):
+        paths = list(paths)
+        encoding, errors = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+        try:  # one encode of them all; one byte per character: the lengths are known
+            joined = "".join(paths).encode(encoding, errors)
+            lengths = np.fromiter(map(len, paths), np.int64, len(paths))
+            if len(joined) != lengths.sum():
+                raise TypeError("a character of more than one byte")
+        except TypeError:  # bytes, path-likes, other characters: one at a time
+            encoded = [os.fsencode(p) for p in paths]
+            joined = b"".join(encoded)
+            lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
+        self.flat = np.frombuffer(joined, np.uint8)
+        self.lengths = lengths
+        self.starts = np.cumsum(lengths) - lengths
+
+    def __len__(self):
+        return len(self.lengths)
+
+    def pack(self, ids, labels):
+        """`pack_paths` of the paths `ids` (int indices) with their `labels`."""
+        head = _label_rows(labels, len(ids))
+        return np.concatenate([head, self.rows(ids)], axis=1)
+
+    def pack_pairs(self, ids, masks):
+        """`pack_pairs` of the paths `ids` and the same rows of `masks` (a `PathTable`
+        aligned with this one)."""
+        ids = np.asarray(ids, np.int64)
+        lengths = self.lengths[ids]
+        head = lengths.astype("<i4").reshape(-1, 1).view(np.uint8)
+        return np.concatenate([head, self.rows(ids, then=masks)], axis=1)
+
+    def rows(self, ids, *, then=None):
+        """uint8 `(len(ids), longest)`: the paths `ids` (int indices), each followed by
+        the same row of `then` (a `PathTable` aligned with this one) if given, padded
+        with NUL bytes."""
+        ids = np.asarray(ids, np.int64)
+        lengths = self.lengths[ids]
+        total = lengths if then is None else lengths + then.lengths[ids]
+        offsets = np.arange(int(total.max(initial=0)))
+        rows = _gather(self.flat, self.starts[ids][:, None] + offsets,
+                       offsets < lengths[:, None])
+        if then is not None:
+            after = offsets - lengths[:, None]  # the offset in the second path
+            rows = np.where(after >= 0, _gather(then.flat, then.starts[ids][:, None] + after,
+                                                (after >= 0) & (offsets < total[:, None])),
+                            rows)
+        return rows
+
+
+def _gather(flat, index, inside):
+    """`flat[index]` where `inside`, else 0 (uint8, `index`'s shape)."""
+    if not len(flat):
+        return np.zeros(index.shape, np.uint8)
+    values = flat[np.minimum(index, len(flat) - 1)]  # `index` is never below 0
+    values[~inside] = 0
+    return values
+
+
 def pack_paths(file_paths: Sequence[str], labels: Optional[np.ndarray]) -> np.ndarray:
     """The `"samples"` batch of image files that DALI reads: per sample its label
     (`labels`: int32 `(n,)`, float32 `(n,)` or `(n, k)`, or None), then its path.
@@ -87,14 +160,7 @@ def pack_paths(file_paths: Sequence[str], labels: Optional[np.ndarray]) -> np.nd
         uint8 `(len(file_paths), label bytes + longest path in bytes)`, paths padded
         with NUL bytes.
     """
-    paths = [os.fsencode(p) for p in file_paths]
-    head = _label_rows(labels, len(paths))
-    width = head.shape[1]
-    packed = np.zeros((len(paths), width + max(len(p) for p in paths)), np.uint8)
-    packed[:, :width] = head
-    for row, path in zip(packed, paths):
-        row[width:width + len(path)] = np.frombuffer(path, np.uint8)
-    return packed
+    return PathTable(file_paths).pack(np.arange(len(file_paths)), labels)
 
 
 def pack_pairs(file_paths: Sequence[str], mask_paths: Sequence[str]) -> np.ndarray:
@@ -106,8 +172,7 @@ def pack_pairs(file_paths: Sequence[str], mask_paths: Sequence[str]) -> np.ndarr
         uint8 `(len(file_paths), 4 + longest pair of paths in bytes)`, padded with
         NUL bytes.
     """
-    return pad_records(*pack_records([os.fsencode(p) for p in file_paths], None,
-                                     mask_paths=mask_paths))
+    return PathTable(file_paths).pack_pairs(np.arange(len(file_paths)), PathTable(mask_paths))
 
 
 def unpack_pairs(samples, *, feeds_bytes, mask_bytes=False):
@@ -163,21 +228,21 @@ def pack_records(payloads: Sequence[bytes], labels: Optional[np.ndarray], *,
     if mask_bytes is not None:
         heads = np.zeros((count, 0), np.uint8)
         tails = [struct.pack("<i", len(m)) + bytes(m) for m in mask_bytes]
+        tail_lengths = np.fromiter(map(len, tails), np.int64, count)
     elif mask_paths is None:
-        heads, tails = _label_rows(labels, count), [b""] * count
+        heads, tails = _label_rows(labels, count), itertools.repeat(b"", count)
+        tail_lengths = 0
     else:
         heads, tails = np.zeros((count, 0), np.uint8), [os.fsencode(m) for m in mask_paths]
+        tail_lengths = np.fromiter(map(len, tails), np.int64, count)
+    sizes = np.fromiter(map(len, payloads), np.int64, count)
     width = heads.shape[1] + VALUE_BYTES
-    lengths = np.array([width + len(p) + len(t) for p, t in zip(payloads, tails)], np.int64)
-    flat = np.empty(int(lengths.sum()), np.uint8)
-    for start, head, payload, tail in zip(np.cumsum(lengths) - lengths, heads, payloads, tails):
-        flat[start:start + len(head)] = head
-        flat[start + len(head):start + width] = np.frombuffer(
-            struct.pack("<i", len(payload)), np.uint8)
-        body = start + width + len(payload)
-        flat[start + width:body] = np.frombuffer(payload, np.uint8)
-        flat[body:body + len(tail)] = np.frombuffer(tail, np.uint8)
-    return flat, lengths
+    fronts = np.concatenate([heads, sizes.astype("<i4").reshape(-1, 1).view(np.uint8)], axis=1)
+    fronts = fronts.tobytes()
+    fronts = [fronts[i:i + width] for i in range(0, count * width, width)]
+    flat = np.frombuffer(b"".join(itertools.chain.from_iterable(zip(fronts, payloads, tails))),
+                         np.uint8)
+    return flat, width + sizes + tail_lengths
 
 
 def split_records(flat, lengths):
@@ -187,7 +252,8 @@ def split_records(flat, lengths):
     Returns:
         A list of `len(lengths)` uint8 arrays (views of `flat`).
     """
-    return np.split(flat, np.cumsum(lengths)[:-1])
+    ends = np.cumsum(lengths).tolist()
+    return [flat[start:end] for start, end in zip([0] + ends[:-1], ends)]
 
 
 def pad_records(flat, lengths):

@@ -402,11 +402,11 @@ def converter(backend, gpu, device_id=None):
     `finish` (the stream's synchronization, once per batch: `_batch_converter`)
     returns."""
     if backend == "torch":
-        from nvidia.dali.plugin.pytorch.torch_utils import to_torch_tensor
-
-        if not gpu:
-            return lambda tensor: to_torch_tensor(tensor, copy=True)
         import torch
+
+        if not gpu:  # one copy into NumPy's buffer, which the tensor takes as its own
+            return lambda tensor: torch.from_numpy(np.array(tensor))
+        from nvidia.dali.plugin.pytorch.torch_utils import to_torch_tensor
 
         stream = torch.cuda.Stream(device=device_id)
 

@@ -14,6 +14,7 @@ and both adapters read.
 """
 
 import os
+import threading
 
 import numpy as np
 
@@ -280,6 +281,8 @@ class ImagePipeline:
         if self.cache is not None:
             self.input_names += ("cached",)
         self.inputs_ahead = ahead.InputsAhead(self)  # the passes' `epoch_inputs`, read-only
+        self._tables = None  # `_path_tables`
+        self._tables_lock = threading.Lock()
         self._runner = None
 
     def _outputs(self):
@@ -437,12 +440,23 @@ class ImagePipeline:
         sample_ids = np.asarray(sample_ids, np.int64)
         if self.feeds_bytes:
             return feed.split_records(*self.load_records(sample_ids))
-        labels = None if self.labels is None else self.labels[sample_ids]
-        paths = [self.file_paths[i] for i in sample_ids]
-        self._verify_unchanged(paths, sample_ids)
-        if self.index.mask_paths is not None:
-            return feed.pack_pairs(paths, [self.index.mask_paths[i] for i in sample_ids])
-        return feed.pack_paths(paths, labels)
+        if self.index.stamps is not None:
+            self._verify_unchanged([self.file_paths[i] for i in sample_ids.tolist()],
+                                   sample_ids)
+        paths, masks = self._path_tables()
+        if masks is not None:
+            return paths.pack_pairs(sample_ids, masks)
+        return paths.pack(sample_ids, None if self.labels is None else self.labels[sample_ids])
+
+    def _path_tables(self):
+        """`(images, masks)`: the `feed.PathTable`s of `file_paths` and of the masks
+        (None without `masks`), made at the first batch (in the thread that loads it)."""
+        with self._tables_lock:
+            if self._tables is None:
+                masks = self.index.mask_paths
+                self._tables = (feed.PathTable(self.file_paths),
+                                None if masks is None else feed.PathTable(masks))
+            return self._tables
 
     def load_records(self, sample_ids):
         """The encoded images of `sample_ids` with their labels, one after the other in

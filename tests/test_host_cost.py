@@ -1,6 +1,7 @@
 """benchmarks/host_cost.py: its quick mode runs on a handful of images, in every format,
-and writes its JSON: µs per sample against the plain DALI pipeline, dalipipe's inputs
-alone, and the epoch starts (no figure is checked: the machine is shared)."""
+and writes its JSON: µs per sample of each dataset against its own DALI graph run bare
+(and in DALI's TensorFlow dataset, for "tf"), dalipipe's inputs alone, and the epoch
+starts (no figure is checked: the machine is shared)."""
 
 import json
 import os
@@ -25,11 +26,19 @@ def test_quick_mode_measures_every_format_and_writes_its_json(tmp_path):
     assert set(report["formats"]) == {"tf", "pydataset", "grain"}
     for name, run in report["formats"].items():
         assert run["plain_us"] > 0, name
+        reference = "plugin_" if name == "tf" else "bare_"
         for feature in ("classification", "boxes"):
             result = run["features"][feature]
-            assert result["samples"] == 8 and result["us"] > 0, (name, result)
-            assert result["host_us"] == pytest.approx(result["us"] - run["plain_us"], abs=0.02)
+            assert result["samples"] == 8, (name, result)
+            assert result["us"] > 0 and result[reference + "us"] > 0, (name, result)
+            assert result["cpu_us"] >= result["python_us"] > 0, (name, result)
+            assert result[reference + "first_ms"] > 0, (name, result)
+            # One timed round: its difference is the median's.
+            assert result["host_python_us"] == pytest.approx(
+                result["python_us"] - result[reference + "python_us"], abs=0.02)
+            assert result["within_budget"] == (result["host_python_us"] <= result["budget_us"])
             assert result["budget_us"] == (10 if feature == "classification" else 20)
+        assert ("plugin_own_python_us" in run["features"]["boxes"]) == (name == "tf")
         assert run["features"]["boxes"]["inputs_us"] > 0
     starts = report["epoch_start"]
     assert starts["samples"] == 2000

@@ -13,6 +13,7 @@ from dalipipe.calls import warn
 from dalipipe.checks.driver import check_file
 from dalipipe.checks.verdicts import bad_files
 from dalipipe.storage import is_remote
+from dalipipe.storage.uris import COLLAPSED
 from dalipipe.utils import cache_disabled, writable_cache_dir
 
 
@@ -83,7 +84,8 @@ def verify_unchanged(paths, stamps, *, check):
     when DALI's decoder fails on it (`dalipipe.native`), naming its URI.
     """
     for path, (size, mtime_ns) in zip(paths, np.asarray(stamps).tolist()):
-        if is_remote(path):
+        if (type(path) is not str or "://" in path or path.startswith(COLLAPSED)) \
+                and is_remote(path):  # (`is_remote` only where it could say yes or raise)
             continue  # an object: a HEAD per batch is not free (docs/storage.md)
         try:
             info = os.stat(path)
@@ -92,7 +94,7 @@ def verify_unchanged(paths, stamps, *, check):
                 f"{path} was checked before training and cannot be opened now "
                 f"({e.strerror}): it was deleted or moved during training."
             ) from None
-        if (info.st_size, info.st_mtime_ns) == (size, mtime_ns):
+        if info.st_size == size and info.st_mtime_ns == mtime_ns:
             continue
         if check is None:
             raise RuntimeError(
