@@ -430,3 +430,19 @@ def test_the_bench_loader_reads_the_files_as_shards(tagged_dir):
         np.testing.assert_array_equal(np.asarray(images), np.asarray(want_images))
         np.testing.assert_array_equal(np.asarray(found), np.asarray(want))
     assert "source=" in made.settings and loaders.unavailable("dalipipe_shards_cpu") is None
+
+
+def test_the_webdataset_peer_loads_every_sample_once_with_its_label(tagged_dir):
+    pytest.importorskip("webdataset")
+    pytest.importorskip("torch")
+    from dalipipe.bench import loaders
+
+    index = sources.index_source(tagged_dir)
+    files, labels = index.file_paths[:20], index.labels[:20]
+    peer = loaders.LOADERS["webdataset_torch"](files, labels, workload="stretch", batch_size=8,
+                                                threads=1, seed=0)
+    found = [(images.shape[1:], int(label)) for images, batch in peer.epoch()
+             for label in np.asarray(batch)]
+    assert {shape for shape, _ in found} == {(224, 224, 3)}
+    assert sorted(label for _, label in found) == sorted(labels.tolist())
+    assert "shardshuffle=100" in peer.settings and loaders.unavailable("webdataset_torch") is None

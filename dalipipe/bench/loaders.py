@@ -450,6 +450,7 @@ LOADERS = {
        for name in CACHED_LOADERS},
     "dalipipe_shards_cpu": _imported_on_call("dalipipe.bench.shard_loaders",
                                              "make_dalipipe_shards"),
+    "webdataset_torch": _imported_on_call("dalipipe.bench.shard_loaders", "make_webdataset"),
 }
 DESCRIPTIONS = {
     "python_generator": "PIL in a Python loop, a chunk of 1,000 images at a time (1 core)",
@@ -483,6 +484,9 @@ DESCRIPTIONS = {
     "dalipipe_cache_folder": "make_dali_dataset(cache=<a folder>, shuffle=True, antialias=False)",
     "dalipipe_shards_cpu": "make_dali_dataset(device='cpu') on the files written as "
                            "WebDataset tar shards (once, in the cache folder)",
+    "webdataset_torch": "webdataset's WebDataset(shardshuffle=100).shuffle(1000).decode('pil') "
+                        "with PIL transforms (pil_loaders), batched, in a WebLoader with a worker "
+                        "per thread, on the same shards as dalipipe_shards_cpu",
 }
 # What each loader (and DALI's decode-only ceiling, `harness.decode_ceiling`) needs
 # beyond NumPy and PIL: packages, or "dali_gpu" / "torch_cuda" for a CUDA GPU that
@@ -509,6 +513,7 @@ REQUIREMENTS = {
     "dalipipe_cache_memory": ("nvidia.dali", "tensorflow"),
     "dalipipe_cache_folder": ("nvidia.dali", "tensorflow"),
     "dalipipe_shards_cpu": ("nvidia.dali", "tensorflow"),
+    "webdataset_torch": ("webdataset", "torch"),
 }
 
 

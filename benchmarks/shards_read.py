@@ -1,0 +1,128 @@
+"""WebDataset tar shards against the same images as files, local and from a local S3
+server, read by dalipipe and by `webdataset`'s own loader: the time to the first
+batch of a fresh process (start-up: creation, indexing, the check, the first
+batch) and steady images/s (the median of `--runs` epochs after the first). Writes
+JSON.
+
+The images are `dalipipe sample-data`'s (JPEG crops of photographs, 260-560 pixels
+wide), as files in class folders and as `--shards` tar shards written by
+`dalipipe.ranges.write.write_webdataset`; both are also uploaded to moto's S3 server
+on 127.0.0.1 (`tests/s3_server.py`). Every row runs in a process of its own
+(`dalipipe.bench.harness`), one after the other, with the workload `--workload`
+(default train: random-resized crop to 224, flip, ImageNet normalization):
+
+- dalipipe (`make_dali_dataset(shuffle=True)`, the "tf" format, `--threads`
+  threads) on the files and on the shards, local and in S3, each in a fresh cache
+  folder (`"cold"`: the check, and for shards the tar index, are made in its
+  start-up); the shards again in the same cache folder (`"cached"`);
+- `webdataset` (`dalipipe.bench.shard_loaders.make_webdataset`: `WebDataset(urls,
+  shardshuffle=100).shuffle(1000).decode("pil")`, PIL's transforms, `WebLoader`
+  with `--threads` workers) on the local shards, and on the shards in S3 as its
+  documentation reads a bucket: `http://` URLs read with curl (a public bucket),
+  and `pipe:aws s3 cp s3://... -` (the AWS CLI, one process per shard).
+
+The server is a Python process on the same cores: its figures are a server a few
+ms away, with its CPU shared with the loaders, not a real endpoint's latency.
+
+    python benchmarks/shards_read.py [--images 500] [--runs 2] [--out ...]
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+
+BUCKET = "bench"
+
+
+def rows(local_files, local_shards, s3_files, s3_shards, http_shards):
+    """`(name, loader, options, cache)` of each row: cache "cold" for a fresh cache
+    folder, "cached" for the previous row's."""
+    found = []
+    for storage, files, shards in (("local", local_files, local_shards),
+                                   ("s3", s3_files, s3_shards)):
+        files_options = {"shuffle": True} if files is None else {"shuffle": True, "source": files}
+        found.append((f"dalipipe files {storage}", "dalipipe_cpu", files_options, "cold"))
+        for cache in ("cold", "cached"):
+            found.append((f"dalipipe shards {storage} {cache}", "dalipipe_cpu",
+                          {"shuffle": True, "source": shards}, cache))
+    found.insert(3, ("webdataset shards local", "webdataset_torch", {"urls": local_shards}, "cold"))
+    found.append(("webdataset shards s3 http", "webdataset_torch", {"urls": http_shards}, "cold"))
+    found.append(("webdataset shards s3 aws-cli", "webdataset_torch",
+                  {"urls": f"pipe:aws s3 cp {s3_shards} -"}, "cold"))
+    return found
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=500)
+    parser.add_argument("--shards", type=int, default=16)
+    parser.add_argument("--workload", default="train")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--runs", type=int, default=2, help="timed epochs after the first")
+    parser.add_argument("--only", default="", help="comma-separated row names to run")
+    parser.add_argument("--out", default="benchmarks/results/shards-cpu/results.json")
+    args = parser.parse_args()
+
+    from dalipipe import sources
+    from dalipipe.bench.harness import machine_info, run_task_in_subprocess
+    from dalipipe.ranges.write import write_webdataset
+    from dalipipe.sample_data import make_sample_dataset
+    from s3_server import ENVIRONMENT, moto_server, upload_folder
+
+    results = {"machine": machine_info(), "images": args.images, "shards": args.shards,
+               "workload": args.workload, "batch_size": args.batch_size,
+               "threads": args.threads, "runs": args.runs,
+               "load_average_start": [round(x, 2) for x in os.getloadavg()], "rows": []}
+    with tempfile.TemporaryDirectory(prefix="shards-read-") as scratch, moto_server() as server:
+        images = os.path.join(scratch, "images")
+        make_sample_dataset(images, num_images=args.images)
+        os.remove(os.path.join(images, "labels.csv"))  # a folder source: classes by folder
+        index = sources.index_source(images)
+        folder = os.path.join(scratch, "shards")
+        shards = write_webdataset(index.file_paths, index.labels, index.class_names, folder,
+                                  num_shards=args.shards)
+        results["image_bytes"] = sum(os.path.getsize(p) for p in index.file_paths)
+        results["shard_bytes"] = sum(os.path.getsize(p) for p in shards)
+        client = server.client()
+        client.create_bucket(Bucket=BUCKET, ACL="public-read")  # curl's GETs are unsigned
+        upload_folder(client, images, BUCKET, "images")
+        upload_folder(client, folder, BUCKET, "shards")
+        pattern = f"train-{{000000..{args.shards - 1:06d}}}.tar"
+        table = rows(None, os.path.join(folder, pattern), f"s3://{BUCKET}/images/",
+                     f"s3://{BUCKET}/shards/{pattern}",
+                     f"{server.endpoint}/{BUCKET}/shards/{pattern}")
+        only = set(filter(None, args.only.split(",")))
+        for number, (name, loader, options, cache) in enumerate(table):
+            if only and name not in only:
+                continue
+            if cache == "cold":
+                cache_dir = os.path.join(scratch, f"cache-{number}")
+            task = dict(kind="measure", loader=loader, workload=args.workload, files=index.file_paths,
+                        labels=[int(label) for label in index.labels],
+                        batch_size=args.batch_size, threads=args.threads, seed=0,
+                        runs=args.runs, options=options,
+                        env={**ENVIRONMENT, "AWS_ENDPOINT_URL": server.endpoint,
+                             "DALIPIPE_CACHE_DIR": cache_dir})
+            load = round(os.getloadavg()[0], 2)
+            started = time.perf_counter()
+            result = run_task_in_subprocess(task, timeout=900)
+            result.update(name=name, cache=cache, load_average_before=load,
+                          wall_s=round(time.perf_counter() - started, 2))
+            results["rows"].append(result)
+            print(name, {k: result.get(k) for k in ("first_batch_s", "images_per_s", "error")},
+                  f"load {load}", file=sys.stderr, flush=True)
+    results["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=1)
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
