@@ -22,9 +22,11 @@ on 127.0.0.1 (`tests/s3_server.py`). Every row runs in a process of its own
   and `pipe:aws s3 cp s3://... -` (the AWS CLI, one process per shard).
 
 The server is a Python process on the same cores: its figures are a server a few
-ms away, with its CPU shared with the loaders, not a real endpoint's latency.
+ms away, with its CPU shared with the loaders, not a real endpoint's latency. With
+`--latency-ms L`, every client reaches it through `s3_read.py`'s `LatencyProxy`,
+which holds each request L ms, as an endpoint L ms away would.
 
-    python benchmarks/shards_read.py [--images 500] [--runs 2] [--out ...]
+    python benchmarks/shards_read.py [--images 500] [--runs 2] [--latency-ms 0] [--out ...]
 """
 
 import argparse
@@ -34,7 +36,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(HERE, "..", "tests"), HERE]
 
 BUCKET = "bench"
 
@@ -65,6 +68,8 @@ def main():
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--runs", type=int, default=2, help="timed epochs after the first")
+    parser.add_argument("--latency-ms", type=float, default=0,
+                        help="milliseconds added to every request to S3 (a proxy)")
     parser.add_argument("--only", default="", help="comma-separated row names to run")
     parser.add_argument("--out", default="benchmarks/results/shards-cpu/results.json")
     args = parser.parse_args()
@@ -73,11 +78,12 @@ def main():
     from dalipipe.bench.harness import machine_info, run_task_in_subprocess
     from dalipipe.ranges.write import write_webdataset
     from dalipipe.sample_data import make_sample_dataset
+    from s3_read import LatencyProxy
     from s3_server import ENVIRONMENT, moto_server, upload_folder
 
     results = {"machine": machine_info(), "images": args.images, "shards": args.shards,
                "workload": args.workload, "batch_size": args.batch_size,
-               "threads": args.threads, "runs": args.runs,
+               "threads": args.threads, "runs": args.runs, "latency_ms": args.latency_ms,
                "load_average_start": [round(x, 2) for x in os.getloadavg()], "rows": []}
     with tempfile.TemporaryDirectory(prefix="shards-read-") as scratch, moto_server() as server:
         images = os.path.join(scratch, "images")
@@ -93,21 +99,24 @@ def main():
         client.create_bucket(Bucket=BUCKET, ACL="public-read")  # curl's GETs are unsigned
         upload_folder(client, images, BUCKET, "images")
         upload_folder(client, folder, BUCKET, "shards")
+        endpoint = server.endpoint if not args.latency_ms else \
+            LatencyProxy(server.endpoint, args.latency_ms / 1000).endpoint
         pattern = f"train-{{000000..{args.shards - 1:06d}}}.tar"
         table = rows(None, os.path.join(folder, pattern), f"s3://{BUCKET}/images/",
                      f"s3://{BUCKET}/shards/{pattern}",
-                     f"{server.endpoint}/{BUCKET}/shards/{pattern}")
+                     f"{endpoint}/{BUCKET}/shards/{pattern}")
         only = set(filter(None, args.only.split(",")))
         for number, (name, loader, options, cache) in enumerate(table):
             if only and name not in only:
                 continue
-            if cache == "cold":
-                cache_dir = os.path.join(scratch, f"cache-{number}")
-            task = dict(kind="measure", loader=loader, workload=args.workload, files=index.file_paths,
+            # A cached row follows its cold row, and reuses its cache folder.
+            cache_dir = os.path.join(scratch, f"cache-{number - (cache == 'cached')}")
+            task = dict(kind="measure", loader=loader, workload=args.workload,
+                        files=index.file_paths,
                         labels=[int(label) for label in index.labels],
                         batch_size=args.batch_size, threads=args.threads, seed=0,
                         runs=args.runs, options=options,
-                        env={**ENVIRONMENT, "AWS_ENDPOINT_URL": server.endpoint,
+                        env={**ENVIRONMENT, "AWS_ENDPOINT_URL": endpoint,
                              "DALIPIPE_CACHE_DIR": cache_dir})
             load = round(os.getloadavg()[0], 2)
             started = time.perf_counter()
