@@ -11,10 +11,12 @@ on 127.0.0.1 (`tests/s3_server.py`). Every row runs in a process of its own
 (`dalipipe.bench.harness`), one after the other, with the workload `--workload`
 (default train: random-resized crop to 224, flip, ImageNet normalization):
 
-- dalipipe (`make_dali_dataset(shuffle=True)`, the "tf" format, `--threads`
-  threads) on the files and on the shards, local and in S3, each in a fresh cache
-  folder (`"cold"`: the check, and for shards the tar index, are made in its
-  start-up); the shards again in the same cache folder (`"cached"`);
+- dalipipe (`make_dali_pipeline(shuffle=True)` run natively, `--threads` threads)
+  on the files and on the shards, local and in S3, each in a fresh cache folder
+  (`"cold"`: the check, and for shards the tar index, are made in its start-up);
+  the shards again in the same cache folder (`"cached"`); and once on the local
+  files as Keras users call it, `make_dali_dataset` (the "tf" format: its start-up
+  imports TensorFlow and builds the `tf.data` dataset);
 - `webdataset` (`dalipipe.bench.shard_loaders.make_webdataset`: `WebDataset(urls,
   shardshuffle=100).shuffle(1000).decode("pil")`, PIL's transforms, `WebLoader`
   with `--threads` workers) on the local shards, and on the shards in S3 as its
@@ -45,16 +47,18 @@ BUCKET = "bench"
 def rows(local_files, local_shards, s3_files, s3_shards, http_shards):
     """`(name, loader, options, cache)` of each row: cache "cold" for a fresh cache
     folder, "cached" for the previous row's."""
-    found = []
+    found = [("dalipipe files local, make_dali_dataset", "dalipipe_cpu", {"shuffle": True},
+              "cold")]
     for storage, files, shards in (("local", local_files, local_shards),
                                    ("s3", s3_files, s3_shards)):
         files_options = {"shuffle": True} if files is None else {"shuffle": True, "source": files}
-        found.append((f"dalipipe files {storage}", "dalipipe_cpu", files_options, "cold"))
+        found.append((f"dalipipe files {storage}", "dalipipe_native_cpu", files_options, "cold"))
         for cache in ("cold", "cached"):
-            found.append((f"dalipipe shards {storage} {cache}", "dalipipe_cpu",
+            found.append((f"dalipipe shards {storage} {cache}", "dalipipe_native_cpu",
                           {"shuffle": True, "source": shards}, cache))
-    found.insert(3, ("webdataset shards local", "webdataset_torch", {"urls": local_shards}, "cold"))
-    found.append(("webdataset shards s3 http", "webdataset_torch", {"urls": http_shards}, "cold"))
+        found.append((f"webdataset shards {storage}" + (" http" if storage == "s3" else ""),
+                      "webdataset_torch",
+                      {"urls": http_shards if storage == "s3" else local_shards}, "cold"))
     found.append(("webdataset shards s3 aws-cli", "webdataset_torch",
                   {"urls": f"pipe:aws s3 cp {s3_shards} -"}, "cold"))
     return found
@@ -130,7 +134,42 @@ def main():
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(results, f, indent=1)
-    print(f"wrote {args.out}", file=sys.stderr)
+    table = os.path.splitext(args.out)[0] + ".md"
+    with open(table, "w") as f:
+        f.write(markdown(results))
+    print(f"wrote {args.out} and {table}", file=sys.stderr)
+
+
+def markdown(results):
+    """The rows of `results` as a Markdown table, with the machine and the load."""
+    machine, versions = results["machine"], results["machine"]["versions"]
+    lines = [
+        f"Machine: {machine['cpu']}, {machine['cores']} cores, GPU: {machine['gpu']}; DALI "
+        f"{versions['dali']}, TensorFlow {versions['tensorflow']}, torch {versions['torch']}, "
+        f"Python {machine['python']}.",
+        f"Data: {results['images']} JPEGs ({results['image_bytes'] / results['images'] / 1e3:.0f} "
+        f"KB on average) as files and as {results['shards']} tar shards; workload "
+        f"{results['workload']}, batch {results['batch_size']}, {results['threads']} threads "
+        f"or workers, median of {results['runs']} epochs after the first; S3: moto on "
+        f"127.0.0.1, {results['latency_ms']:g} ms added per request.",
+        f"Load average (1, 5, 15 min): {results['load_average_start']} at the start, "
+        f"{results['load_average_end']} at the end.",
+        "",
+        "| row | first batch (s) | first epoch (s) | images/s | CPU s / 1000 images | "
+        "peak RSS (MB) | load before |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in results["rows"]:
+        if "error" in row:
+            lines.append(f"| {row['name']} | error: {row['error']} | | | | | |")
+            continue
+        lines.append(f"| {row['name']} | {row['first_batch_s']:.1f} | "
+                     f"{row['first_epoch_s']:.1f} | {row['images_per_s']:.0f} | "
+                     f"{row['cpu_s_per_1000']:.1f} | {row['peak_rss_mb']:.0f} | "
+                     f"{row['load_average_before']} |")
+    lines += ["", "Settings:", ""]
+    lines += [f"- {row['name']}: {row.get('settings')}" for row in results["rows"]]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
