@@ -34,6 +34,7 @@ which holds each request L ms, as an endpoint L ms away would.
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -72,6 +73,8 @@ def main():
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--runs", type=int, default=2, help="timed epochs after the first")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="rounds of every row, their order rotated each round")
     parser.add_argument("--latency-ms", type=float, default=0,
                         help="milliseconds added to every request to S3 (a proxy)")
     parser.add_argument("--only", default="", help="comma-separated row names to run")
@@ -87,8 +90,10 @@ def main():
 
     results = {"machine": machine_info(), "images": args.images, "shards": args.shards,
                "workload": args.workload, "batch_size": args.batch_size,
-               "threads": args.threads, "runs": args.runs, "latency_ms": args.latency_ms,
+               "threads": args.threads, "runs": args.runs,
+               "rounds": args.rounds, "latency_ms": args.latency_ms,
                "load_average_start": [round(x, 2) for x in os.getloadavg()], "rows": []}
+    begun = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="shards-read-") as scratch, moto_server() as server:
         images = os.path.join(scratch, "images")
         make_sample_dataset(images, num_images=args.images)
@@ -110,26 +115,36 @@ def main():
                      f"s3://{BUCKET}/shards/{pattern}",
                      f"{endpoint}/{BUCKET}/shards/{pattern}")
         only = set(filter(None, args.only.split(",")))
-        for number, (name, loader, options, cache) in enumerate(table):
-            if only and name not in only:
-                continue
-            # A cached row follows its cold row, and reuses its cache folder.
-            cache_dir = os.path.join(scratch, f"cache-{number - (cache == 'cached')}")
-            task = dict(kind="measure", loader=loader, workload=args.workload,
-                        files=index.file_paths,
-                        labels=[int(label) for label in index.labels],
-                        batch_size=args.batch_size, threads=args.threads, seed=0,
-                        runs=args.runs, options=options,
-                        env={**ENVIRONMENT, "AWS_ENDPOINT_URL": endpoint,
-                             "DALIPIPE_CACHE_DIR": cache_dir})
-            load = round(os.getloadavg()[0], 2)
-            started = time.perf_counter()
-            result = run_task_in_subprocess(task, timeout=900)
-            result.update(name=name, cache=cache, load_average_before=load,
-                          wall_s=round(time.perf_counter() - started, 2))
-            results["rows"].append(result)
-            print(name, {k: result.get(k) for k in ("first_batch_s", "images_per_s", "error")},
-                  f"load {load}", file=sys.stderr, flush=True)
+        table = [(number, *row) for number, row in enumerate(table) if not only or row[0] in only]
+        # A cached row runs after its cold row: the rounds rotate whole groups.
+        groups = [[row] for row in table if row[4] == "cold"]
+        for row in table:
+            if row[4] == "cached":
+                next(g for g in groups if g[0][0] == row[0] - 1).append(row)
+        for round_number in range(args.rounds):
+            turn = round_number % len(groups)
+            for number, name, loader, options, cache in \
+                    [row for group in groups[turn:] + groups[:turn] for row in group]:
+                cache_dir = os.path.join(
+                    scratch, f"cache-{round_number}-{number - (cache == 'cached')}")
+                task = dict(kind="measure", loader=loader, workload=args.workload,
+                            files=index.file_paths,
+                            labels=[int(label) for label in index.labels],
+                            batch_size=args.batch_size, threads=args.threads, seed=0,
+                            runs=args.runs, options=options,
+                            env={**ENVIRONMENT, "AWS_ENDPOINT_URL": endpoint,
+                                 "DALIPIPE_CACHE_DIR": cache_dir})
+                load = round(os.getloadavg()[0], 2)
+                started = time.perf_counter()
+                result = run_task_in_subprocess(task, timeout=900)
+                result.update(name=name, cache=cache, round=round_number,
+                              load_average_before=load,
+                              load_average_after=round(os.getloadavg()[0], 2),
+                              wall_s=round(time.perf_counter() - started, 2))
+                results["rows"].append(result)
+                print(name, {k: result.get(k) for k in ("first_batch_s", "images_per_s", "error")},
+                      f"load {load}", file=sys.stderr, flush=True)
+        results["seconds"] = round(time.perf_counter() - begun)
     results["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
@@ -150,7 +165,8 @@ def markdown(results):
         f"Data: {results['images']} JPEGs ({results['image_bytes'] / results['images'] / 1e3:.0f} "
         f"KB on average) as files and as {results['shards']} tar shards; workload "
         f"{results['workload']}, batch {results['batch_size']}, {results['threads']} threads "
-        f"or workers, median of {results['runs']} epochs after the first; S3: moto on "
+        f"or workers, median of {results['runs']} epochs after the first; over "
+        f"{results.get('rounds', 1)} rounds, each figure's median (and range); S3: moto on "
         f"127.0.0.1, {results['latency_ms']:g} ms added per request.",
         f"Load average (1, 5, 15 min): {results['load_average_start']} at the start, "
         f"{results['load_average_end']} at the end.",
@@ -159,16 +175,26 @@ def markdown(results):
         "peak RSS (MB) | load before |",
         "|---|---|---|---|---|---|---|",
     ]
-    for row in results["rows"]:
-        if "error" in row:
-            lines.append(f"| {row['name']} | error: {row['error']} | | | | | |")
+    settings = {}
+    for name in dict.fromkeys(row["name"] for row in results["rows"]):
+        rounds = [row for row in results["rows"] if row["name"] == name]
+        good = [row for row in rounds if "error" not in row]
+        settings[name] = rounds[0].get("settings")
+        if not good:
+            lines.append(f"| {name} | error: {rounds[0]['error']} | | | | | |")
             continue
-        lines.append(f"| {row['name']} | {row['first_batch_s']:.1f} | "
-                     f"{row['first_epoch_s']:.1f} | {row['images_per_s']:.0f} | "
-                     f"{row['cpu_s_per_1000']:.1f} | {row['peak_rss_mb']:.0f} | "
-                     f"{row['load_average_before']} |")
+
+        def median(key, digits, rows=good):
+            values = sorted(row[key] for row in rows)
+            return f"{statistics.median(values):.{digits}f}" + (
+                f" ({values[0]:.{digits}f}–{values[-1]:.{digits}f})" if len(values) > 1 else "")
+
+        lines.append(f"| {name} | {median('first_batch_s', 1)} | {median('first_epoch_s', 1)} | "
+                     f"{median('images_per_s', 0)} | {median('cpu_s_per_1000', 1)} | "
+                     f"{median('peak_rss_mb', 0)} | "
+                     f"{', '.join(str(row['load_average_before']) for row in good)} |")
     lines += ["", "Settings:", ""]
-    lines += [f"- {row['name']}: {row.get('settings')}" for row in results["rows"]]
+    lines += [f"- {name}: {text}" for name, text in settings.items()]
     return "\n".join(lines) + "\n"
 
 
