@@ -381,6 +381,13 @@ def test_each_replica_fetches_the_chunks_of_its_own_share(shards, s3_server, mon
         assert all(label == tag % 3 for tag, label in seen)
         assert alone >= 12 and sum(gets) <= alone + 1, (alone, gets)
         assert max(gets) < alone * 0.75, (alone, gets)
+    # Without shuffle (a validation pass), each replica takes a run of the shards' order.
+    unshuffled = make_dali_pipeline(uri, seed=3, **{**OPTIONS, "shuffle": False})
+    runs = []
+    for replica in (0, 1):
+        sample_ids, _, weights = unshuffled.shard([replica], 2).epoch_inputs(0)
+        runs.append(sample_ids[weights == 1].tolist())
+    assert runs[0] + runs[1] == list(range(NUM_TAGGED))
 
 
 @pytest.mark.slow
