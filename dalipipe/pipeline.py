@@ -392,8 +392,10 @@ class ImagePipeline:
         """
         start_batch = self.check_start_batch(start_batch)
         options = self.options
+        owners = None if self.sharding is None else self.sharding.replica_of(
+            len(self.file_paths), self.steps, self.batch_size)
         order = ranges_order.epoch_order(self.index, options.seed, epoch,
-                                         shuffle=options.shuffle)
+                                         shuffle=options.shuffle, owners=owners)
         positions, weights = self.positions()
         random = feed.draw_random(options, epoch, positions, batch_size=self.batch_size)
         first = start_batch * self.batch_size * self.batches_per_step

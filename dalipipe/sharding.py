@@ -3,9 +3,11 @@
 The arithmetic of `tf.distribute`, used on every backend: every step takes the next
 `batch_size` samples of the epoch's order (the global batch, shared by all
 pipelines through the same `seed`), and replica `r` gets the `r`-th slice of
-`batch_size // num_replicas` samples. The last step is padded with samples from the
-start of the order, of weight 0, so that every replica runs the same number of
-full batches and each sample counts exactly once per epoch. A padding sample's
+`batch_size // num_replicas` samples. The last step is padded with the replica's
+own first samples of the epoch, of weight 0, so that every replica runs the same
+number of full batches, each sample counts exactly once per epoch, and a replica's
+padding is a sample it already loaded (for shards in object storage, a chunk it
+already read). A padding sample's
 mask is all `mask_fill_value` (`dalipipe.graph.padded_masks`) and its boxes and
 labels all -1 (`annotations.placement.with_boxes`), as an image without objects.
 
@@ -45,8 +47,36 @@ class Sharding(NamedTuple):
             + np.asarray(self.replica_ids, np.int64)[None, :, None] * batch_size
             + np.arange(batch_size, dtype=np.int64)[None, None, :]
         ).reshape(-1)
-        # Padding repeats samples from the start of the order, with weight 0.
-        return positions % num_samples, (positions < num_samples).astype(np.float32)
+        weights = (positions < num_samples).astype(np.float32)
+        # Padding repeats the replica's own first positions, with weight 0 (those of
+        # the order's start for a replica without any sample).
+        by_replica = positions.reshape(steps, len(self.replica_ids), batch_size)
+        for r in range(len(self.replica_ids)):
+            own = by_replica[:, r].reshape(-1)  # ascending: its samples come first
+            count = int(np.count_nonzero(own < num_samples))
+            own[count:] = own[np.arange(len(own) - count) % count] if count else \
+                own[count:] % num_samples
+            by_replica[:, r] = own.reshape(steps, batch_size)
+        return by_replica.reshape(-1), weights
+
+    def replica_of(self, num_samples, steps, batch_size):
+        """Which replica loads each position of an epoch's order.
+
+        Args:
+            num_samples: the samples of the epoch's order.
+            steps: the global batches of an epoch.
+            batch_size: samples per replica's batch.
+
+        Returns:
+            int64 `(num_samples,)`: for position `p`, the replica (of all
+            `num_replicas`) whose batches hold it, or `num_replicas` for the
+            positions that no step loads (past the last full step with
+            `drop_remainder=True`).
+        """
+        positions = np.arange(num_samples, dtype=np.int64)
+        owners = (positions // batch_size) % self.num_replicas
+        owners[positions >= steps * batch_size * self.num_replicas] = self.num_replicas
+        return owners
 
 
 def has_targets(options):

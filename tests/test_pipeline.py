@@ -187,10 +187,10 @@ def test_a_worker_shard_feeds_its_replicas_in_turn(indexed_dir):
     positions, weights = worker.positions()
     assert worker.num_batches == 2 * worker.steps == 8
     assert positions[:8].tolist() == [4, 5, 6, 7, 12, 13, 14, 15]
-    # Step 4 holds positions 28-31 of 29 samples: the last three are padding,
-    # repeating the first samples of the order.
+    # Step 4 holds positions 28-31 of 29 samples: the last three are padding, each
+    # replica repeating its own first samples.
     assert weights.tolist() == [1.0] * 13 + [0.0] * 3
-    assert positions[-4:].tolist() == [28, 0, 1, 2]
+    assert positions[-4:].tolist() == [28, 4, 6, 7]
 
 
 def test_shard_batch_size_must_divide(indexed_dir):

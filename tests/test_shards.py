@@ -350,6 +350,46 @@ def test_shards_in_s3_are_read_in_large_ranges(shards, s3_server):
     assert pipe.epoch_inputs(1, start_batch=3)[0].tolist() == whole[48:].tolist()
 
 
+def test_each_replica_fetches_the_chunks_of_its_own_share(shards, s3_server, monkeypatch):
+    """Two replicas of shards in S3, each with a chunk cache of its own (as two
+    processes have): together they load every sample once per epoch, with equal
+    steps, and each fetches the chunks of its run of the stream only, one chunk at
+    the cut fetched by both."""
+    client = s3_server.client()
+    client.create_bucket(Bucket="shares")
+    for shard in shards:
+        client.upload_file(shard, "shares", f"wds/{os.path.basename(shard)}")
+    uri = "s3://shares/wds/train-{000000..000003}.tar"
+    pipe = make_dali_pipeline(uri, seed=3, **OPTIONS)
+    monkeypatch.setattr(read, "CHUNK", 8 << 10)  # each shard (about 30 KB) in 4 chunks
+    for epoch in (0, 1):
+        read.forget_chunks()
+        since = s3_server.log_size()
+        pipe.epoch_inputs(epoch)  # the same order's samples as one replica
+        rows(pipe, epoch)
+        alone = len(s3_server.object_gets("shares", since))
+        seen, gets = [], []
+        for replica in (0, 1):
+            read.forget_chunks()  # a process of its own
+            since = s3_server.log_size()
+            batches = list(pipe.shard([replica], 2).epoch(epoch))
+            gets.append(len(s3_server.object_gets("shares", since)))
+            assert len(batches) == 8 and {len(images) for images, _, _ in batches} == {8}
+            seen += [(tag_of(image), int(label)) for images, labels, weights in batches
+                     for image, label, weight in zip(images, labels, weights) if weight == 1]
+        assert sorted(t for t, _ in seen) == list(range(NUM_TAGGED))
+        assert all(label == tag % 3 for tag, label in seen)
+        assert alone >= 12 and sum(gets) <= alone + 1, (alone, gets)
+        assert max(gets) < alone * 0.75, (alone, gets)
+    # Without shuffle (a validation pass), each replica takes a run of the shards' order.
+    unshuffled = make_dali_pipeline(uri, seed=3, **{**OPTIONS, "shuffle": False})
+    runs = []
+    for replica in (0, 1):
+        sample_ids, _, weights = unshuffled.shard([replica], 2).epoch_inputs(0)
+        runs.append(sample_ids[weights == 1].tolist())
+    assert runs[0] + runs[1] == list(range(NUM_TAGGED))
+
+
 @pytest.mark.slow
 def test_torch_distributed_processes_read_disjoint_shares_of_shards(shards, tmp_path):
     """`test_backends.py`'s two `torch.distributed` processes, on the shards: disjoint
@@ -397,3 +437,19 @@ def test_the_bench_loader_reads_the_files_as_shards(tagged_dir):
         np.testing.assert_array_equal(np.asarray(images), np.asarray(want_images))
         np.testing.assert_array_equal(np.asarray(found), np.asarray(want))
     assert "source=" in made.settings and loaders.unavailable("dalipipe_shards_cpu") is None
+
+
+def test_the_webdataset_peer_loads_every_sample_once_with_its_label(tagged_dir):
+    pytest.importorskip("webdataset")
+    pytest.importorskip("torch")
+    from dalipipe.bench import loaders
+
+    index = sources.index_source(tagged_dir)
+    files, labels = index.file_paths[:20], index.labels[:20]
+    peer = loaders.LOADERS["webdataset_torch"](files, labels, workload="stretch", batch_size=8,
+                                                threads=1, seed=0)
+    found = [(images.shape[1:], int(label)) for images, batch in peer.epoch()
+             for label in np.asarray(batch)]
+    assert {shape for shape, _ in found} == {(224, 224, 3)}
+    assert sorted(label for _, label in found) == sorted(labels.tolist())
+    assert "shardshuffle=100" in peer.settings and loaders.unavailable("webdataset_torch") is None

@@ -360,11 +360,12 @@ def _dali_to_numpy(images):
 
 
 def make_dalipipe_native(files, labels, *, workload, batch_size, threads, seed, device="cpu",
-                         copy_to_host=True, **options):
+                         copy_to_host=True, source=None, **options):
     """`make_dali_pipeline` run without TensorFlow (`ImagePipeline.run`): batches
     copied to the host as NumPy arrays, or left where DALI made them
     (`copy_to_host=False`: GPU memory on the GPU). `options`: more
-    `make_dali_pipeline` options (e.g. `decoder`).
+    `make_dali_pipeline` options (e.g. `decoder`). On `source` (the same images
+    with their labels elsewhere: as tar shards, in S3) instead of `files` if given.
 
     A GPU batch is copied to the host once, by `as_cpu` (`_dali_to_numpy`). No
     `synchronize`: `ImagePipeline.run` takes each batch from DALI's `Pipeline.run()`
@@ -378,12 +379,15 @@ def make_dalipipe_native(files, labels, *, workload, batch_size, threads, seed, 
     arguments = {"image_size": (SIZE, SIZE), **dalipipe_options(workload, labels)}
 
     def build(count):
+        called = dict(batch_size=batch_size, shuffle=False, seed=seed, device=device,
+                      num_threads=threads, verbose=False,
+                      **({} if dense else dict(normalization="imagenet")), **arguments)
+        called.update(options)
+        if source is not None:
+            return make_dali_pipeline(source, **called)
         return make_dali_pipeline(
             list(files[:count]), **({} if dense else dict(labels=list(labels[:count]))),
-            batch_size=batch_size, shuffle=False, seed=seed, device=device,
-            num_threads=threads, verbose=False,
-            **({} if dense else dict(normalization="imagenet")), **arguments, **options,
-        )
+            **called)
 
     pipe = build(len(files))
     epochs = itertools.count()
@@ -401,11 +405,12 @@ def make_dalipipe_native(files, labels, *, workload, batch_size, threads, seed, 
             pass
 
     settings = _call("make_dali_pipeline", dict(
-        batch_size=batch_size, device=device, num_threads=threads, **arguments,
+        **({} if source is None else dict(source=source)), batch_size=batch_size,
+        device=device, num_threads=threads, **arguments,
         **options)) + f", run(copy_to_host={copy_to_host})"
     return Loader(epoch, to_numpy=None if copy_to_host else _dali_to_numpy,
                   # dense: a subset of the images would leave masks unmatched
-                  rebuild=rebuild if device == "gpu" and not dense else None,
+                  rebuild=rebuild if device == "gpu" and not dense and source is None else None,
                   settings=settings)
 
 
@@ -450,6 +455,7 @@ LOADERS = {
        for name in CACHED_LOADERS},
     "dalipipe_shards_cpu": _imported_on_call("dalipipe.bench.shard_loaders",
                                              "make_dalipipe_shards"),
+    "webdataset_torch": _imported_on_call("dalipipe.bench.shard_loaders", "make_webdataset"),
 }
 DESCRIPTIONS = {
     "python_generator": "PIL in a Python loop, a chunk of 1,000 images at a time (1 core)",
@@ -483,6 +489,9 @@ DESCRIPTIONS = {
     "dalipipe_cache_folder": "make_dali_dataset(cache=<a folder>, shuffle=True, antialias=False)",
     "dalipipe_shards_cpu": "make_dali_dataset(device='cpu') on the files written as "
                            "WebDataset tar shards (once, in the cache folder)",
+    "webdataset_torch": "webdataset's WebDataset(shardshuffle=100).shuffle(1000).decode('pil') "
+                        "with PIL transforms (pil_loaders), batched, in a WebLoader with a worker "
+                        "per thread, on the same shards as dalipipe_shards_cpu",
 }
 # What each loader (and DALI's decode-only ceiling, `harness.decode_ceiling`) needs
 # beyond NumPy and PIL: packages, or "dali_gpu" / "torch_cuda" for a CUDA GPU that
@@ -509,6 +518,7 @@ REQUIREMENTS = {
     "dalipipe_cache_memory": ("nvidia.dali", "tensorflow"),
     "dalipipe_cache_folder": ("nvidia.dali", "tensorflow"),
     "dalipipe_shards_cpu": ("nvidia.dali", "tensorflow"),
+    "webdataset_torch": ("webdataset", "torch"),
 }
 
 

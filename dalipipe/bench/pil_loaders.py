@@ -14,7 +14,14 @@ def pil_load(path, workload, rng):
     """One image as float32 `(224, 224, 3)`, normalized, with PIL and NumPy."""
     from PIL import Image
 
-    image = Image.open(path).convert("RGB")
+    return pil_transform(Image.open(path), workload, rng)
+
+
+def pil_transform(image, workload, rng):
+    """A PIL image as float32 `(224, 224, 3)`, normalized: the work of `pil_load`."""
+    from PIL import Image
+
+    image = image.convert("RGB")
     width, height = image.size
     if workload == "eval":
         scale = RESIZE / min(width, height)

@@ -9,7 +9,8 @@ One owner per job, for both kinds:
   GETs of objects);
 - `samples`: `load_encoded`, each sample's encoded image, of either kind;
 - `order`: the order of an epoch that reads objects in large ranges (shards in a
-  new order per epoch, samples mixed in a seeded buffer);
+  new order per epoch, samples mixed in a seeded buffer; with several replicas, a
+  run of the stream each);
 - `tar`: which sources are tar shards, their index, labels and members;
 - `write`: writing images as WebDataset tar shards.
 
