@@ -29,7 +29,10 @@ _FOOTER = struct.Struct("<I")
 
 def masked_crc32c(data):
     """The CRC-32C (Castagnoli) of `data` (bytes), masked the way TFRecord files store it."""
-    crc = _crc32c()(data)
+    return _masked(_crc32c()(data))
+
+
+def _masked(crc):
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
@@ -133,13 +136,14 @@ def record_data(record, path, offset, size):
             f"Truncated TFRecord file: read {len(record)} of {size} bytes of the record "
             f"at byte {offset} of {path!r}"
         )
+    crc32c = _crc32c()
     length, crc = _HEADER.unpack_from(record) if size >= HEADER else (0, None)
-    if crc is None or HEADER + length + FOOTER != size or masked_crc32c(record[:8]) != crc:
+    if crc is None or HEADER + length + FOOTER != size or _masked(crc32c(record[:8])) != crc:
         raise ValueError(
             f"Corrupt TFRecord file (bad record header at byte {offset}): {path!r}"
         )
     data = record[HEADER: HEADER + length]
-    if masked_crc32c(data) != _FOOTER.unpack_from(record, HEADER + length)[0]:
+    if _masked(crc32c(data)) != _FOOTER.unpack_from(record, HEADER + length)[0]:
         raise ValueError(
             f"Corrupt TFRecord file (data checksum of the record at byte {offset}): {path!r}"
         )
