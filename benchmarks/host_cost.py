@@ -20,7 +20,9 @@ Columns of each feature (per sample: µs per sample of the passes' samples after
 their first batch, the steady state; the medians over the rounds):
 - `us`: the dataset's wall time; `cpu_us`: the CPU time of the whole process (every
   thread); `python_us`: the CPU time outside DALI's own threads (its workers and
-  executor, named "[DALI]..."): dalipipe's Python, DALI's Python calls, the copies,
+  executor, named "[DALI]...") and outside its C++ `Outputs` call in the thread that
+  runs the pipeline (the dynamic executor runs some of the graph there:
+  `count_dali_outputs`): dalipipe's Python, DALI's Python calls, the copies,
   `tf.data`'s threads; `first_ms`: the wall time of a pass's first batch (a "tf" pass
   builds its DALI pipeline there);
 - `bare_...`, `plugin_...`: the same for the references;
@@ -207,6 +209,7 @@ def feature_source(feature, data):
 def measure_format(*, format, data, features, epochs, batch_size):
     """µs per sample of the plain pipeline and of each feature read in `format`, with
     its references, in this process (Keras's backend set by the parent)."""
+    count_dali_outputs()
     results = {"plain_us": plain_us(data["files"], batch_size, epochs), "features": {}}
     for feature in features:
         try:
@@ -274,11 +277,36 @@ def timed_epoch(format, dataset):
     return batch_times(times)
 
 
+_IN_OUTPUTS = [0.0]  # CPU seconds of Python's threads inside DALI's `Outputs` call
+
+
+def count_dali_outputs():
+    """Counts in `_IN_OUTPUTS` the CPU time that the threads calling DALI's
+    `Pipeline.run` (a pass's feed thread, `BareRun`'s loop) spend inside its C++
+    `Outputs` call: DALI's dynamic executor runs some of the graph's work in the
+    waiting thread (on RandAugment, about 30 µs per sample here), DALI's work that
+    lands in one or the other by timing, in the dataset and its reference alike.
+    The plugin's calls, from TensorFlow's C++ threads, are not counted."""
+    from nvidia.dali.pipeline import Pipeline
+
+    outputs = Pipeline._outputs
+
+    def timed_outputs(self, *args, **kwargs):
+        started = time.thread_time()
+        try:
+            return outputs(self, *args, **kwargs)
+        finally:
+            _IN_OUTPUTS[0] += time.thread_time() - started
+
+    Pipeline._outputs = timed_outputs
+
+
 def clocks():
-    """A reading of the clocks: `(wall, CPU, DALI's)`: `time.perf_counter()`, the CPU
-    time of the process (every thread), and `{thread id: CPU ns}` of DALI's own
-    threads (named "[DALI]...": its workers and executor), from Linux's
-    `/proc/self/task` (empty elsewhere)."""
+    """A reading of the clocks: `(wall, CPU, DALI's, in Outputs)`:
+    `time.perf_counter()`, the CPU time of the process (every thread), `{thread id:
+    CPU ns}` of DALI's own threads (named "[DALI]...": its workers and executor), from
+    Linux's `/proc/self/task` (empty elsewhere), and the CPU seconds of other threads
+    inside DALI's `Outputs` call so far (`count_dali_outputs`)."""
     dali = {}
     try:
         tasks = os.listdir("/proc/self/task")
@@ -293,18 +321,19 @@ def clocks():
                 dali[task] = int(f.read().split()[0])
         except (OSError, ValueError, IndexError):  # a thread that ended meanwhile
             continue
-    return time.perf_counter(), time.process_time(), dali
+    return time.perf_counter(), time.process_time(), dali, _IN_OUTPUTS[0]
 
 
 def batch_times(readings):
     """float64 `(len(readings) - 1, 3)`: per batch, the seconds of wall time, of CPU
-    time (every thread) and of CPU time outside DALI's threads (dalipipe's Python,
-    DALI's Python calls, the copies, `tf.data`'s threads), from `clocks()` readings
-    taken between batches. A DALI thread counts where it is alive at both ends."""
+    time (every thread) and of CPU time outside DALI's threads and DALI's `Outputs`
+    call (dalipipe's Python, DALI's Python calls, the copies, `tf.data`'s threads),
+    from `clocks()` readings taken between batches. A DALI thread counts where it is
+    alive at both ends."""
     rows = []
-    for (wall, cpu, dali), (wall2, cpu2, dali2) in zip(readings, readings[1:]):
+    for (wall, cpu, dali, out), (wall2, cpu2, dali2, out2) in zip(readings, readings[1:]):
         inside = sum(dali2[t] - dali[t] for t in dali2.keys() & dali.keys()) / 1e9
-        rows.append((wall2 - wall, cpu2 - cpu, cpu2 - cpu - inside))
+        rows.append((wall2 - wall, cpu2 - cpu, cpu2 - cpu - inside - (out2 - out)))
     return np.array(rows)
 
 

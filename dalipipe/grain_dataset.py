@@ -2,10 +2,11 @@
 
 `make_dali_dataset`'s `"grain"` format, for Keras's Grain adapter (`fit`,
 `evaluate` and `predict` on every backend) and Grain's own checkpointing. The DALI
-graph runs natively (`dalipipe.native`); each batch is copied into the backend's
-tensors (`dalipipe.passes`). An iterator is one pass over the dataset, and
-its state (`get_state()` / `set_state()`) is plain data: the epoch, the next batch
-and the dataset's fingerprint (`dalipipe.fingerprint`).
+graph runs natively (`dalipipe.native`); each batch becomes the backend's tensors
+(`passes.converter`: CPU batches as views of DALI's buffers, one per batch). An
+iterator is one pass over the dataset, and its state (`get_state()` /
+`set_state()`) is plain data: the epoch, the next batch and the dataset's
+fingerprint (`dalipipe.fingerprint`).
 """
 
 try:

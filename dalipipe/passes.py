@@ -395,17 +395,19 @@ def _batch_converter(convert, unbatched):
 
 
 def converter(backend, gpu, device_id=None):
-    """The function that copies one dense DALI tensor into `backend`'s tensor: a torch
+    """The function that makes one dense DALI tensor `backend`'s tensor: a torch
     tensor, a jax array, or a NumPy array on other backends (on the host). Called in a
     pass's feed thread: a GPU copy is complete when it returns, except torch's, made on
     a stream of its own (CUDA device `device_id`), complete when the function's
     `finish` (the stream's synchronization, once per batch: `_batch_converter`)
-    returns."""
+    returns. A CPU batch is not copied for torch and NumPy: the tensor views DALI's
+    buffer, which DALI's dynamic executor (`ImagePipeline.build_dali_pipeline`) gives
+    each batch alone and keeps while it is viewed (`native._to_numpy`)."""
     if backend == "torch":
         import torch
 
-        if not gpu:  # one copy into NumPy's buffer, which the tensor takes as its own
-            return lambda tensor: torch.from_numpy(np.array(tensor))
+        if not gpu:  # the tensor views DALI's buffer, holding it
+            return lambda tensor: torch.from_numpy(np.asarray(tensor))
         from nvidia.dali.plugin.pytorch.torch_utils import to_torch_tensor
 
         stream = torch.cuda.Stream(device=device_id)
@@ -425,7 +427,7 @@ def converter(backend, gpu, device_id=None):
         return lambda tensor: jax.device_put(np.array(tensor))
     if gpu:
         return lambda tensor: np.asarray(tensor.as_cpu())  # `as_cpu` copies
-    return np.array
+    return np.asarray
 
 
 def receiver(backend, gpu):

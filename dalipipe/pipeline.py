@@ -525,6 +525,9 @@ class ImagePipeline:
             device_id=self.device_id,
             seed=self.options.seed,
             prefetch_queue_depth=self.options.prefetch_queue_depth,
+            # Each batch in buffers of its own, valid while held: no copy of a CPU
+            # batch (`native._to_numpy`, `passes.converter`). DALI's default here.
+            exec_dynamic=True,
             # RGBA decoding and the recipes choose per sample.
             enable_conditionals=self.options.color_mode == "rgba"
             or self.options.recipe is not None or self.cache is not None,

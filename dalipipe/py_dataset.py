@@ -1,10 +1,11 @@
 """The Keras adapter for every backend: an `ImagePipeline` as a `keras.utils.PyDataset`.
 
 `make_dali_dataset`'s `"pydataset"` format, the default on the torch and JAX
-backends. The DALI graph runs natively (`dalipipe.native`), and each batch is copied
-from DALI's buffers into the backend's own tensors on the pipeline's device: torch
-tensors through DALI's PyTorch plugin, jax arrays through DLPack, NumPy arrays on
-TensorFlow. No TensorFlow import: a Keras program on torch or JAX never loads it.
+backends. The DALI graph runs natively (`dalipipe.native`), and each batch becomes
+the backend's own tensors on the pipeline's device (`passes.converter`): torch
+tensors (through DALI's PyTorch plugin on a GPU; on the CPU, views of DALI's
+buffers, one per batch), jax arrays (through DLPack on a GPU), NumPy arrays on
+TensorFlow (views of DALI's buffers on the CPU). No TensorFlow import: a Keras program on torch or JAX never loads it.
 
 Several devices: on JAX, a `keras.distribution.DataParallel` distribution; with
 PyTorch, one process per device under `torch.distributed`. Both use the shard

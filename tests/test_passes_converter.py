@@ -63,3 +63,32 @@ def test_torch_gpu_batches_synchronize_once_per_batch(indexed_dir, monkeypatch):
     expected = list(cpu.epoch(0))[1]
     assert (batch[1].cpu().numpy() == expected[1]).all()
     assert (batch[2].cpu().numpy() == expected[2]).all()
+
+
+@pytest.mark.parametrize("backend,batch_size", [("numpy", 4), ("torch", 4), ("torch", None)])
+def test_cpu_batches_view_dali_s_buffers_and_stay_valid_after_later_runs(
+        indexed_dir, backend, batch_size):
+    """A CPU batch is not copied: its arrays view DALI's buffers (the dynamic
+    executor's, one per batch), and the batches read later, and the next pass,
+    leave the ones held as they were."""
+    import numpy as np
+
+    if backend == "torch":
+        pytest.importorskip("torch")
+    pipe = make_dali_pipeline(indexed_dir, device="cpu", image_size=(8, 8),
+                              batch_size=batch_size, seed=0, verbose=False)
+    assert pipe.build_dali_pipeline().exec_dynamic
+    stream = passes.PassStream(pipe, backend)
+    held, copies = [], []
+    for epoch in range(2):
+        for step in range(pipe.steps):
+            batch = tuple(np.asarray(t) for t in stream.read(epoch, step))
+            held.append(batch)
+            copies.append(tuple(np.copy(t) for t in batch))
+    stream.close()
+    assert not held[0][0].flags.owndata  # DALI's buffer, not a copy
+    expected = [b for epoch in range(2) for b in pipe.epoch(epoch)]
+    for batch, copy, want in zip(held, copies, expected, strict=True):
+        for output, kept, value in zip(batch, copy, want, strict=True):
+            np.testing.assert_array_equal(output, kept)
+            np.testing.assert_array_equal(output, value)

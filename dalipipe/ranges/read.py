@@ -43,21 +43,22 @@ def read_ranges(shards, refs):
         first: the caller names a range cut short).
     """
     refs = np.asarray(refs, np.int64).reshape(-1, 3).tolist()
-    fds = {}
+    fds = {}  # shard number -> its open file, or None for an object
     found = []
     try:
         for shard, offset, size in refs:
-            path = shards[shard]
-            if is_remote(path):
-                found.append(_read_object_range(path, offset, size))
-                continue
-            fd = fds.get(shard)
+            fd = fds.get(shard, -1)
+            if fd == -1:
+                path = shards[shard]
+                fd = fds[shard] = None if is_remote(path) else os.open(path, os.O_RDONLY)
             if fd is None:
-                fd = fds[shard] = os.open(path, os.O_RDONLY)
-            found.append(os.pread(fd, size, offset))
+                found.append(_read_object_range(shards[shard], offset, size))
+            else:
+                found.append(os.pread(fd, size, offset))
     finally:
         for fd in fds.values():
-            os.close(fd)
+            if fd is not None:
+                os.close(fd)
     return found
 
 

@@ -23,14 +23,26 @@ FILENAME = "image/filename"
 
 HEADER = 12  # uint64 length, uint32 masked CRC of the length
 FOOTER = 4  # uint32 masked CRC of the data
+_HEADER = struct.Struct("<QI")
+_FOOTER = struct.Struct("<I")
 
 
 def masked_crc32c(data):
     """The CRC-32C (Castagnoli) of `data` (bytes), masked the way TFRecord files store it."""
+    return _masked(_crc32c()(data))
+
+
+def _masked(crc):
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+@functools.cache
+def _crc32c():
+    """google-crc32c's `value` (its C implementation where installed), imported at
+    the first use, not once per record."""
     import google_crc32c
 
-    crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+    return google_crc32c.value
 
 
 def _example_file():
@@ -105,7 +117,7 @@ def data_length(header):
     """The data length a 12-byte record header gives, or None if it is not one."""
     if len(header) < HEADER:
         return None
-    length, crc = struct.unpack_from("<QI", header)
+    length, crc = _HEADER.unpack_from(header)
     if masked_crc32c(header[:8]) != crc:
         return None
     return length
@@ -124,14 +136,14 @@ def record_data(record, path, offset, size):
             f"Truncated TFRecord file: read {len(record)} of {size} bytes of the record "
             f"at byte {offset} of {path!r}"
         )
-    length = data_length(record)
-    if length is None or HEADER + length + FOOTER != size:
+    crc32c = _crc32c()
+    length, crc = _HEADER.unpack_from(record) if size >= HEADER else (0, None)
+    if crc is None or HEADER + length + FOOTER != size or _masked(crc32c(record[:8])) != crc:
         raise ValueError(
             f"Corrupt TFRecord file (bad record header at byte {offset}): {path!r}"
         )
     data = record[HEADER: HEADER + length]
-    (crc,) = struct.unpack_from("<I", record, HEADER + length)
-    if masked_crc32c(data) != crc:
+    if _masked(crc32c(data)) != _FOOTER.unpack_from(record, HEADER + length)[0]:
         raise ValueError(
             f"Corrupt TFRecord file (data checksum of the record at byte {offset}): {path!r}"
         )

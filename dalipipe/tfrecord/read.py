@@ -98,17 +98,22 @@ def load_encoded(shards, refs):
             corrupt header or data checksum, is not a `tf.train.Example` or has no
             `image/encoded` bytes.
     """
+    from google.protobuf.message import DecodeError
+
+    from_string = example_class().FromString
     images = []
     refs = np.asarray(refs, np.int64).reshape(-1, 3)
     for (shard, offset, size), record in zip(refs.tolist(), read_ranges(shards, refs)):
         path = shards[shard]
-        data = record_data(record, path, offset, size)
         try:
-            features = parse(data).features.feature
-        except ValueError as e:
-            raise ValueError(f"{e}: the record at byte {offset} of {path!r}") from None
-        value = feature_values(features, ENCODED)
-        if not value or not isinstance(value[0], bytes):
+            features = from_string(record_data(record, path, offset, size)).features.feature
+        except DecodeError as e:
+            raise ValueError(f"Not a serialized tf.train.Example ({e}): the record at byte "
+                             f"{offset} of {path!r}") from None
+        feature = features.get(ENCODED)
+        # Empty where the feature is missing or holds no `bytes_list` (its `kind`).
+        value = () if feature is None else feature.bytes_list.value
+        if not value:
             raise ValueError(
                 f"The record at byte {offset} of {path!r} has no {ENCODED!r} bytes "
                 f"(features: {sorted(features)})"
