@@ -1,8 +1,11 @@
 """What the tests share besides fixtures: the images' known values and how to read
-them back (`conftest.py` writes the images), and a counter of file opens."""
+them back (`conftest.py` writes the images), a counter of file opens, and tar files
+written member by member."""
 
 import collections
+import io
 import os
+import tarfile
 
 import numpy as np
 
@@ -122,3 +125,13 @@ def bad_idat_crc(png):
     length = struct.unpack(">I", data[at - 4:at])[0]
     data[at + 4 + length] ^= 0xFF
     return bytes(data)
+
+
+def write_tar(path, members):
+    """A tar file at `path` of `(name, bytes)` members, in order; its path as a str."""
+    with tarfile.open(path, "w") as out:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            out.addfile(info, io.BytesIO(data))
+    return str(path)

@@ -5,7 +5,6 @@ give the batches of the same images as a folder for the same seed, through
 refusals. Torch and JAX: MODE `shards` of `backend_job.py` (`test_shards.py`)."""
 
 import glob
-import io
 import json
 import os
 import re
@@ -17,7 +16,7 @@ import pytest
 from dalipipe import make_dali_dataset, make_dali_pipeline
 from dalipipe.cli import main
 from dalipipe.sample_data import make_dense_sample_dataset
-from helpers import bad_idat_crc
+from helpers import bad_idat_crc, write_tar
 from test_masks import SAMPLE
 
 pytest.importorskip("nvidia.dali")
@@ -132,15 +131,6 @@ def _flat(element):
     if isinstance(targets, dict):
         return images, targets["boxes"], targets["labels"]
     return images, targets
-
-
-def write_tar(path, entries):
-    with tarfile.open(path, "w") as out:
-        for name, data in entries:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            out.addfile(info, io.BytesIO(data))
-    return str(path)
 
 
 def test_palette_mask_members_give_their_ids(dense, tmp_path):

@@ -6,7 +6,6 @@ The images are `tagged_dir`'s (`conftest.py`), written into 4 shards: each tells
 tag from its pixels (`helpers.tag_of`), and its class is `tag % 3`."""
 
 import glob
-import io
 import os
 import shutil
 import tarfile
@@ -17,7 +16,7 @@ import pytest
 from dalipipe import make_dali_pipeline, sources
 from dalipipe.ranges import order, read, tar
 from dalipipe.ranges.write import write_webdataset
-from helpers import CLASSES, NUM_TAGGED, tag_of
+from helpers import CLASSES, NUM_TAGGED, tag_of, write_tar
 from test_storage import gcs_emulator  # noqa: F401 (a fixture)
 
 OPTIONS = dict(image_size=(12, 12), batch_size=16, normalization=None, device="cpu",
@@ -108,15 +107,6 @@ def test_dalipipe_check_names_a_damaged_member(shards, tmp_path, capsys):
     assert main(["check", str(tmp_path / "train-{000000..000003}.tar")]) == 1
     printed = capsys.readouterr().out
     assert "1 of 121 files are bad" in printed and "train-000002.tar#00000070.png" in printed
-
-
-def write_tar(path, members):
-    with tarfile.open(path, "w") as out:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            out.addfile(info, io.BytesIO(data))
-    return str(path)
 
 
 def test_errors_name_the_source_the_shard_and_the_member(shards, tmp_path):
