@@ -274,14 +274,18 @@ def turned_images(paths, what):
         whole = [p for p in chunk if orientations.get(p) is None]
         for path, (data, _) in zip(whole, read_files(whole)):
             orientations[path] = None if data is None else _orientation(io.BytesIO(data))
-    reasons = []
-    for path in paths:
-        orientation = orientations[path] if path in orientations else _orientation(path)
-        reasons.append(None if orientation in (None, 1) else (
-            f"has the EXIF orientation {orientation}, which DALI applies to the image and "
+    return [turn_reason(orientations[path] if path in orientations else _orientation(path),
+                        what) for path in paths]
+
+
+def turn_reason(orientation, what):
+    """Why an image of EXIF `orientation` (None where unread) is refused with `what`
+    (`"masks"` or `"boxes"`), or None for an upright image or an unread one."""
+    if orientation in (None, 1):
+        return None
+    return (f"has the EXIF orientation {orientation}, which DALI applies to the image and "
             f"not to its {what}: not supported yet with `{what}` (save the image with its "
-            "pixels turned)"))
-    return reasons
+            "pixels turned)")
 
 
 def _orientation(file):

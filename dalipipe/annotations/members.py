@@ -41,10 +41,11 @@ import numpy as np
 
 from dalipipe import checks, sources
 from dalipipe.annotations.boxes import BoxSource, convert_format, image_boxes
-from dalipipe.annotations.checks import _orientation, box_verdicts, mask_verdicts
+from dalipipe.annotations.checks import _orientation, box_verdicts, mask_verdicts, turn_reason
 from dalipipe.annotations.files import image_size
 from dalipipe.annotations.formats import BOX_FORMATS
 from dalipipe.annotations.masks import MaskPairs, _greyscale_ids, _reads_as_is, _write
+from dalipipe.checks.driver import read_each
 from dalipipe.checks.verdicts import Verdict
 from dalipipe.ranges import tar
 from dalipipe.storage import fetch
@@ -187,11 +188,8 @@ def _images(index, image_check, what):
                 except ValueError:
                     size = None  # the image check judges it
             sizes.append(None if size is None else tuple(size))
-            orientation = None if data is None else _orientation(io.BytesIO(data))
-            turned.append(None if orientation in (None, 1) else (
-                f"has the EXIF orientation {orientation}, which DALI applies to the image "
-                f"and not to its {what}: not supported yet with `{what}` (save the image "
-                "with its pixels turned)"))
+            turned.append(turn_reason(None if data is None else _orientation(io.BytesIO(data)),
+                                      what))
     if images is None:
         images = [Verdict(name, None, size) for name, size in zip(index.file_paths, sizes)]
     else:
@@ -202,18 +200,8 @@ def _images(index, image_check, what):
 def _read_members(shards, refs):
     """`(bytes, None)` of each member at `refs`, or `(None, reason)` for one that
     cannot be read (cut short)."""
-    refs = np.asarray(refs, np.int64).reshape(-1, 3)
-    try:
-        return [(data, None) for data in tar.members_bytes(shards, refs)]
-    except ValueError:
-        pass
-    found = []
-    for ref in refs:
-        try:
-            found.append((tar.members_bytes(shards, ref[None])[0], None))
-        except ValueError as e:
-            found.append((None, f"cannot be read ({e})"))
-    return found
+    return read_each(tar.members_bytes, shards, np.asarray(refs, np.int64).reshape(-1, 3),
+                     reason="cannot be read")
 
 
 def _box_members(found, extension):

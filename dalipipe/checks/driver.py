@@ -241,13 +241,14 @@ def check_records(names, shards, refs, *, read_records, check="structure", verbo
     files = refs[:, 0].tolist() if len(refs) else []
     return _cached_check(
         names, [shard_stamps[f] for f in files],
-        lambda chunk: _judge(_record_images(read_records, shards, refs[chunk]), **how),
+        lambda chunk: _judge(read_each(read_records, shards, refs[chunk]), **how),
         mode=mode_of(check, device), what="records checked", verbose=verbose,
     )
 
 
-def _record_images(read_records, shards, refs):
-    """`(image bytes, None)` per record, or `(None, reason)` for one that cannot be read."""
+def read_each(read_records, shards, refs, *, reason="not an image record"):
+    """`(bytes, None)` per record at `refs` (int64 `(n, 3)`), or `(None, reason)` for
+    one that cannot be read: all in one call, else one by one to find which."""
     try:
         return [(data, None) for data in read_records(shards, refs)]
     except ValueError:
@@ -257,7 +258,7 @@ def _record_images(read_records, shards, refs):
         try:
             found.append((read_records(shards, ref[None])[0], None))
         except ValueError as e:
-            found.append((None, f"not an image record ({e})"))
+            found.append((None, f"{reason} ({e})"))
     return found
 
 
