@@ -87,7 +87,7 @@ class DALIPyDataset(keras.utils.PyDataset):
         self.class_names = image_pipeline.class_names
         self.file_paths = list(image_pipeline.file_paths)
         self._cursor = passes.Cursor(image_pipeline)
-        self._stream = passes.PassStream(image_pipeline, self.backend)
+        self.stream = passes.PassStream(image_pipeline, self.backend)
         self._loop = None  # the Keras loop of the last `on_epoch_begin` (`keras_hooks`)
         # Keras's passes under way: its generator's frame -> [epoch, next step, counts]
         # (a training pass and a validation pass of `fit` may alternate).
@@ -176,7 +176,7 @@ class DALIPyDataset(keras.utils.PyDataset):
         if self._outside is None or (self._outside[0], self._outside[2]) != (epoch, step):
             if index:  # out of the pass's order: this batch alone
                 self._outside = None
-                return self._stream.read(epoch, step)
+                return self.stream.read(epoch, step)
             self._outside = (epoch, start, start)
         self._outside = (epoch, start, step + 1)
         if step + 1 == self.image_pipeline.steps:
@@ -186,7 +186,7 @@ class DALIPyDataset(keras.utils.PyDataset):
     def _read(self, epoch, step, counts):
         """Step `step` of epoch `epoch`; the last step of a pass that `counts` moves
         the cursor on."""
-        batch = self._stream.read(epoch, step)
+        batch = self.stream.read(epoch, step)
         if counts and step + 1 == self.image_pipeline.steps:
             self._cursor.read_whole(epoch)
         return batch

@@ -107,7 +107,7 @@ class FeedTimes:
 
 def feed_times(dataset):
     """The `FeedTimes` of a `"pydataset"` or `"grain"` dataset's stream, else None."""
-    stream = getattr(dataset, "stream", None) or getattr(dataset, "_stream", None)
+    stream = getattr(dataset, "stream", None)
     return getattr(stream, "times", None)
 
 

@@ -342,7 +342,7 @@ def test_the_feed_reads_ahead_in_its_own_thread_and_raises_at_the_batch(tmp_path
     dataset = dalipipe.make_dali_dataset(str(folder), shuffle=False, format="pydataset",
                                          **OPTIONS)
     first = dataset[0]
-    feed = dataset._stream._feed[0]
+    feed = dataset.stream._feed[0]
     deadline = time.monotonic() + 60
     while feed._queue.qsize() < READ_AHEAD and time.monotonic() < deadline:
         time.sleep(0.05)
