@@ -71,11 +71,11 @@ class Runner:
             self.built += 1
             self.pipe.build()
         size = self.image_pipeline.batch_size
-        self.batches = {
-            name: [values[i: i + size] for i in range(0, count, size)]
-            for name, values in inputs.items()
+        self.batches = {  # the graph's inputs only ("cached" only with a cache)
+            name: [inputs[name][i: i + size] for i in range(0, count, size)]
+            for name in self.image_pipeline.input_names
         }
-        self.position = dict.fromkeys(inputs, 0)
+        self.position = dict.fromkeys(self.batches, 0)
         self.pipe.reset()
         self.finished = False
         token = self._run_token = object()
