@@ -117,9 +117,11 @@ class EpochFeed:
         `join` the one that the input started last.
 
         Its elements (computed from the pass's number and the batch's): for
-        `"samples"`, `ImagePipeline.load_samples` of each batch
-        (one element per record for per-sample TFRecord records, `per_sample`);
-        for `"random"` and `"weights"`, each batch's rows of `epoch_inputs`.
+        `"samples"` and `"cached"`, one `tf.numpy_function` per batch
+        (`ImagePipeline.load_samples`, or one element per record for per-sample
+        TFRecord records, `per_sample`); for `"random"` and `"weights"`, each
+        batch's rows of `epoch_inputs`, sliced in `tf.data` from the epoch's whole
+        column, which one `tf.numpy_function` per pass gives (no Python per batch).
         """
         if numbers is None:
             numbers = range(self.image_pipeline.num_batches)
@@ -153,6 +155,11 @@ class EpochFeed:
             return tf.ensure_shape(values, shape)
 
         numbers = tf.constant(list(numbers), tf.int64)
+        if name in ("random", "weights"):
+            return tf.data.Dataset.range(1).map(start).map(_plain(
+                lambda k: self._whole_column(name, k, dtype, shape))).flat_map(
+                _plain(lambda column: _batch_rows(column, numbers,
+                                                  self.image_pipeline.batch_size)))
         batches = (
             tf.data.Dataset.range(1).map(start)
             .flat_map(_plain(lambda k: tf.data.Dataset.from_tensor_slices(numbers).map(
@@ -161,11 +168,22 @@ class EpochFeed:
         )
         return batches.flat_map(_plain(_records)) if per_record else batches
 
+    def _whole_column(self, name, k, dtype, shape):
+        """Input `name`'s rows of the whole epoch of pass `k`, a tensor of `shape`
+        (one `tf.numpy_function`, on the CPU)."""
+        with tf.device("/cpu:0"):
+            column = tf.numpy_function(
+                lambda k: getattr(self, name)(k, None), [k], dtype, stateful=False)
+        return tf.ensure_shape(column, shape)
+
     def _inputs(self, epoch):
         # Outside the feed's lock: built ahead while the last epoch ran (`dalipipe.ahead`).
         return self.image_pipeline.inputs_ahead.get(epoch)
 
     def _rows(self, number):
+        """The rows of batch `number` of an epoch's inputs; all of them for None."""
+        if number is None:
+            return slice(None)
         size = self.image_pipeline.batch_size
         return slice(int(number) * size, (int(number) + 1) * size)
 
@@ -207,6 +225,13 @@ class EpochFeed:
         if int(number) == 0:
             store.pass_ended()  # what the last pass stored, kept for other processes
         return store.rows(self._inputs(self._epoch(k))[0][self._rows(number)])
+
+
+def _batch_rows(column, numbers, batch_size):
+    """The rows of each batch of `numbers` (int64) of an epoch's `column`, batches of
+    `batch_size` rows (the last one shorter), as a `tf.data.Dataset`."""
+    return tf.data.Dataset.from_tensor_slices(numbers).map(
+        _plain(lambda number: column[number * batch_size:(number + 1) * batch_size]))
 
 
 def _records(flat, lengths):
