@@ -240,12 +240,12 @@ def measure_feature(format, feature, data, epochs, batch_size):
     result = {"samples": len(pipe.file_paths)}
     rest = len(pipe.file_paths) - pipe.batch_size  # the samples after each pass's first batch
     per_round = {}  # (run, key) -> the value of each timed round
-    keys = ("us", "cpu_us", "python_us")  # `batch_times`'s columns
+    keys = ("us", "cpu_us", "python_us")  # `PassClock.times`'s steady state
     for name, passes in times.items():
-        passes = passes[1:]  # each `batch_times`: wall, CPU and outside DALI, per batch
+        passes = passes[1:]  # each `PassClock.times`: first batch, then wall, CPU, outside DALI
         for clock, key in enumerate(keys):
-            per_round[name, key] = np.array([b[1:, clock].sum() * 1e6 / rest for b in passes])
-        per_round[name, "first_ms"] = np.array([b[0, 0] * 1e3 for b in passes])
+            per_round[name, key] = np.array([p[1 + clock] * 1e6 / rest for p in passes])
+        per_round[name, "first_ms"] = np.array([p[0] * 1e3 for p in passes])
         for key in (*keys, "first_ms"):
             result[name + key] = round(float(np.median(per_round[name, key])), 2)
     reference = "plugin_" if format == "tf" else "bare_"
@@ -265,16 +265,16 @@ def measure_feature(format, feature, data, epochs, batch_size):
 
 
 def timed_epoch(format, dataset):
-    """The seconds of each batch of a pass over `dataset`, read as Keras reads it."""
-    times = [clocks()]
+    """`PassClock.times` of a pass over `dataset`, read as Keras reads it."""
+    clock = PassClock(dataset.image_pipeline.steps)
     if format == "pydataset":
         for i in range(len(dataset)):
             dataset[i]
-            times.append(clocks())
+            clock.batch()
     else:  # a `tf.data.Dataset` or a Grain dataset: each iterator is a pass
         for _ in dataset:
-            times.append(clocks())
-    return batch_times(times)
+            clock.batch()
+    return clock.times()
 
 
 _IN_OUTPUTS = [0.0]  # CPU seconds of Python's threads inside DALI's `Outputs` call
@@ -324,17 +324,35 @@ def clocks():
     return time.perf_counter(), time.process_time(), dali, _IN_OUTPUTS[0]
 
 
-def batch_times(readings):
-    """float64 `(len(readings) - 1, 3)`: per batch, the seconds of wall time, of CPU
-    time (every thread) and of CPU time outside DALI's threads and DALI's `Outputs`
-    call (dalipipe's Python, DALI's Python calls, the copies, `tf.data`'s threads),
-    from `clocks()` readings taken between batches. A DALI thread counts where it is
-    alive at both ends."""
-    rows = []
-    for (wall, cpu, dali, out), (wall2, cpu2, dali2, out2) in zip(readings, readings[1:]):
+class PassClock:
+    """The clocks of a pass of `batches` batches: read whole (`clocks()`) as it
+    starts, after its first batch and after its last one, and not in between, so
+    that reading them (a few `/proc` files per DALI thread) weighs on no batch of
+    the steady state."""
+
+    def __init__(self, batches):
+        self.readings = [clocks()]
+        self.batches = batches
+        self.read = 0
+
+    def batch(self):
+        """Called after each batch."""
+        self.read += 1
+        if self.read in (1, self.batches):
+            self.readings.append(clocks())
+
+    def times(self):
+        """`(first, wall, cpu, python)`: the wall seconds of the first batch, then for
+        the batches after it the seconds of wall time, of CPU time (every thread) and
+        of CPU time outside DALI's threads and DALI's `Outputs` call (dalipipe's
+        Python, DALI's Python calls, the copies, `tf.data`'s threads). A DALI thread
+        counts where it is alive after the first batch and at the end."""
+        if self.read != self.batches:
+            raise RuntimeError(f"The pass gave {self.read} batches, not {self.batches}")
+        (start, *_), (wall, cpu, dali, out), (wall2, cpu2, dali2, out2) = \
+            self.readings[0], self.readings[1], self.readings[-1]
         inside = sum(dali2[t] - dali[t] for t in dali2.keys() & dali.keys()) / 1e9
-        rows.append((wall2 - wall, cpu2 - cpu, cpu2 - cpu - inside - (out2 - out)))
-    return np.array(rows)
+        return wall - start, wall2 - wall, cpu2 - cpu, cpu2 - cpu - inside - (out2 - out)
 
 
 def epoch_batches(pipe, epoch=1):
@@ -371,18 +389,18 @@ class BareRun:
         return do_not_convert(lambda: next(self.current[name]))  # StopIteration ends the epoch
 
     def epoch(self):
-        """The seconds of each batch of a pass."""
+        """`PassClock.times` of a pass."""
         self.current = {name: iter(batches) for name, batches in self.batches.items()}
-        times = [clocks()]
+        clock = PassClock(len(self.batches["samples"]))
         self.pipe.reset()
         while True:
             try:
                 outputs = self.pipe.run()
             except StopIteration:
-                return batch_times(times)
+                return clock.times()
             for out in outputs:
                 np.asarray(out.as_tensor())
-            times.append(clocks())
+            clock.batch()
 
 
 class PluginRun:
@@ -402,6 +420,7 @@ class PluginRun:
 
         dali_tf = import_dali_tf()
         batches, size = epoch_batches(pipe), pipe.batch_size
+        self.steps = len(batches["samples"])
         per_sample = pipe.feeds_bytes and len(pipe.file_paths) % size == 0
         inputs = {}
         for name, values in batches.items():
@@ -436,11 +455,11 @@ class PluginRun:
                 prefetch_queue_depth=pipe.options.prefetch_queue_depth)
 
     def epoch(self):
-        """The seconds of each batch of a pass."""
-        times = [clocks()]
+        """`PassClock.times` of a pass."""
+        clock = PassClock(self.steps)
         for _ in self.dataset:
-            times.append(clocks())
-        return batch_times(times)
+            clock.batch()
+        return clock.times()
 
 
 def inputs_us(pipe, epochs):
