@@ -496,6 +496,26 @@ def test_a_record_rewritten_since_the_scan_is_parsed_again(written, images, tmp_
     assert tfrecord.load_encoded(records.shards, records.refs[:2]) == [image, data[1]]
 
 
+def test_an_image_whose_start_is_found_earlier_in_its_record(images, tmp_path):
+    """A feature before the image holds the image's first 64 bytes: the image's
+    place is the one where all of it lies."""
+    _, _, data = images
+    image = data[0] * 2
+    example = tfrecord.example_class()()
+    feature = example.features.feature
+    feature["a"].bytes_list.value.append(image[:64] + image[:100])  # sorted first
+    feature[tfrecord.ENCODED].bytes_list.value.append(image)
+    path = str(tmp_path / "repeated.tfrecord")
+    with open(path, "wb") as f:
+        f.write(tfrecord.format.framed(example.SerializeToString(deterministic=True)))
+    records = tfrecord.scan([path])
+    _, offset, size, start, end, _ = records.refs[0].tolist()
+    with open(path, "rb") as f:
+        record = f.read()
+    assert record.find(image[:64]) < start and record[start:end] == image
+    assert tfrecord.load_encoded(records.shards, records.refs) == [image]
+
+
 def test_tensorflow_reads_the_records_written_without_it(written, images):
     """`write_tfrecords` frames and serializes without TensorFlow; TensorFlow's own
     reader checks both checksums and parses every feature back."""
