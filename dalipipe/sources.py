@@ -44,8 +44,10 @@ class Index(NamedTuple):
         class_names: list of class names (int32 `labels` index into it), or None.
         tfrecord_files: for TFRecord records, the TFRecord files; for tar shards, the
             shards (`dalipipe.ranges`: their kind is told by name); else None.
-        refs: for records and members, int64 `(n, 3)`: file number (into
-            `tfrecord_files`), offset and size of each; else None.
+        refs: for records and members, int64 `(n, k)`: file number (into
+            `tfrecord_files`), offset and size of each (`k = 3` for tar shards);
+            TFRecord records add where the image lies in the record and the
+            record's checksum (`k = 6`: `tfrecord.Records`); else None.
         stamps: int64 `(size, mtime_ns)` of each file (of each of `tfrecord_files` for
             records) when the files were checked, or None if they were not.
         mask_paths: with `masks`, the mask file of each image, aligned with

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 
+import google_crc32c
 import numpy as np
 import pytest
 from PIL import Image
@@ -79,8 +80,16 @@ def test_round_trip_gives_the_files_bytes_labels_and_texts(images, written):
     assert len(records) == NUM_FILES and records.shards == written
     # Contiguous runs of 4, 3 and 3 files, in the order given.
     np.testing.assert_array_equal(records.refs[:, 0], [0] * 4 + [1] * 3 + [2] * 3)
-    assert records.refs.dtype == np.int64 and records.refs.shape == (NUM_FILES, 3)
+    assert records.refs.dtype == np.int64 and records.refs.shape == (NUM_FILES, 6)
     assert tfrecord.load_encoded(records.shards, records.refs) == data
+    # Where each image lies in its record, and the record's checksum: the reader
+    # slices there. Without those columns it parses each record, to the same bytes.
+    for (shard, offset, size, start, end, crc), image in zip(records.refs.tolist(), data):
+        with open(written[shard], "rb") as f:
+            f.seek(offset)
+            record = f.read(size)
+        assert record[start:end] == image and crc == google_crc32c.value(record)
+    assert tfrecord.load_encoded(records.shards, records.refs[:, :3]) == data
     np.testing.assert_array_equal(records.labels, labels)
     assert records.labels.dtype == np.int64
     assert records.texts == [CLASS_NAMES[label] for label in labels]
@@ -88,7 +97,7 @@ def test_round_trip_gives_the_files_bytes_labels_and_texts(images, written):
     order = [7, 0, 9, 3, 3]
     assert tfrecord.load_encoded(records.shards, records.refs[order]) == [data[i] for i in order]
     # Every feature of one record.
-    shard, offset, size = records.refs[5]
+    shard, offset, size = records.refs[5, :3]
     features = tfrecord.parse_example(tfrecord.read_example(written[shard], offset, size))
     assert features == {
         "image/encoded": [data[5]], "image/filename": [b"img_05.jpg"],
@@ -431,13 +440,14 @@ def test_damaged_image_bytes_are_named_by_the_reader_and_the_check(written, tmp_
 
     shards = copy_shards(written, str(tmp_path / "shards"))
     records = tfrecord.scan(shards)
-    shard, offset, size = (int(v) for v in records.refs[5])  # record 1 of the 2nd shard
+    # Record 1 of the 2nd shard; a byte of its image, where the reader slices it.
+    shard, offset, size, start, end, _ = records.refs[5].tolist()
     path = shards[shard]
     info = os.stat(path)
     with open(path, "r+b") as f:
-        f.seek(offset + size // 2)
+        f.seek(offset + (start + end) // 2)
         byte = f.read(1)
-        f.seek(offset + size // 2)
+        f.seek(offset + (start + end) // 2)
         f.write(bytes([byte[0] ^ 0xFF]))
     # Rot that leaves the size and modification time: the cached scan still holds.
     os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
@@ -454,6 +464,56 @@ def test_damaged_image_bytes_are_named_by_the_reader_and_the_check(written, tmp_
     os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns + 10**9))
     with pytest.raises(ValueError, match=message):
         tfrecord.scan(shards)
+
+
+def test_a_record_rewritten_since_the_scan_is_parsed_again(written, images, tmp_path):
+    """A record rewritten whole with another image of the same size (its checksums
+    right, the file's size and modification time kept): its new image, where it now
+    lies, not the bytes at the place the scan found."""
+    _, _, data = images
+    shards = copy_shards(written, str(tmp_path / "shards"))
+    records = tfrecord.scan(shards)
+    shard, offset, size, start, end, _ = records.refs[0].tolist()
+    payload = tfrecord.read_example(shards[shard], offset, size)
+    # Another image, elsewhere in the data: the text one byte longer, the filename
+    # one byte shorter, the features in another order.
+    features = tfrecord.parse_example(payload)
+    image = bytes(reversed(data[0]))
+    moved = tfrecord.example_class()()
+    feature = moved.features.feature
+    feature[tfrecord.LABEL].int64_list.value.append(features[tfrecord.LABEL][0])
+    feature[tfrecord.TEXT].bytes_list.value.append(features[tfrecord.TEXT][0] + b"!")
+    feature[tfrecord.ENCODED].bytes_list.value.append(image)
+    feature[tfrecord.FILENAME].bytes_list.value.append(features[tfrecord.FILENAME][0][:-1])
+    record = tfrecord.format.framed(moved.SerializeToString(deterministic=True))
+    assert len(record) == size and record.find(image) not in (-1, start)
+    info = os.stat(shards[shard])
+    with open(shards[shard], "r+b") as f:
+        f.seek(offset)
+        f.write(record)
+    os.utime(shards[shard], ns=(info.st_atime_ns, info.st_mtime_ns))
+    assert tfrecord.scan(shards).refs.tolist() == records.refs.tolist()  # the cached scan
+    assert tfrecord.load_encoded(records.shards, records.refs[:2]) == [image, data[1]]
+
+
+def test_an_image_whose_start_is_found_earlier_in_its_record(images, tmp_path):
+    """A feature before the image holds the image's first 64 bytes: the image's
+    place is the one where all of it lies."""
+    _, _, data = images
+    image = data[0] * 2
+    example = tfrecord.example_class()()
+    feature = example.features.feature
+    feature["a"].bytes_list.value.append(image[:64] + image[:100])  # sorted first
+    feature[tfrecord.ENCODED].bytes_list.value.append(image)
+    path = str(tmp_path / "repeated.tfrecord")
+    with open(path, "wb") as f:
+        f.write(tfrecord.format.framed(example.SerializeToString(deterministic=True)))
+    records = tfrecord.scan([path])
+    _, offset, size, start, end, _ = records.refs[0].tolist()
+    with open(path, "rb") as f:
+        record = f.read()
+    assert record.find(image[:64]) < start and record[start:end] == image
+    assert tfrecord.load_encoded(records.shards, records.refs) == [image]
 
 
 def test_tensorflow_reads_the_records_written_without_it(written, images):
@@ -487,7 +547,7 @@ def test_records_are_read_where_tensorflow_cannot_be_imported(written, images):
 
         records = tfrecord.scan(sys.argv[1:])
         encoded = tfrecord.load_encoded(records.shards, records.refs)
-        shard, offset, size = records.refs[0].tolist()
+        shard, offset, size = records.refs[0, :3].tolist()
         payload = tfrecord.read_example(records.shards[shard], offset, size)
         features = tfrecord.parse_example(payload)
         try:

@@ -247,8 +247,9 @@ def check_records(names, shards, refs, *, read_records, check="structure", verbo
 
 
 def read_each(read_records, shards, refs, *, reason="not an image record"):
-    """`(bytes, None)` per record at `refs` (int64 `(n, 3)`), or `(None, reason)` for
-    one that cannot be read: all in one call, else one by one to find which."""
+    """`(bytes, None)` per record at `refs` (int64 `(n, k)`, the index's rows), or
+    `(None, reason)` for one that cannot be read: all in one call, else one by one to
+    find which."""
     try:
         return [(data, None) for data in read_records(shards, refs)]
     except ValueError:

@@ -55,7 +55,8 @@ def stream_order(seed, epoch, refs, buffer_size=BUFFER, *, owners=None):
     """Shards in a random order, each read in order, mixed in a buffer (see the module).
 
     Args:
-        refs: int64 `(n, 3)`: shard number, offset and size of each sample.
+        refs: int64 `(n, k)`, `k >= 3`: shard number, offset and size of each
+            sample, then any columns of its kind (`ranges.read.read_ranges`).
         buffer_size: samples in the buffer.
         owners: None, or int64 `(n,)`: the replica that loads each position (see the
             module): one run of the stream per replica, each mixed on its own.
@@ -63,7 +64,8 @@ def stream_order(seed, epoch, refs, buffer_size=BUFFER, *, owners=None):
     Returns:
         int64 `(n,)`, a permutation of `range(n)`.
     """
-    refs = np.asarray(refs, np.int64).reshape(-1, 3)
+    refs = np.asarray(refs, np.int64)
+    refs = refs[:, :3] if refs.ndim == 2 else refs.reshape(-1, 3)
     n = len(refs)
     rng = np.random.default_rng([seed, epoch, 7])
     shards = np.unique(refs[:, 0])

@@ -36,13 +36,16 @@ def read_ranges(shards, refs):
 
     Args:
         shards: paths or URIs of the shards.
-        refs: int64 `(n, 3)`: shard number (into `shards`), offset and size.
+        refs: int64 `(n, k)`, `k >= 3`: shard number (into `shards`), offset and
+            size, then any columns of the kind of source (TFRecord files':
+            `tfrecord.Records`), not read here.
 
     Returns:
         list of `n` bytes objects, each `size` bytes (fewer where the shard ends
         first: the caller names a range cut short).
     """
-    refs = np.asarray(refs, np.int64).reshape(-1, 3).tolist()
+    refs = np.asarray(refs, np.int64)
+    refs = (refs[:, :3] if refs.ndim == 2 else refs.reshape(-1, 3)).tolist()
     fds = {}  # shard number -> its open file, or None for an object
     found = []
     try:

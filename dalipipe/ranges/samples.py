@@ -12,7 +12,8 @@ def load_encoded(shards, refs):
 
     Args:
         shards: paths or URIs of the shards, all of one kind.
-        refs: int64 `(n, 3)`: shard number, offset and size of each sample's range.
+        refs: int64 `(n, k)`: shard number, offset and size of each sample's range
+            (`k = 3`), and for TFRecord files the columns of `tfrecord.Records` (`k = 6`).
 
     Returns:
         list of `n` bytes objects.

@@ -10,9 +10,12 @@ checksums verified with `google-crc32c`, and parsed with `protobuf`. Writing
 and google-crc32c are imported at their first use, so `import dalipipe` needs
 neither.
 
-Every record read (`read_example`, `load_encoded`, `scan`) has both checksums
-verified. Making an index reads the record headers only, and verifies their length
-checksums.
+Every record that `read_example` and `scan` read has both checksums verified; `scan`
+parses each record once and keeps where its image lies and a CRC-32C of its bytes.
+`load_encoded` checks that CRC-32C of each record it reads (the same record, unchanged
+since `scan` verified it) and slices the image out; it verifies both checksums of and
+parses any other record. Making an index reads the record headers only, and verifies
+their length checksums.
 
 One job per module:
 - `format`: feature names, the framing of a record, its checksums, the

@@ -29,7 +29,15 @@ _FOOTER = struct.Struct("<I")
 
 def masked_crc32c(data):
     """The CRC-32C (Castagnoli) of `data` (bytes), masked the way TFRecord files store it."""
-    return _masked(_crc32c()(data))
+    return _masked(crc32c()(data))
+
+
+def record_checksum(record):
+    """The CRC-32C (unmasked, an int below 2**32) of a whole record's bytes: its
+    header, data and data checksum. `scan` keeps it of each record it verified, so
+    that `load_encoded` tells with one C call over the bytes it reads that they are
+    that record, unchanged."""
+    return crc32c()(record)
 
 
 def _masked(crc):
@@ -37,9 +45,10 @@ def _masked(crc):
 
 
 @functools.cache
-def _crc32c():
+def crc32c():
     """google-crc32c's `value` (its C implementation where installed), imported at
-    the first use, not once per record."""
+    the first use, not once per record: `crc32c()(data)` is the CRC-32C of `data`
+    (bytes; not a memoryview)."""
     import google_crc32c
 
     return google_crc32c.value
@@ -136,14 +145,14 @@ def record_data(record, path, offset, size):
             f"Truncated TFRecord file: read {len(record)} of {size} bytes of the record "
             f"at byte {offset} of {path!r}"
         )
-    crc32c = _crc32c()
+    value = crc32c()
     length, crc = _HEADER.unpack_from(record) if size >= HEADER else (0, None)
-    if crc is None or HEADER + length + FOOTER != size or _masked(crc32c(record[:8])) != crc:
+    if crc is None or HEADER + length + FOOTER != size or _masked(value(record[:8])) != crc:
         raise ValueError(
             f"Corrupt TFRecord file (bad record header at byte {offset}): {path!r}"
         )
     data = record[HEADER: HEADER + length]
-    if _masked(crc32c(data)) != _FOOTER.unpack_from(record, HEADER + length)[0]:
+    if _masked(value(data)) != _FOOTER.unpack_from(record, HEADER + length)[0]:
         raise ValueError(
             f"Corrupt TFRecord file (data checksum of the record at byte {offset}): {path!r}"
         )
