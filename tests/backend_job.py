@@ -514,15 +514,20 @@ LOAD_TENSORFLOW = ("masks", "kerashub")  # keras_hub imports TensorFlow
 
 
 def run_modes(modes, tagged_dir):
-    """`{mode: {"result": ...}}`, or `{"error": traceback}` for a mode that raised."""
+    """`{mode: {"result": ..., "seconds": ...}}`, or `{"error": traceback, "seconds":
+    ...}` for a mode that raised (`seconds`: the mode's wall time, for
+    tests/README.md's costs)."""
+    import time
     import traceback
 
     found = {}
     for mode in sorted(modes, key=lambda mode: mode in LOAD_TENSORFLOW):
+        started = time.perf_counter()
         try:
             found[mode] = {"result": MODES[mode](tagged_dir)}
         except Exception:  # reported to the mode's tests
             found[mode] = {"error": traceback.format_exc()}
+        found[mode]["seconds"] = round(time.perf_counter() - started, 1)
     return found
 
 
