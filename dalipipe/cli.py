@@ -368,11 +368,18 @@ def _check(args):
 def _training_index(source, *, path_column):
     """The samples `make_dali_dataset(source)` reads: a directory's class folders
     (labels inferred), or, for a directory without subfolders, its own images
-    (as with `labels=None`); a table's or TFRecord files' every sample."""
+    (as with `labels=None`); tar shards' samples with their `.cls` labels where
+    they have any (a missing or unreadable one is a bad file, as training reports
+    it), else their images alone; a table's or TFRecord files' every sample."""
     from dalipipe import sources
+    from dalipipe.ranges import tar
 
     labels = None
-    if os.path.isdir(source) and any(
+    shards = tar.tar_files(source)
+    if shards is not None:
+        if any(cls is not None for cls in tar.scan(shards).cls):
+            labels = "inferred"
+    elif os.path.isdir(source) and any(
             entry.is_dir() and not entry.name.startswith(".") for entry in os.scandir(source)):
         labels = "inferred"
     return sources.index_source(source, labels=labels, path_column=path_column,

@@ -109,6 +109,27 @@ def test_dalipipe_check_names_a_damaged_member(shards, tmp_path, capsys):
     assert "1 of 121 files are bad" in printed and "train-000002.tar#00000070.png" in printed
 
 
+def test_dalipipe_check_names_a_bad_label_member_as_training_does(shards, tmp_path, capsys):
+    """A `.cls` that is no integer is a bad file for `dalipipe check` as for
+    `make_dali_dataset` (whose default `labels="inferred"` reads it)."""
+    from dalipipe.cli import main
+
+    for shard in shards:
+        shutil.copy2(shard, tmp_path)
+    rewritten(shards[1], tmp_path, lambda name, data: b"x" if name == "00000040.cls" else data)
+    source = str(tmp_path / "train-{000000..000003}.tar")
+    assert main(["check", source]) == 1
+    printed = capsys.readouterr().out
+    assert "1 of 121 files are bad" in printed
+    assert "has the .cls text 'x': " in printed and "train-000001.tar#00000040.png" in printed
+    with pytest.warns(UserWarning, match="Left out 1 of 121") as warned:
+        kept = make_dali_pipeline(source, check="structure", on_bad_file="skip", **OPTIONS)
+    assert len(kept.file_paths) == NUM_TAGGED - 1
+    report = str(warned[0].message).rsplit("Report: ", 1)[1]
+    with open(report) as f:
+        assert "train-000001.tar#00000040.png" in f.read()
+
+
 def test_errors_name_the_source_the_shard_and_the_member(shards, tmp_path):
     folder = os.path.dirname(shards[0])
     with pytest.raises(ValueError, match=r"No tar shard matches the pattern .*nope-\*\.tar"):
