@@ -27,6 +27,11 @@ from dalipipe import feed, passes
 # skipped.
 _plain = tf.autograph.experimental.do_not_convert
 
+# Batches of packed paths made per `tf.numpy_function` call: each call costs about
+# 350 µs of TensorFlow's machinery (5 µs per sample at batch 64 on 2 cores,
+# `benchmarks/host_cost.py`), so paths are packed `CHUNK_BATCHES` batches at a time.
+CHUNK_BATCHES = 16
+
 
 def feed_parts(num_loaded, batch_size, *, feeds_bytes, gpu):
     """How DALI's plugin is fed an epoch of `num_loaded` samples in batches of
@@ -117,11 +122,14 @@ class EpochFeed:
         `join` the one that the input started last.
 
         Its elements (computed from the pass's number and the batch's): for
-        `"samples"` and `"cached"`, one `tf.numpy_function` per batch
-        (`ImagePipeline.load_samples`, or one element per record for per-sample
-        TFRecord records, `per_sample`); for `"random"` and `"weights"`, each
-        batch's rows of `epoch_inputs`, sliced in `tf.data` from the epoch's whole
-        column, which one `tf.numpy_function` per pass gives (no Python per batch).
+        `"samples"`, `ImagePipeline.load_samples` of each batch: packed paths made
+        `CHUNK_BATCHES` batches per `tf.numpy_function` (`_chunked`), the epoch's
+        last batch alone, when DALI asks for it (it moves the cursor); encoded
+        bytes one batch per call, or one element per record for per-sample
+        TFRecord records (`per_sample`); for `"cached"`, one call per batch; for
+        `"random"` and `"weights"`, each batch's rows of `epoch_inputs`, sliced in
+        `tf.data` from the epoch's whole column, which one `tf.numpy_function` per
+        pass gives.
         """
         if numbers is None:
             numbers = range(self.image_pipeline.num_batches)
@@ -154,6 +162,9 @@ class EpochFeed:
                                            stateful=False)
             return tf.ensure_shape(values, shape)
 
+        if name == "samples" and not self.image_pipeline.feeds_bytes:
+            return tf.data.Dataset.range(1).map(start).flat_map(
+                _plain(lambda k: self._chunked(k, list(numbers), batch)))
         numbers = tf.constant(list(numbers), tf.int64)
         if name in ("random", "weights"):
             return tf.data.Dataset.range(1).map(start).map(_plain(
@@ -167,6 +178,50 @@ class EpochFeed:
             .map(batch, num_parallel_calls=2, deterministic=True)
         )
         return batches.flat_map(_plain(_records)) if per_record else batches
+
+    def _chunked(self, k, numbers, batch):
+        """The `"samples"` batches `numbers` of pass `k`: runs of at most
+        `CHUNK_BATCHES` consecutive batches packed by one `tf.numpy_function` each
+        (`samples_chunk`), two runs made ahead; the epoch's last batch by `batch`, in
+        a dataset of its own, made only once the runs before it are read."""
+        last = self.image_pipeline.num_batches - 1
+        runs = []
+        for number in numbers:
+            if number != last and runs and number == runs[-1][0] + runs[-1][1] \
+                    and runs[-1][1] < CHUNK_BATCHES:
+                runs[-1][1] += 1
+            elif number != last:
+                runs.append([number, 1])
+
+        @_plain
+        def chunk(first, count):
+            with tf.device("/cpu:0"):
+                values = tf.numpy_function(self.samples_chunk, [k, first, count], tf.uint8,
+                                           stateful=False)
+            return tf.ensure_shape(values, [None] * 3)
+
+        dataset = None
+        if runs:
+            firsts, counts = (tf.constant(column, tf.int64) for column in zip(*runs))
+            dataset = tf.data.Dataset.from_tensor_slices((firsts, counts)).map(
+                chunk, num_parallel_calls=2, deterministic=True).flat_map(
+                _plain(tf.data.Dataset.from_tensor_slices))
+        if last in numbers:
+            final = tf.data.Dataset.from_tensors(tf.constant(last, tf.int64)).map(
+                _plain(lambda number: batch(k, number)))
+            dataset = final if dataset is None else dataset.concatenate(final)
+        return dataset
+
+    def samples_chunk(self, k, first, count):
+        """The `"samples"` batches `first` to `first + count - 1` of pass `k`, packed
+        paths (`samples`) padded with zeros to the longest row: uint8 `(count,
+        batch_size, width)`."""
+        batches = [self.samples(k, number) for number in range(int(first), int(first + count))]
+        width = max(b.shape[1] for b in batches)
+        packed = np.zeros((len(batches), len(batches[0]), width), np.uint8)
+        for i, values in enumerate(batches):
+            packed[i, :, :values.shape[1]] = values
+        return packed
 
     def _whole_column(self, name, k, dtype, shape):
         """Input `name`'s rows of the whole epoch of pass `k`, a tensor of `shape`
