@@ -15,8 +15,8 @@ MODE `single`: `fit` with a metric that counts every sample it sees, `evaluate`,
 (`s3_server.py`), at `s3://remote/tagged/`. MODE `data_parallel`
 (JAX, with several devices): `fit` and `evaluate` under `keras.distribution.DataParallel`.
 MODE `targets`: a table's raw and multi-hot targets.
-MODE `recipes`: `fit` with each augmentation recipe and each batch mixing, and
-their first pass against the native epoch.
+MODE `recipes`: `fit` with augmentation recipes and batch mixings (`RECIPE_CASES`:
+each on torch or JAX), and their first pass against the native epoch.
 MODE `cache`: the decoded-image cache (`cache=`) in both native formats.
 MODE `grain`: `grain_job.py`'s `fit`, `evaluate` and `predict` on Grain datasets.
 MODE `shards`: the images as WebDataset tar shards: two passes and a `fit`; masks and
@@ -268,12 +268,21 @@ def targets(tagged_dir):
     return result
 
 
+# MODE `recipes`'s `(augment, mix)` cases per backend: each recipe and each mixing on
+# one backend, and each backend with int and with mixed (categorical) labels. What
+# the backend changes is the batches' conversion, the same for every recipe; every
+# recipe's and mixing's pass against the native epoch runs in pytest's process too
+# (`test_recipes.py`, `test_mixing.py`).
+RECIPE_CASES = {"torch": (("randaugment", None), ("autoaugment", None), (True, "mixup")),
+                "jax": (("trivialaugment", None), ("randaugment", "cutmix"))}
+
+
 def recipes(tagged_dir):
-    """Per recipe and mixing: the first batch's types, shapes and dtypes, whether the
-    pass equals the native epoch, and `fit`'s losses."""
+    """Per recipe and mixing of the backend's `RECIPE_CASES`: the first batch's
+    types, shapes and dtypes, whether the pass equals the native epoch, and `fit`'s
+    losses."""
     result = {}
-    for augment, mix in (("randaugment", None), ("trivialaugment", None),
-                         ("autoaugment", None), (True, "mixup"), ("randaugment", "cutmix")):
+    for augment, mix in RECIPE_CASES[keras.backend.backend()]:
         options = dict(OPTIONS, augment=augment, mix=mix, seed=11,
                        label_mode="categorical" if mix else "int")
         dataset = dalipipe.make_dali_dataset(tagged_dir, **options)

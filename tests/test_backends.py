@@ -67,10 +67,21 @@ def test_table_targets_on_the_backend(backend, backend_jobs):
 @pytest.mark.backend_job("recipes")
 @pytest.mark.parametrize("backend", ["torch", "jax"])
 def test_recipes_and_mixing_on_the_backend(backend, backend_jobs):
+    """Each recipe and mixing on torch or JAX (`RECIPE_CASES`), each backend's labels
+    with and without mixing."""
+    from dalipipe.mixing import MIXES
+    from dalipipe.recipes import RECIPES
+
+    from backend_job import RECIPE_CASES
+
+    cases = [case for cases in RECIPE_CASES.values() for case in cases]
+    assert {augment for augment, _ in cases} >= set(RECIPES)
+    assert {mix for _, mix in cases} == {None, *MIXES}
+    assert {mix is None for _, mix in RECIPE_CASES[backend]} == {True, False}
     result = backend_jobs(backend, "recipes")
     module = {"torch": "torch", "jax": "jaxlib"}[backend]
     assert not result.pop("tensorflow_loaded")
-    assert len(result) == 5
+    assert set(result) == {f"{augment}-{mix}" for augment, mix in RECIPE_CASES[backend]}
     for name, found in result.items():
         mixed = not name.endswith("None")
         assert found["type"] == module and found["equals_native"], name
