@@ -12,7 +12,7 @@ traceback), so that one mode's failure fails its own tests only.
 MODE `single`: `fit` with a metric that counts every sample it sees, `evaluate`,
 `predict`, and the dataset's passes against the native epochs. MODE `single_s3`:
 `single` on a copy of TAGGED_DIR in a local S3 server that the mode starts
-(`s3_server.py`), at `s3://remote/tagged/`. MODE `data_parallel`
+(`s3_server.py`), at `s3://remote/tagged/`, its `fit` for 2 epochs, not 12. MODE `data_parallel`
 (JAX, with several devices): `fit` and `evaluate` under `keras.distribution.DataParallel`.
 MODE `targets`: a table's raw and multi-hot targets.
 MODE `recipes`: `fit` with augmentation recipes and batch mixings (`RECIPE_CASES`:
@@ -123,9 +123,10 @@ def tag_of_path(path):
     return int(os.path.basename(path)[4:7])
 
 
-def single(tagged_dir):
-    """Everything one device does; returns what the test checks."""
-    result = {"backend": keras.backend.backend()}
+def single(tagged_dir, fit_epochs=12):
+    """Everything one device does, with a `fit` of `fit_epochs` epochs (12: enough
+    to learn the classes); returns what the test checks."""
+    result = {"backend": keras.backend.backend(), "fit_epochs": fit_epochs}
     train = dalipipe.make_dali_dataset(tagged_dir, seed=7, **OPTIONS)
     images, labels = train[0]
     result["types"] = [type(images).__module__.split(".")[0], type(labels).__module__.split(".")[0]]
@@ -150,7 +151,7 @@ def single(tagged_dir):
 
     model = tag_model()
     counts = EpochCounts()
-    history = model.fit(train, epochs=12, verbose=0, callbacks=[counts])
+    history = model.fit(train, epochs=fit_epochs, verbose=0, callbacks=[counts])
     result["fit_counts"] = counts.epochs
     result["fit_accuracy"] = history.history["class_accuracy"][-1]
     # With `steps_per_epoch` half of `len()`, one pass runs on over two Keras epochs.
@@ -180,11 +181,13 @@ def single(tagged_dir):
 
 
 def single_s3(tagged_dir):
-    """`single` on a copy of `tagged_dir` in a local S3 server of this mode's own."""
+    """`single` on a copy of `tagged_dir` in a local S3 server of this mode's own, its
+    `fit` for 2 epochs: that `fit` learns is MODE `single`'s (a pass from the server
+    costs about a second)."""
     from s3_server import copy_served
 
     with copy_served(tagged_dir, "s3://remote/tagged/") as uri:
-        return single(uri)
+        return single(uri, fit_epochs=2)
 
 
 def tag_of_batch(images):

@@ -91,9 +91,10 @@ def test_recipes_and_mixing_on_the_backend(backend, backend_jobs):
         assert len(found["losses"]) == 2 and all(np.isfinite(found["losses"])), name
 
 
-def check_single(result, backend):
-    """What `backend_job.py single` must find on any device."""
-    assert result["backend"] == backend
+def check_single(result, backend, fit_epochs=12):
+    """What `backend_job.py single` must find on any device; its `fit` of
+    `fit_epochs` epochs learns the classes where they are 12."""
+    assert result["backend"] == backend and result["fit_epochs"] == fit_epochs
     # The backend's own tensors, with the TensorFlow path's shapes and dtypes.
     assert result["types"] == [{"torch": "torch", "jax": "jaxlib"}[backend]] * 2
     assert result["shapes"] == [[BATCH, 12, 12, 3], [BATCH]]
@@ -104,10 +105,11 @@ def check_single(result, backend):
     assert result["passes_differ"]
     assert result["pass_sizes"] == [BATCH] * (STEPS - 1) + [NUM_TAGGED - BATCH * (STEPS - 1)]
     # `fit`: every sample exactly once per epoch, labels aligned, and it learns.
-    assert len(result["fit_counts"]) == 12
+    assert len(result["fit_counts"]) == fit_epochs
     for counts in result["fit_counts"]:
         assert counts == [1.0] * NUM_TAGGED
-    assert result["fit_accuracy"] >= 0.95
+    if fit_epochs >= 12:
+        assert result["fit_accuracy"] >= 0.95
     halves = np.array(result["half_epoch_counts"])  # 4 epochs of half a pass each
     assert (halves[0::2] + halves[1::2]).tolist() == [[1.0] * NUM_TAGGED] * 2
     assert all(0 < sum(h) < NUM_TAGGED for h in halves)

@@ -284,15 +284,16 @@ def test_dataset_and_fit_from_a_prefix(bucket, indexed_dir):
 def test_fit_from_a_prefix_on_torch(backend, tagged_dir, backend_jobs):
     """`backend_job.py`'s MODE `single_s3` on Keras's torch backend (`single` from a
     copy of `tagged_dir` in a local S3 server of the job's own): what
-    `test_backends.py` asks of the local folder, and each pass's images and labels, in
-    order, are the local copy's native epochs. (JAX reads through the same
+    `test_backends.py` asks of the local folder, its `fit` for 2 epochs (that it
+    learns in 12 is the local folder's), and each pass's images and labels, in order,
+    are the local copy's native epochs. (JAX reads through the same
     `format="pydataset"` path: `test_backends.py` runs it locally.)"""
     from test_backends import check_single
 
     for module in ("moto.server", "flask", "boto3"):  # what the job's server needs
         pytest.importorskip(module)
     result = backend_jobs(backend, "single_s3")
-    check_single(result, backend)
+    check_single(result, backend, fit_epochs=2)
     local = make_dali_pipeline(str(tagged_dir), seed=7, image_size=(12, 12), batch_size=8,
                                normalization=None, verbose=False, device="cpu")
     for epoch in (0, 1):
