@@ -140,8 +140,12 @@ def test_jax_data_parallel_over_two_cpu_devices(tagged_dir, tmp_path):
     assert "`batch_size`" in odd_batch and "7" in odd_batch
 
 
-@pytest.mark.slow
-def test_torch_distributed_processes_read_their_shards(tagged_dir, tmp_path):
+def torch_distributed_shards(source, tmp_path):
+    """Two `torch.distributed` processes (MODE `torch_distributed`) read their shards of
+    `source`, a copy of `tagged_dir`: disjoint, covering every sample once per epoch,
+    in the "pydataset" and "grain" formats and through `DALIPyDataset.map`. Run on a
+    bucket's copy (`test_remote_sources.py`) and on tar shards (`test_shards.py`);
+    a local folder is sharded by the same `split_source` as a bucket's prefix."""
     pytest.importorskip("torch")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -152,7 +156,7 @@ def test_torch_distributed_processes_read_their_shards(tagged_dir, tmp_path):
         env = child_env(KERAS_BACKEND="torch", CUDA_VISIBLE_DEVICES="", RANK=str(rank),
                         WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         processes.append(subprocess.Popen(
-            [sys.executable, JOB, "torch_distributed", tagged_dir, str(tmp_path / f"{rank}.json")],
+            [sys.executable, JOB, "torch_distributed", source, str(tmp_path / f"{rank}.json")],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     for process in processes:
         _, err = process.communicate(timeout=300)

@@ -304,7 +304,7 @@ def test_fit_from_a_prefix_on_torch(backend, tagged_dir, backend_jobs):
 
 @pytest.mark.slow
 def test_torch_distributed_processes_read_their_shards_from_a_prefix(bucket, tagged_dir, tmp_path):
-    """`test_backends.py`'s two `torch.distributed` processes, from a copy of
+    """`test_backends.torch_distributed_shards`'s two `torch.distributed` processes, from a copy of
     `tagged_dir` in the bucket: each reads its shard, every sample once per epoch. The
     server's log shows the shards' reads, none twice over: per process, two passes of
     64 (its share of the 121 samples and the padding that repeats its own first ones)
@@ -313,7 +313,7 @@ def test_torch_distributed_processes_read_their_shards_from_a_prefix(bucket, tag
     read of each object whole, once: the processes split the check's work through its
     cache (twice at most, where a claim outlives its lease on a slow machine and the
     other process checks that chunk again)."""
-    from test_backends import test_torch_distributed_processes_read_their_shards as run
+    from test_backends import torch_distributed_shards as run
 
     _upload(bucket.client(), tagged_dir, "sharded")
     start = bucket.log_size()
