@@ -12,11 +12,11 @@ traceback), so that one mode's failure fails its own tests only.
 MODE `single`: `fit` with a metric that counts every sample it sees, `evaluate`,
 `predict`, and the dataset's passes against the native epochs. MODE `single_s3`:
 `single` on a copy of TAGGED_DIR in a local S3 server that the mode starts
-(`s3_server.py`), at `s3://remote/tagged/`. MODE `data_parallel`
+(`s3_server.py`), at `s3://remote/tagged/`, its `fit` for 2 epochs, not 12. MODE `data_parallel`
 (JAX, with several devices): `fit` and `evaluate` under `keras.distribution.DataParallel`.
 MODE `targets`: a table's raw and multi-hot targets.
-MODE `recipes`: `fit` with each augmentation recipe and each batch mixing, and
-their first pass against the native epoch.
+MODE `recipes`: `fit` with augmentation recipes and batch mixings (`RECIPE_CASES`:
+each on torch or JAX), and their first pass against the native epoch.
 MODE `cache`: the decoded-image cache (`cache=`) in both native formats.
 MODE `grain`: `grain_job.py`'s `fit`, `evaluate` and `predict` on Grain datasets.
 MODE `shards`: the images as WebDataset tar shards: two passes and a `fit`; masks and
@@ -123,9 +123,10 @@ def tag_of_path(path):
     return int(os.path.basename(path)[4:7])
 
 
-def single(tagged_dir):
-    """Everything one device does; returns what the test checks."""
-    result = {"backend": keras.backend.backend()}
+def single(tagged_dir, fit_epochs=12):
+    """Everything one device does, with a `fit` of `fit_epochs` epochs (12: enough
+    to learn the classes); returns what the test checks."""
+    result = {"backend": keras.backend.backend(), "fit_epochs": fit_epochs}
     train = dalipipe.make_dali_dataset(tagged_dir, seed=7, **OPTIONS)
     images, labels = train[0]
     result["types"] = [type(images).__module__.split(".")[0], type(labels).__module__.split(".")[0]]
@@ -150,7 +151,7 @@ def single(tagged_dir):
 
     model = tag_model()
     counts = EpochCounts()
-    history = model.fit(train, epochs=12, verbose=0, callbacks=[counts])
+    history = model.fit(train, epochs=fit_epochs, verbose=0, callbacks=[counts])
     result["fit_counts"] = counts.epochs
     result["fit_accuracy"] = history.history["class_accuracy"][-1]
     # With `steps_per_epoch` half of `len()`, one pass runs on over two Keras epochs.
@@ -180,11 +181,13 @@ def single(tagged_dir):
 
 
 def single_s3(tagged_dir):
-    """`single` on a copy of `tagged_dir` in a local S3 server of this mode's own."""
+    """`single` on a copy of `tagged_dir` in a local S3 server of this mode's own, its
+    `fit` for 2 epochs: that `fit` learns is MODE `single`'s (a pass from the server
+    costs about a second)."""
     from s3_server import copy_served
 
     with copy_served(tagged_dir, "s3://remote/tagged/") as uri:
-        return single(uri)
+        return single(uri, fit_epochs=2)
 
 
 def tag_of_batch(images):
@@ -268,12 +271,21 @@ def targets(tagged_dir):
     return result
 
 
+# MODE `recipes`'s `(augment, mix)` cases per backend: each recipe and each mixing on
+# one backend, and each backend with int and with mixed (categorical) labels. What
+# the backend changes is the batches' conversion, the same for every recipe; every
+# recipe's and mixing's pass against the native epoch runs in pytest's process too
+# (`test_recipes.py`, `test_mixing.py`).
+RECIPE_CASES = {"torch": (("randaugment", None), ("autoaugment", None), (True, "mixup")),
+                "jax": (("trivialaugment", None), ("randaugment", "cutmix"))}
+
+
 def recipes(tagged_dir):
-    """Per recipe and mixing: the first batch's types, shapes and dtypes, whether the
-    pass equals the native epoch, and `fit`'s losses."""
+    """Per recipe and mixing of the backend's `RECIPE_CASES`: the first batch's
+    types, shapes and dtypes, whether the pass equals the native epoch, and `fit`'s
+    losses."""
     result = {}
-    for augment, mix in (("randaugment", None), ("trivialaugment", None),
-                         ("autoaugment", None), (True, "mixup"), ("randaugment", "cutmix")):
+    for augment, mix in RECIPE_CASES[keras.backend.backend()]:
         options = dict(OPTIONS, augment=augment, mix=mix, seed=11,
                        label_mode="categorical" if mix else "int")
         dataset = dalipipe.make_dali_dataset(tagged_dir, **options)

@@ -151,15 +151,13 @@ def _tagged_bucket(server, tagged_dir):
 
 
 @slow
-@pytest.mark.parametrize("kind", ["directory", "s3"])
-def test_multi_worker_mirrored_strategy_with_two_workers(tf, tagged_dir, tmp_path, request, kind):
-    """With `kind="s3"`, both workers read from the session's local S3 server, each its
-    shard, straight from the bucket."""
-    source = tagged_dir
-    if kind == "s3":
-        server = request.getfixturevalue("s3_server")
-        source = _tagged_bucket(server, tagged_dir)
-        log_start = server.log_size()
+def test_multi_worker_mirrored_strategy_with_two_workers(tf, tagged_dir, tmp_path, s3_server):
+    """Both workers read from the session's local S3 server, each its shard, straight
+    from the bucket. (A local folder's shards are the same `split_source`'s: the
+    native checks below and `test_mirrored_strategy_over_two_logical_cpus`.)"""
+    server = s3_server
+    source = _tagged_bucket(server, tagged_dir)
+    log_start = server.log_size()
     workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
     processes, outs = [], []
     for index in range(2):
@@ -187,15 +185,14 @@ def test_multi_worker_mirrored_strategy_with_two_workers(tf, tagged_dir, tmp_pat
         # distributed_job.py): the weights, summed over the cluster, count each sample once.
         assert report["history"]["samples"] == [NUM_TAGGED] * 2
         assert report["history"]["accuracy"][-1] > 0.9
-    if kind == "s3":
-        # 4 passes (2 recorded, 2 trained) of a shard of 64 per worker (padding included),
-        # and at most one check of every object per worker (633 here: the workers share
-        # one cache of verdicts). Had each worker read every object on every pass,
-        # there would be at least 8 * 121 reads.
-        reads = server.object_gets("distributed", since=log_start)
-        assert set(reads) == {f"tagged/{os.path.relpath(p, tagged_dir)}"
-                              for p in map(str, pathlib.Path(tagged_dir).rglob("*.png"))}
-        assert len(reads) <= 2 * 4 * 64 + 2 * NUM_TAGGED, len(reads)
+    # 4 passes (2 recorded, 2 trained) of a shard of 64 per worker (padding included),
+    # and at most one check of every object per worker (633 here: the workers share
+    # one cache of verdicts). Had each worker read every object on every pass,
+    # there would be at least 8 * 121 reads.
+    reads = server.object_gets("distributed", since=log_start)
+    assert set(reads) == {f"tagged/{os.path.relpath(p, tagged_dir)}"
+                          for p in map(str, pathlib.Path(tagged_dir).rglob("*.png"))}
+    assert len(reads) <= 2 * 4 * 64 + 2 * NUM_TAGGED, len(reads)
 
 
 @slow

@@ -284,15 +284,16 @@ def test_dataset_and_fit_from_a_prefix(bucket, indexed_dir):
 def test_fit_from_a_prefix_on_torch(backend, tagged_dir, backend_jobs):
     """`backend_job.py`'s MODE `single_s3` on Keras's torch backend (`single` from a
     copy of `tagged_dir` in a local S3 server of the job's own): what
-    `test_backends.py` asks of the local folder, and each pass's images and labels, in
-    order, are the local copy's native epochs. (JAX reads through the same
+    `test_backends.py` asks of the local folder, its `fit` for 2 epochs (that it
+    learns in 12 is the local folder's), and each pass's images and labels, in order,
+    are the local copy's native epochs. (JAX reads through the same
     `format="pydataset"` path: `test_backends.py` runs it locally.)"""
     from test_backends import check_single
 
     for module in ("moto.server", "flask", "boto3"):  # what the job's server needs
         pytest.importorskip(module)
     result = backend_jobs(backend, "single_s3")
-    check_single(result, backend)
+    check_single(result, backend, fit_epochs=2)
     local = make_dali_pipeline(str(tagged_dir), seed=7, image_size=(12, 12), batch_size=8,
                                normalization=None, verbose=False, device="cpu")
     for epoch in (0, 1):
@@ -303,7 +304,7 @@ def test_fit_from_a_prefix_on_torch(backend, tagged_dir, backend_jobs):
 
 @pytest.mark.slow
 def test_torch_distributed_processes_read_their_shards_from_a_prefix(bucket, tagged_dir, tmp_path):
-    """`test_backends.py`'s two `torch.distributed` processes, from a copy of
+    """`test_backends.torch_distributed_shards`'s two `torch.distributed` processes, from a copy of
     `tagged_dir` in the bucket: each reads its shard, every sample once per epoch. The
     server's log shows the shards' reads, none twice over: per process, two passes of
     64 (its share of the 121 samples and the padding that repeats its own first ones)
@@ -312,7 +313,7 @@ def test_torch_distributed_processes_read_their_shards_from_a_prefix(bucket, tag
     read of each object whole, once: the processes split the check's work through its
     cache (twice at most, where a claim outlives its lease on a slow machine and the
     other process checks that chunk again)."""
-    from test_backends import test_torch_distributed_processes_read_their_shards as run
+    from test_backends import torch_distributed_shards as run
 
     _upload(bucket.client(), tagged_dir, "sharded")
     start = bucket.log_size()
@@ -348,13 +349,16 @@ except RuntimeError as e:
 """
 
 
-@pytest.mark.slow  # three fresh interpreters
+@pytest.mark.slow  # two fresh interpreters
 @pytest.mark.parametrize("first, outcome", [
     ("tensorflow", "read 8"),  # dalipipe loads DALI's TLS library so that it keeps its own
-    ("nvidia.dali,tensorflow", "read 8"),
     ("tensorflow,nvidia.dali", "refused"),  # too late to mend: a clear error, no abort
 ])
 def test_tensorflow_imported_first_never_aborts_the_process(bucket, first, outcome):
+    """The orders that need dalipipe's care. DALI before TensorFlow is this process's
+    order (`conftest.py` imports dalipipe first), in which the tests above read the
+    bucket and `fit` on it; `s3_problem` lets a user's `nvidia.dali` imported before
+    TensorFlow read (`test_s3_problem_follows_the_import_order`)."""
     import subprocess
     import sys
 

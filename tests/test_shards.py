@@ -403,9 +403,9 @@ def test_each_replica_fetches_the_chunks_of_its_own_share(shards, s3_server, mon
 
 @pytest.mark.slow
 def test_torch_distributed_processes_read_disjoint_shares_of_shards(shards, tmp_path):
-    """`test_backends.py`'s two `torch.distributed` processes, on the shards: disjoint
+    """`test_backends.torch_distributed_shards`'s two `torch.distributed` processes, on the shards: disjoint
     shares that cover every sample once per epoch, equal steps, padding of weight 0."""
-    from test_backends import test_torch_distributed_processes_read_their_shards as run
+    from test_backends import torch_distributed_shards as run
 
     run(brace(shards), tmp_path)
 
