@@ -349,16 +349,13 @@ except RuntimeError as e:
 """
 
 
-@pytest.mark.slow  # two fresh interpreters
+@pytest.mark.slow  # three fresh interpreters
 @pytest.mark.parametrize("first, outcome", [
     ("tensorflow", "read 8"),  # dalipipe loads DALI's TLS library so that it keeps its own
+    ("nvidia.dali,tensorflow", "read 8"),
     ("tensorflow,nvidia.dali", "refused"),  # too late to mend: a clear error, no abort
 ])
 def test_tensorflow_imported_first_never_aborts_the_process(bucket, first, outcome):
-    """The orders that need dalipipe's care. DALI before TensorFlow is this process's
-    order (`conftest.py` imports dalipipe first), in which the tests above read the
-    bucket and `fit` on it; `s3_problem` lets a user's `nvidia.dali` imported before
-    TensorFlow read (`test_s3_problem_follows_the_import_order`)."""
     import subprocess
     import sys
 
