@@ -294,6 +294,12 @@ def interrupted(source):
 if __name__ == "__main__":
     mode, tagged_dir, *rest = sys.argv[1:]
     if mode == "interrupted":
+        import faulthandler
+        import signal
+
+        # Every thread's stack on stderr at SIGUSR1: the test asks for it when the
+        # process does not exit after SIGINT.
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
         interrupted(tagged_dir)
         sys.exit(0)
     out, *rest = rest

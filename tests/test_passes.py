@@ -399,7 +399,11 @@ def test_ctrl_c_during_fit_with_stalled_reads_exits_without_waiting_for_them(
         except subprocess.TimeoutExpired:
             pass
         took = time.monotonic() - start
-        assert process.poll() is not None, "the process waits on the stalled reads"
+        if process.poll() is None:  # its threads' stacks, for the message
+            process.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+        assert process.poll() is not None, \
+            "the process waits on the stalled reads:\n" + errors.read_text()[-6000:]
         assert took < 20, f"the process took {took:.1f} s to exit after SIGINT"
         assert "KeyboardInterrupt" in errors.read_text()
     finally:
