@@ -384,9 +384,13 @@ def test_ctrl_c_during_fit_with_stalled_reads_exits_without_waiting_for_them(
     environ = child_env(KERAS_BACKEND="torch", CUDA_VISIBLE_DEVICES="")
     errors = tmp_path / "stderr.txt"
     with open(errors, "w") as stderr:
+        # SIGINT's default disposition, as a terminal's process has it: a child
+        # inherits an ignored SIGINT (from a test process that ignores it, as under
+        # some pytest-xdist runs), and Python then installs no KeyboardInterrupt handler.
         process = subprocess.Popen([sys.executable, JOB, "interrupted", "s3://stalled/tagged/"],
                                    env=environ, cwd=TESTS, stdout=subprocess.PIPE,
-                                   stderr=stderr, text=True)
+                                   stderr=stderr, text=True,
+                                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert process.stdout.readline() == "training\n", errors.read_text()[-4000:]
         s3_server.process.send_signal(signal.SIGSTOP)
