@@ -20,7 +20,7 @@ buffer is long, give a better mix; so does writing the shards from shuffled file
 import numpy as np
 
 from dalipipe import sampling
-from dalipipe.ranges.read import is_remote
+from dalipipe.ranges.read import is_remote, range_columns
 
 BUFFER = 1000  # samples in the shuffle buffer
 
@@ -64,8 +64,7 @@ def stream_order(seed, epoch, refs, buffer_size=BUFFER, *, owners=None):
     Returns:
         int64 `(n,)`, a permutation of `range(n)`.
     """
-    refs = np.asarray(refs, np.int64)
-    refs = refs[:, :3] if refs.ndim == 2 else refs.reshape(-1, 3)
+    refs = range_columns(refs)
     n = len(refs)
     rng = np.random.default_rng([seed, epoch, 7])
     shards = np.unique(refs[:, 0])

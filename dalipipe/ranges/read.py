@@ -44,8 +44,7 @@ def read_ranges(shards, refs):
         list of `n` bytes objects, each `size` bytes (fewer where the shard ends
         first: the caller names a range cut short).
     """
-    refs = np.asarray(refs, np.int64)
-    refs = (refs[:, :3] if refs.ndim == 2 else refs.reshape(-1, 3)).tolist()
+    refs = range_columns(refs).tolist()
     fds = {}  # shard number -> its open file, or None for an object
     found = []
     try:
@@ -63,6 +62,13 @@ def read_ranges(shards, refs):
             if fd is not None:
                 os.close(fd)
     return found
+
+
+def range_columns(refs):
+    """int64 `(n, 3)`: the shard number, offset and size columns of `refs` (`(n, k)`
+    rows of any source of byte ranges, `k >= 3`, or a flat run of triples)."""
+    refs = np.asarray(refs, np.int64)
+    return refs[:, :3] if refs.ndim == 2 else refs.reshape(-1, 3)
 
 
 def _read_object_range(uri, offset, size):
